@@ -1,0 +1,98 @@
+"""What a valid send request is: the checks shared by the enqueue helper and the consumer.
+
+Pure functions over values; each raises :class:`InvalidSendError` naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from mailbus.errors import InvalidSendError
+
+__all__ = [
+    "MAX_ADDRESS_LENGTH",
+    "MAX_DEDUPE_KEY_LENGTH",
+    "MAX_PAYLOAD_BYTES",
+    "PRIORITIES",
+    "SendRequest",
+    "validate_address",
+    "validate_send_request",
+]
+
+PRIORITIES = ("p0", "p1", "p2")
+MAX_ADDRESS_LENGTH = 254  # RFC 5321 path limit
+MAX_DEDUPE_KEY_LENGTH = 200
+MAX_TEMPLATE_LENGTH = 100
+MAX_PAYLOAD_BYTES = 256 * 1024
+
+# One recipient, no display name: local@domain with a dotted domain. Deliberately narrower
+# than RFC 5322 (no quoted local parts, no comments), which is what email APIs accept.
+_ADDRESS = re.compile(
+    r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}"
+    r"@(?=.{1,253}$)(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}$"
+)
+_TEMPLATE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+_DEDUPE_KEY = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII, no spaces: it becomes a header
+_LINE_BREAKS = ("\r", "\n", "\x00")
+
+
+@dataclass(frozen=True)
+class SendRequest:
+    """One mail to one recipient, as a domain service asks for it."""
+
+    dedupe_key: str
+    to_address: str
+    template: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    priority: str = "p1"
+    expires_at: datetime | None = None
+
+
+def validate_address(address: object) -> str:
+    """Return ``address`` if it is one plain mailbox, else raise."""
+    if not isinstance(address, str) or not address:
+        raise InvalidSendError("to_address", "must be a non-empty string")
+    _reject_line_breaks("to_address", address)
+    if len(address) > MAX_ADDRESS_LENGTH or not _ADDRESS.match(address):
+        raise InvalidSendError("to_address", "is not a valid email address")
+    return address
+
+
+def validate_send_request(request: SendRequest) -> bytes:
+    """Check every field; return the payload serialised as JSON (it is checked by size)."""
+    if not isinstance(request.dedupe_key, str) or not _DEDUPE_KEY.match(request.dedupe_key):
+        raise InvalidSendError("dedupe_key", "must be printable ASCII without spaces")
+    if len(request.dedupe_key) > MAX_DEDUPE_KEY_LENGTH:
+        raise InvalidSendError("dedupe_key", f"longer than {MAX_DEDUPE_KEY_LENGTH} characters")
+    validate_address(request.to_address)
+    if not isinstance(request.template, str) or not _TEMPLATE.match(request.template):
+        raise InvalidSendError("template", "must match [a-z0-9][a-z0-9_.-]*")
+    if len(request.template) > MAX_TEMPLATE_LENGTH:
+        raise InvalidSendError("template", f"longer than {MAX_TEMPLATE_LENGTH} characters")
+    if request.priority not in PRIORITIES:
+        raise InvalidSendError("priority", f"must be one of {', '.join(PRIORITIES)}")
+    if not isinstance(request.payload, Mapping):
+        raise InvalidSendError("payload", "must be a mapping of template variables")
+    for name in ("subject", "from", "reply_to", "cc", "bcc"):
+        value = request.payload.get(name)
+        if isinstance(value, str):
+            _reject_line_breaks(f"payload.{name}", value)
+    try:
+        encoded = json.dumps(request.payload, separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise InvalidSendError("payload", f"is not JSON-serialisable: {exc}") from None
+    if len(encoded) > MAX_PAYLOAD_BYTES:
+        raise InvalidSendError("payload", f"larger than {MAX_PAYLOAD_BYTES} bytes")
+    if request.expires_at is not None and request.expires_at.tzinfo is None:
+        raise InvalidSendError("expires_at", "must be timezone-aware")
+    return encoded
+
+
+def _reject_line_breaks(field_name: str, value: str) -> None:
+    if any(ch in value for ch in _LINE_BREAKS):
+        raise InvalidSendError(field_name, "contains CR, LF or NUL (header injection)")
