@@ -1,0 +1,40 @@
+# The README's commands. Everything installs itself on a fresh machine.
+PYTHON ?= python3
+STACK := bash stack/local-stack.sh
+export MAILBUS_DATABASE_URL ?= postgresql://mailbus:mailbus@127.0.0.1:5432/mailbus
+export MAILBUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:9092
+
+.PHONY: install stack-up stack-down stack-status demo test test-unit lint bench
+
+install:
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+stack-up:
+	$(STACK) up
+
+stack-down:
+	$(STACK) down
+
+stack-status:
+	$(STACK) status
+
+## The main job end to end on the local stack.
+demo: install stack-up
+	$(PYTHON) -m mailbus migrate
+	$(PYTHON) demo/run_demo.py
+
+## The whole test suite against the real broker and database.
+test: install stack-up
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m mypy consumer/core schemas
+	$(PYTHON) -m pytest
+
+test-unit: install
+	$(PYTHON) -m pytest tests/unit
+
+lint:
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m mypy consumer/core schemas
+
+bench: install stack-up
+	$(PYTHON) bench/relay_throughput.py

@@ -1,0 +1,104 @@
+"""The `mailbus` command line: the composition root that wires settings to services."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from mailbus.errors import ConfigError, MailbusError
+from mailbus.logs import configure_logging
+from mailbus.settings import Settings, load_env_file, load_settings
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(os.environ.get("MAILBUS_LOG_LEVEL", "INFO"))
+    try:
+        if args.env_file:
+            load_env_file(Path(args.env_file), os.environ)  # type: ignore[arg-type]
+        settings = load_settings()
+        return int(args.handler(settings, args))
+    except ConfigError as exc:
+        print(f"mailbus: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except MailbusError as exc:
+        print(f"mailbus: {exc}", file=sys.stderr)
+        return 1
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT: long-running commands finish what they hold."""
+    stop = threading.Event()
+
+    def handle(_signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+    return stop
+
+
+def _migrate(settings: Settings, args: argparse.Namespace) -> int:
+    from mailbus.migrate import apply_migrations
+    from mailbus.topics import ensure_topics
+
+    applied = apply_migrations(settings.database_url)
+    print(f"schema: applied {applied or 'nothing (up to date)'}")
+    if not args.skip_topics:
+        created = ensure_topics(settings)
+        print(f"topics: created {created or 'nothing (all exist)'}")
+    return 0
+
+
+def _relay(settings: Settings, _args: argparse.Namespace) -> int:
+    from relay.relay import Relay
+
+    stop = stop_on_signals()
+    relay = Relay(settings)
+    relay.run(stop)
+    print(f"relay stopped: {relay.stats.published} published in {relay.stats.batches} batches")
+    return 0
+
+
+def _sandbox(_settings: Settings, args: argparse.Namespace) -> int:
+    from sandbox.server import main as sandbox_main
+
+    return sandbox_main(args)
+
+
+def _status(settings: Settings, args: argparse.Namespace) -> int:
+    from mailbus.status import print_status
+
+    return print_status(settings, as_json=args.json)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mailbus", description="Exactly-once email over a PostgreSQL outbox and Kafka."
+    )
+    parser.add_argument("--env-file", help="read KEY=VALUE settings from this file first")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, handler: Callable[..., int], help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    migrate = command("migrate", _migrate, "create or upgrade the schema and the topics")
+    migrate.add_argument("--skip-topics", action="store_true", help="only the database schema")
+    command("relay", _relay, "publish committed outbox rows to Kafka (long-running)")
+    status = command("status", _status, "queue depth, oldest pending age, failures")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    sandbox = command("sandbox", _sandbox, "run the fault-injectable sandbox email API")
+    from sandbox.server import add_arguments as add_sandbox_arguments
+
+    add_sandbox_arguments(sandbox)
+    return parser

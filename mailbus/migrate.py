@@ -1,0 +1,62 @@
+"""`mailbus migrate`: the numbered SQL migrations in ``schemas/sql`` and the Kafka topics.
+
+Safe to run any number of times and concurrently: every run takes one transaction-level
+advisory lock, then applies only the versions not yet recorded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+
+import psycopg
+
+from mailbus.errors import StorageError
+
+__all__ = ["Migration", "apply_migrations", "available_migrations"]
+
+_LOCK_KEY = 0x6D61696C62757301  # "mailbus\x01": one lock for all migrators of a database
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def available_migrations() -> list[Migration]:
+    """The migrations shipped in ``schemas/sql``, ordered by version (``0001_name.sql``)."""
+    found = []
+    for entry in resources.files("schemas").joinpath("sql").iterdir():
+        if entry.name.endswith(".sql"):
+            version, _, rest = entry.name.partition("_")
+            found.append(Migration(int(version), rest.removesuffix(".sql"), entry.read_text()))
+    return sorted(found, key=lambda m: m.version)
+
+
+def apply_migrations(database_url: str) -> list[int]:
+    """Apply what is missing; return the versions applied by this call."""
+    try:
+        with psycopg.connect(database_url, autocommit=False) as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS mailbus_schema_migrations ("
+                " version int PRIMARY KEY, name text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            done = {row[0] for row in conn.execute("SELECT version FROM mailbus_schema_migrations")}
+            applied = []
+            for migration in available_migrations():
+                if migration.version in done:
+                    continue
+                conn.execute(migration.sql.encode())  # type: ignore[call-overload]
+                conn.execute(
+                    "INSERT INTO mailbus_schema_migrations (version, name) VALUES (%s, %s)",
+                    (migration.version, migration.name),
+                )
+                applied.append(migration.version)
+            conn.commit()
+            return applied
+    except psycopg.Error as exc:
+        raise StorageError(f"migration failed: {exc}") from exc

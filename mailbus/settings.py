@@ -1,0 +1,170 @@
+"""Configuration from the environment (and an optional ``.env``-style file).
+
+Every setting of CONTRACT.md section 3 is parsed and checked here, once, at start-up;
+a bad value raises :class:`ConfigError` naming the variable, which the CLI turns into
+exit status 2 and one line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from mailbus.errors import ConfigError
+
+__all__ = ["Settings", "load_env_file", "load_settings"]
+
+_DEFAULT_SANDBOX_URL = "http://127.0.0.1:8025"
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str = "postgresql://localhost/mailbus"
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    topic_prefix: str = "mailbus"
+    provider_url: str = _DEFAULT_SANDBOX_URL
+    provider_api_key: str = ""
+    max_in_flight: int = 32
+    rate_limit: float | None = None
+    connect_timeout: float = 2.0
+    request_timeout: float = 15.0
+    max_attempts: int = 8
+    backoff_base: float = 2.0
+    backoff_cap: float = 300.0
+    partitions: int = 6
+    replication_factor: int = 1
+    metrics_port: int | None = None
+    schema_registry_url: str | None = None
+    relay_batch_size: int = 2000
+    relay_poll_interval: float = 1.0
+
+    def __repr__(self) -> str:  # never print the API key
+        return f"Settings(database={_redact_url(self.database_url)}, kafka={self.kafka_bootstrap})"
+
+    def topic(self, priority: str) -> str:
+        return f"{self.topic_prefix}.send.{priority}"
+
+    @property
+    def dlq_topic(self) -> str:
+        return f"{self.topic_prefix}.send.dlq"
+
+
+def load_env_file(path: Path, environ: dict[str, str]) -> None:
+    """Add ``KEY=VALUE`` lines of ``path`` to ``environ`` where not already set."""
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.removeprefix("export ").partition("=")
+        if not sep:
+            raise ConfigError(f"{path}:{number}", "expected KEY=VALUE")
+        environ.setdefault(key.strip(), value.strip().strip("'\""))
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if environ is None else environ
+    reader = _Reader(env)
+    settings = Settings(
+        database_url=reader.url("MAILBUS_DATABASE_URL", Settings.database_url, ("postgresql", "postgres")),
+        kafka_bootstrap=reader.bootstrap("MAILBUS_KAFKA_BOOTSTRAP", Settings.kafka_bootstrap),
+        topic_prefix=reader.topic_prefix("MAILBUS_TOPIC_PREFIX", Settings.topic_prefix),
+        provider_url=reader.url("MAILBUS_PROVIDER_URL", Settings.provider_url, ("http", "https")),
+        provider_api_key=reader.secret("MAILBUS_PROVIDER_API_KEY"),
+        max_in_flight=reader.integer("MAILBUS_MAX_IN_FLIGHT", Settings.max_in_flight, 1, 10_000),
+        rate_limit=reader.optional_number("MAILBUS_RATE_LIMIT"),
+        connect_timeout=reader.number("MAILBUS_CONNECT_TIMEOUT", Settings.connect_timeout),
+        request_timeout=reader.number("MAILBUS_REQUEST_TIMEOUT", Settings.request_timeout),
+        max_attempts=reader.integer("MAILBUS_MAX_ATTEMPTS", Settings.max_attempts, 1, 1000),
+        backoff_base=reader.number("MAILBUS_BACKOFF_BASE", Settings.backoff_base),
+        backoff_cap=reader.number("MAILBUS_BACKOFF_CAP", Settings.backoff_cap),
+        partitions=reader.integer("MAILBUS_PARTITIONS", Settings.partitions, 1, 1000),
+        replication_factor=reader.integer(
+            "MAILBUS_REPLICATION_FACTOR", Settings.replication_factor, 1, 7
+        ),
+        metrics_port=reader.optional_integer("MAILBUS_METRICS_PORT", 1, 65535),
+        schema_registry_url=env.get("MAILBUS_SCHEMA_REGISTRY_URL") or None,
+        relay_batch_size=reader.integer("MAILBUS_RELAY_BATCH_SIZE", Settings.relay_batch_size, 1, 50_000),
+        relay_poll_interval=reader.number("MAILBUS_RELAY_POLL_INTERVAL", Settings.relay_poll_interval),
+    )
+    if settings.backoff_cap < settings.backoff_base:
+        raise ConfigError("MAILBUS_BACKOFF_CAP", "must be at least MAILBUS_BACKOFF_BASE")
+    return settings
+
+
+class _Reader:
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self._env = env
+
+    def _raw(self, name: str) -> str | None:
+        value = self._env.get(name)
+        return None if value is None or value.strip() == "" else value.strip()
+
+    def url(self, name: str, default: str, schemes: tuple[str, ...]) -> str:
+        value = self._raw(name) or default
+        parts = urlsplit(value)
+        if parts.scheme not in schemes or not (parts.hostname or parts.path):
+            raise ConfigError(name, f"expected a {schemes[0]}:// URL, got {_redact_url(value)!r}")
+        return value
+
+    def bootstrap(self, name: str, default: str) -> str:
+        value = self._raw(name) or default
+        for server in value.split(","):
+            host, _, port = server.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise ConfigError(name, f"expected host:port[,host:port], got {value!r}")
+        return value
+
+    def topic_prefix(self, name: str, default: str) -> str:
+        value = self._raw(name) or default
+        if not all(ch.isalnum() or ch in "._-" for ch in value) or len(value) > 200:
+            raise ConfigError(name, "may contain only letters, digits, '.', '_' and '-'")
+        return value
+
+    def secret(self, name: str) -> str:
+        file_name = self._raw(f"{name}_FILE")
+        if file_name:
+            try:
+                return Path(file_name).read_text().strip()
+            except OSError as exc:
+                raise ConfigError(f"{name}_FILE", f"cannot read: {exc.strerror}") from None
+        return self._raw(name) or ""
+
+    def number(self, name: str, default: float) -> float:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ConfigError(name, f"expected a number, got {raw!r}") from None
+        if not value > 0 or value == float("inf"):
+            raise ConfigError(name, f"must be a positive number, got {raw!r}")
+        return value
+
+    def optional_number(self, name: str) -> float | None:
+        return None if self._raw(name) is None else self.number(name, 0.0)
+
+    def integer(self, name: str, default: int, low: int, high: int) -> int:
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigError(name, f"expected an integer, got {raw!r}") from None
+        if not low <= value <= high:
+            raise ConfigError(name, f"must be between {low} and {high}, got {value}")
+        return value
+
+    def optional_integer(self, name: str, low: int, high: int) -> int | None:
+        return None if self._raw(name) is None else self.integer(name, 0, low, high)
+
+
+def _redact_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":***@", 1)
+    return url

@@ -1,0 +1,30 @@
+-- name: enqueue
+INSERT INTO email_sends (dedupe_key, to_address, template, payload_json, priority, expires_at)
+VALUES (%(dedupe_key)s, %(to_address)s, %(template)s, %(payload_json)s::jsonb, %(priority)s, %(expires_at)s)
+ON CONFLICT (dedupe_key) DO NOTHING
+RETURNING id
+
+-- name: find_by_dedupe_key
+SELECT id FROM email_sends WHERE dedupe_key = %(dedupe_key)s
+
+-- name: claim_due
+-- Marks a batch of due rows published and returns them; the transaction stays open
+-- until Kafka acknowledged every pointer, so a crash before that undoes the claim.
+UPDATE email_sends SET published_at = now()
+WHERE id IN (
+    SELECT id FROM email_sends
+    WHERE status = 'pending' AND published_at IS NULL
+      AND (next_try_at IS NULL OR next_try_at <= now())
+    ORDER BY priority, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id, dedupe_key, priority, attempts, created_at
+
+-- name: unclaim
+UPDATE email_sends SET published_at = NULL WHERE id = ANY(%(ids)s)
+
+-- name: seconds_until_next_due
+SELECT extract(epoch FROM min(next_try_at) - now())
+FROM email_sends
+WHERE status = 'pending' AND published_at IS NULL AND next_try_at > now()

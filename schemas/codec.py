@@ -1,0 +1,78 @@
+"""Avro values on Kafka, framed with the Avro single-object encoding.
+
+A value is ``C3 01``, the writer schema's CRC-64-AVRO fingerprint (8 bytes,
+little-endian), then the Avro binary body (Avro 1.11 specification, "Single object
+encoding"). fastavro writes the body; avro-python3 is not used (see README).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import datetime
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import fastavro
+import fastavro.schema
+
+from mailbus.errors import CodecError
+
+__all__ = ["AvroCodec", "SendPointer", "send_pointer_codec"]
+
+_MAGIC = b"\xc3\x01"
+_HEADER_LENGTH = len(_MAGIC) + 8
+
+
+class AvroCodec:
+    """Encodes and decodes one record schema shipped in ``schemas/*.avsc``."""
+
+    def __init__(self, schema_json: str) -> None:
+        self._schema = fastavro.parse_schema(json.loads(schema_json))
+        canonical = fastavro.schema.to_parsing_canonical_form(self._schema)
+        fingerprint = fastavro.schema.fingerprint(canonical, "CRC-64-AVRO")
+        self.fingerprint = bytes.fromhex(fingerprint)  # fastavro gives it little-endian
+        self._header = _MAGIC + self.fingerprint
+
+    def encode(self, record: dict[str, Any]) -> bytes:
+        body = io.BytesIO()
+        body.write(self._header)
+        fastavro.schemaless_writer(body, self._schema, record)
+        return body.getvalue()
+
+    def decode(self, value: bytes | None) -> dict[str, Any]:
+        if value is None or len(value) <= _HEADER_LENGTH or value[:2] != _MAGIC:
+            raise CodecError("not an Avro single-object encoded value")
+        if value[2:_HEADER_LENGTH] != self.fingerprint:
+            raise CodecError(f"unknown writer schema fingerprint {value[2:_HEADER_LENGTH].hex()}")
+        body = io.BytesIO(value)
+        body.seek(_HEADER_LENGTH)
+        try:
+            record: dict[str, Any] = fastavro.schemaless_reader(body, self._schema, None)
+        except Exception as exc:  # fastavro raises assorted errors on truncated bodies
+            raise CodecError(f"undecodable Avro body: {type(exc).__name__}") from None
+        if body.tell() != len(value):
+            raise CodecError("trailing bytes after the Avro body")
+        return record
+
+
+class SendPointer(dict[str, Any]):
+    """Typed constructor of a send pointer record (a plain dict for fastavro)."""
+
+    @classmethod
+    def of(
+        cls, send_id: int, dedupe_key: str, priority: str, attempt: int, enqueued_at: datetime
+    ) -> SendPointer:
+        return cls(
+            send_id=send_id,
+            dedupe_key=dedupe_key,
+            priority=priority,
+            attempt=attempt,
+            enqueued_at=enqueued_at,
+        )
+
+
+@cache
+def send_pointer_codec() -> AvroCodec:
+    return AvroCodec(resources.files("schemas").joinpath("send_pointer.avsc").read_text())

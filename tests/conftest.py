@@ -1,0 +1,66 @@
+"""Fixtures: real PostgreSQL (a database per test, cloned from a migrated template) and
+real Kafka (topics under a prefix of their own per test)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import replace
+
+import psycopg
+import pytest
+from services import StackServices, find_services
+
+from mailbus.migrate import apply_migrations
+from mailbus.settings import Settings, load_settings
+from mailbus.topics import ensure_topics
+
+
+@pytest.fixture(scope="session")
+def services() -> Iterator[StackServices]:
+    with ExitStack() as cleanup:
+        yield find_services(cleanup)
+
+
+def _admin_url(database_url: str, dbname: str) -> str:
+    return psycopg.conninfo.make_conninfo(database_url, dbname=dbname)
+
+
+@pytest.fixture(scope="session")
+def template_database(services: StackServices) -> Iterator[str]:
+    name = f"mailbus_template_{os.getpid()}"
+    with psycopg.connect(services.database_url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    apply_migrations(_admin_url(services.database_url, name))
+    yield name
+    with psycopg.connect(services.database_url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def database_url(services: StackServices, template_database: str) -> Iterator[str]:
+    name = f"mailbus_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(services.database_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
+    yield _admin_url(services.database_url, name)
+    with psycopg.connect(services.database_url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def settings(services: StackServices, database_url: str) -> Settings:
+    """Settings pointing at this test's database and a topic prefix of its own."""
+    base = load_settings({})
+    configured = replace(
+        base,
+        database_url=database_url,
+        kafka_bootstrap=services.kafka_bootstrap,
+        topic_prefix=f"test-{uuid.uuid4().hex[:10]}",
+        partitions=3,
+    )
+    ensure_topics(configured)
+    return configured
+
