@@ -43,15 +43,21 @@ def fresh_environment(base: Settings) -> Settings:
     admin_client = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
     topics = [settings.topic(p) for p in ("p0", "p1", "p2")]
     config = {"message.timestamp.type": "LogAppendTime"}
-    for future in admin_client.create_topics([NewTopic(t, 6, 1, config=config) for t in topics]).values():
+    for future in admin_client.create_topics(
+        [NewTopic(t, 6, 1, config=config) for t in topics]
+    ).values():
         future.result(30)
     return settings
 
 
 def start_relay(settings: Settings, batch_size: int) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, MAILBUS_DATABASE_URL=settings.database_url,
-               MAILBUS_TOPIC_PREFIX=settings.topic_prefix,
-               MAILBUS_RELAY_BATCH_SIZE=str(batch_size), MAILBUS_LOG_LEVEL="WARNING")
+    env = dict(
+        os.environ,
+        MAILBUS_DATABASE_URL=settings.database_url,
+        MAILBUS_TOPIC_PREFIX=settings.topic_prefix,
+        MAILBUS_RELAY_BATCH_SIZE=str(batch_size),
+        MAILBUS_LOG_LEVEL="WARNING",
+    )
     return subprocess.Popen([sys.executable, "-m", "mailbus", "relay"], cwd=REPO, env=env)
 
 
@@ -69,7 +75,9 @@ def stop_relay(relay: subprocess.Popen[bytes]) -> int:
 
 def published(url: str) -> int:
     with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT count(*) FROM email_sends WHERE published_at IS NOT NULL").fetchone()
+        row = conn.execute(
+            "SELECT count(*) FROM email_sends WHERE published_at IS NOT NULL"
+        ).fetchone()
         return int(row[0]) if row else 0
 
 
@@ -78,7 +86,9 @@ def measure_throughput(settings: Settings, rows: int, batch_size: int) -> tuple[
         conn.execute(
             "INSERT INTO email_sends (dedupe_key, to_address, template, priority)"
             " SELECT 'tp-' || n, 'u' || n || '@example.com', 'welcome', 'p1'"
-            " FROM generate_series(1, %s) n", (rows,))
+            " FROM generate_series(1, %s) n",
+            (rows,),
+        )
     relay = start_relay(settings, batch_size)
     started = time.monotonic()
     while published(settings.database_url) < rows:
@@ -87,12 +97,20 @@ def measure_throughput(settings: Settings, rows: int, batch_size: int) -> tuple[
     return rows / elapsed, stop_relay(relay)
 
 
-def measure_latency(settings: Settings, rate: int, seconds: int, batch_size: int) -> tuple[list[float], int]:
+def measure_latency(
+    settings: Settings, rate: int, seconds: int, batch_size: int
+) -> tuple[list[float], int]:
     relay = start_relay(settings, batch_size)
     time.sleep(2)  # connected and idle
     commit_times: dict[str, float] = {}
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": uuid.uuid4().hex,
-                         "auto.offset.reset": "latest", "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap,
+            "group.id": uuid.uuid4().hex,
+            "auto.offset.reset": "latest",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.subscribe([settings.topic("p0")])
     consumer.poll(3)  # join before producing
     latencies: list[float] = []
@@ -118,8 +136,11 @@ def measure_latency(settings: Settings, rate: int, seconds: int, batch_size: int
         next_at = time.monotonic()
         for n in range(rate * seconds):
             key = f"lat-{batch_size}-{n}"
-            conn.execute("INSERT INTO email_sends (dedupe_key, to_address, template, priority)"
-                         " VALUES (%s, 'u@example.com', 'code', 'p0')", (key,))
+            conn.execute(
+                "INSERT INTO email_sends (dedupe_key, to_address, template, priority)"
+                " VALUES (%s, 'u@example.com', 'code', 'p0')",
+                (key,),
+            )
             commit_times[key] = time.time()
             next_at += interval
             time.sleep(max(0.0, next_at - time.monotonic()))
@@ -131,7 +152,11 @@ def measure_latency(settings: Settings, rate: int, seconds: int, batch_size: int
 
 
 def percentile(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else float("nan")
+    return (
+        statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+        if len(values) > 1
+        else float("nan")
+    )
 
 
 def main() -> None:
@@ -143,14 +168,22 @@ def main() -> None:
     args = parser.parse_args()
     base = load_settings()
     results = {}
-    for label, batch, rows in (("batched", 2000, args.rows), ("naive (1 row/tx)", 1, args.naive_rows)):
+    for label, batch, rows in (
+        ("batched", 2000, args.rows),
+        ("naive (1 row/tx)", 1, args.naive_rows),
+    ):
         rate, rss_tp = measure_throughput(fresh_environment(base), rows, batch)
-        latencies, rss_lat = measure_latency(fresh_environment(base), args.rate, args.seconds, batch)
+        latencies, rss_lat = measure_latency(
+            fresh_environment(base), args.rate, args.seconds, batch
+        )
         results[label] = rate
-        print(f"{label:>17}: {rate:>9,.0f} rows/s over {rows:,} rows | "
-              f"commit->ack at {args.rate}/s: p50 {percentile(latencies, 50) * 1000:.1f} ms, "
-              f"p99 {percentile(latencies, 99) * 1000:.1f} ms ({len(latencies)} samples) | "
-              f"peak RSS {max(rss_tp, rss_lat) / 1024:.0f} MB", flush=True)
+        print(
+            f"{label:>17}: {rate:>9,.0f} rows/s over {rows:,} rows | "
+            f"commit->ack at {args.rate}/s: p50 {percentile(latencies, 50) * 1000:.1f} ms, "
+            f"p99 {percentile(latencies, 99) * 1000:.1f} ms ({len(latencies)} samples) | "
+            f"peak RSS {max(rss_tp, rss_lat) / 1024:.0f} MB",
+            flush=True,
+        )
     print(f"speed-up batched / naive: {results['batched'] / results['naive (1 row/tx)']:.1f}x")
 
 

@@ -68,7 +68,9 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
     reader = _Reader(env)
     settings = Settings(
-        database_url=reader.url("MAILBUS_DATABASE_URL", Settings.database_url, ("postgresql", "postgres")),
+        database_url=reader.url(
+            "MAILBUS_DATABASE_URL", Settings.database_url, ("postgresql", "postgres")
+        ),
         kafka_bootstrap=reader.bootstrap("MAILBUS_KAFKA_BOOTSTRAP", Settings.kafka_bootstrap),
         topic_prefix=reader.topic_prefix("MAILBUS_TOPIC_PREFIX", Settings.topic_prefix),
         provider_url=reader.url("MAILBUS_PROVIDER_URL", Settings.provider_url, ("http", "https")),
@@ -86,8 +88,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         ),
         metrics_port=reader.optional_integer("MAILBUS_METRICS_PORT", 1, 65535),
         schema_registry_url=env.get("MAILBUS_SCHEMA_REGISTRY_URL") or None,
-        relay_batch_size=reader.integer("MAILBUS_RELAY_BATCH_SIZE", Settings.relay_batch_size, 1, 50_000),
-        relay_poll_interval=reader.number("MAILBUS_RELAY_POLL_INTERVAL", Settings.relay_poll_interval),
+        relay_batch_size=reader.integer(
+            "MAILBUS_RELAY_BATCH_SIZE", Settings.relay_batch_size, 1, 50_000
+        ),
+        relay_poll_interval=reader.number(
+            "MAILBUS_RELAY_POLL_INTERVAL", Settings.relay_poll_interval
+        ),
     )
     if settings.backoff_cap < settings.backoff_base:
         raise ConfigError("MAILBUS_BACKOFF_CAP", "must be at least MAILBUS_BACKOFF_BASE")

@@ -53,6 +53,8 @@ def print_status(settings: Settings, as_json: bool) -> int:
         row = status["by_priority"].get(priority, {})
         age = status["oldest_open_age_s"].get(priority)
         age_text = "-" if age is None else f"{age:.0f}s"
-        print(f"{priority:<9}" + "".join(f"{row.get(s, 0):>11}" for s in states) + f"{age_text:>13}")
+        print(
+            f"{priority:<9}" + "".join(f"{row.get(s, 0):>11}" for s in states) + f"{age_text:>13}"
+        )
     print(f"not yet on Kafka: {status['not_yet_on_kafka']}   failed: {status['failed']}")
     return 0

@@ -27,8 +27,10 @@ def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
         "min.insync.replicas": str(min(2, settings.replication_factor)),
     }
     futures = admin.create_topics(
-        [NewTopic(name, settings.partitions, settings.replication_factor, config=config)
-         for name in wanted],
+        [
+            NewTopic(name, settings.partitions, settings.replication_factor, config=config)
+            for name in wanted
+        ],
         request_timeout=timeout,
         operation_timeout=timeout,
     )

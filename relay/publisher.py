@@ -89,4 +89,3 @@ class PointerPublisher:
 
     def close(self, timeout: float = 5.0) -> None:
         self._producer.flush(timeout)
-

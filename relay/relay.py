@@ -112,7 +112,9 @@ class Relay:
         deadline = time.monotonic() + timeout
         # Short slices so SIGTERM is honoured promptly.
         while not stop.is_set() and (remaining := deadline - time.monotonic()) > 0:
-            if any(True for _ in self._listener.notifies(timeout=min(remaining, 0.25), stop_after=1)):
+            if any(
+                True for _ in self._listener.notifies(timeout=min(remaining, 0.25), stop_after=1)
+            ):
                 return
 
     def _connect(self) -> None:

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import psycopg
 import pytest
-from services import StackServices, find_services
+from services import StackServices, database_url_for, find_services
 
 from mailbus.migrate import apply_migrations
 from mailbus.settings import Settings, load_settings
@@ -24,17 +24,13 @@ def services() -> Iterator[StackServices]:
         yield find_services(cleanup)
 
 
-def _admin_url(database_url: str, dbname: str) -> str:
-    return psycopg.conninfo.make_conninfo(database_url, dbname=dbname)
-
-
 @pytest.fixture(scope="session")
 def template_database(services: StackServices) -> Iterator[str]:
     name = f"mailbus_template_{os.getpid()}"
     with psycopg.connect(services.database_url, autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
         admin.execute(f'CREATE DATABASE "{name}"')
-    apply_migrations(_admin_url(services.database_url, name))
+    apply_migrations(database_url_for(services.database_url, name))
     yield name
     with psycopg.connect(services.database_url, autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -45,7 +41,7 @@ def database_url(services: StackServices, template_database: str) -> Iterator[st
     name = f"mailbus_test_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(services.database_url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
-    yield _admin_url(services.database_url, name)
+    yield database_url_for(services.database_url, name)
     with psycopg.connect(services.database_url, autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
@@ -63,4 +59,3 @@ def settings(services: StackServices, database_url: str) -> Settings:
     )
     ensure_topics(configured)
     return configured
-

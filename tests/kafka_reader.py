@@ -13,7 +13,9 @@ from schemas.codec import send_pointer_codec
 __all__ = ["read_pointers"]
 
 
-def read_pointers(bootstrap: str, topics: list[str], expect_distinct: int, timeout: float) -> Counter[str]:
+def read_pointers(
+    bootstrap: str, topics: list[str], expect_distinct: int, timeout: float
+) -> Counter[str]:
     """Count pointers per dedupe key until ``expect_distinct`` keys were seen or ``timeout``."""
     consumer = Consumer(
         {

@@ -13,12 +13,20 @@ import socket
 import subprocess
 from contextlib import ExitStack
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
 from mailbus.settings import Settings
 
-__all__ = ["REPO", "StackServices", "find_services", "settings_env", "stack_script"]
+__all__ = [
+    "REPO",
+    "StackServices",
+    "database_url_for",
+    "find_services",
+    "settings_env",
+    "stack_script",
+]
 
 REPO = Path(__file__).resolve().parent.parent
 _HOW = (
@@ -85,3 +93,9 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
         **extra,
     )
     return env
+
+
+def database_url_for(base_url: str, dbname: str) -> str:
+    """``base_url`` pointing at another database of the same server."""
+    parts = urlsplit(base_url)
+    return urlunsplit(parts._replace(path=f"/{dbname}"))

@@ -49,7 +49,9 @@ def test_rolled_back_business_transaction_leaves_no_row(database_url: str) -> No
         conn.commit()
         with pytest.raises(RuntimeError), conn.transaction():
             conn.execute("INSERT INTO orders VALUES (1, 'placed')")
-            enqueue(conn, SendRequest("order-1-confirmation", "ana@example.com", "order_confirmation"))
+            enqueue(
+                conn, SendRequest("order-1-confirmation", "ana@example.com", "order_confirmation")
+            )
             raise RuntimeError("business rule failed after the enqueue")
         conn.commit()
     assert _count(database_url) == 0
@@ -60,7 +62,9 @@ def test_enqueue_stores_every_field(database_url: str) -> None:
     with psycopg.connect(database_url) as conn:
         result = enqueue(
             conn,
-            SendRequest("reset-7", "bo@example.org", "password_reset", {"code": "123456"}, "p0", expires),
+            SendRequest(
+                "reset-7", "bo@example.org", "password_reset", {"code": "123456"}, "p0", expires
+            ),
         )
         conn.commit()
         row = conn.execute(
@@ -68,7 +72,15 @@ def test_enqueue_stores_every_field(database_url: str) -> None:
             " FROM email_sends WHERE id = %s",
             (result.send_id,),
         ).fetchone()
-    assert row == ("bo@example.org", "password_reset", {"code": "123456"}, "p0", "pending", 0, expires)
+    assert row == (
+        "bo@example.org",
+        "password_reset",
+        {"code": "123456"},
+        "p0",
+        "pending",
+        0,
+        expires,
+    )
 
 
 @pytest.mark.parametrize(
@@ -87,7 +99,9 @@ def test_bad_input_is_refused_and_nothing_is_written(
     database_url: str, request_fields: dict[str, object], field: str
 ) -> None:
     fields: dict[str, object] = {
-        "dedupe_key": "k-1", "to_address": "ana@example.com", "template": "welcome"
+        "dedupe_key": "k-1",
+        "to_address": "ana@example.com",
+        "template": "welcome",
     }
     fields.update(request_fields)
     with psycopg.connect(database_url) as conn:

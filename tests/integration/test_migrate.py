@@ -7,7 +7,7 @@ import sys
 import uuid
 
 import psycopg
-from services import REPO, StackServices
+from services import REPO, StackServices, database_url_for
 
 _SCHEMA = """
 SELECT table_name, column_name, data_type, is_nullable, column_default
@@ -25,11 +25,16 @@ def test_migrate_twice_and_concurrently_gives_one_schema(services: StackServices
     name = f"mailbus_migrate_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(services.database_url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
-    url = psycopg.conninfo.make_conninfo(services.database_url, dbname=name)
+    url = database_url_for(services.database_url, name)
     env = {"MAILBUS_DATABASE_URL": url, "PATH": "/usr/bin:/bin"}
     command = [sys.executable, "-m", "mailbus", "migrate", "--skip-topics"]
     try:
-        runs = [subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(4)]
+        runs = [
+            subprocess.Popen(
+                command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+            for _ in range(4)
+        ]
         outputs = [run.communicate(timeout=120) for run in runs]
         assert [run.returncode for run in runs] == [0, 0, 0, 0], outputs
         applied_by_someone = [out for out, _ in outputs if b"applied [1" in out]

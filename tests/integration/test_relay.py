@@ -23,7 +23,7 @@ _SEED = """
 INSERT INTO email_sends (dedupe_key, to_address, template, priority)
 SELECT %(prefix)s || n, 'user' || n || '@example.com', 'welcome',
        (ARRAY['p0', 'p1', 'p2'])[1 + n %% 3]
-FROM generate_series(%(start)s, %(stop)s) AS n
+FROM generate_series(%(start)s::int, %(stop)s::int) AS n
 """
 
 
@@ -34,7 +34,9 @@ def seed(database_url: str, count: int, prefix: str = "k-", start: int = 1) -> N
 
 def published(database_url: str) -> int:
     with psycopg.connect(database_url) as conn:
-        row = conn.execute("SELECT count(*) FROM email_sends WHERE published_at IS NOT NULL").fetchone()
+        row = conn.execute(
+            "SELECT count(*) FROM email_sends WHERE published_at IS NOT NULL"
+        ).fetchone()
         assert row is not None
         return int(row[0])
 
@@ -45,6 +47,12 @@ def wait_until(condition, timeout: float, what: str) -> None:  # type: ignore[no
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.1)
+
+
+def alive(process: subprocess.Popen[bytes]) -> bool:
+    if process.poll() is not None:
+        raise AssertionError(f"the relay exited early with status {process.returncode}")
+    return True
 
 
 @contextmanager
@@ -67,7 +75,6 @@ def start_relay_process(settings: Settings, batch_size: int = 500) -> subprocess
         cwd=REPO,
         env=settings_env(settings, MAILBUS_RELAY_BATCH_SIZE=str(batch_size)),
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
     )
 
 
@@ -79,9 +86,12 @@ def test_committed_rows_reach_their_priority_topic(settings: Settings) -> None:
         seen = read_pointers(settings.kafka_bootstrap, [settings.topic(priority)], 10, timeout=30)
         assert len(seen) == 10
         with psycopg.connect(settings.database_url) as conn:
-            keys = {r[0] for r in conn.execute(
-                "SELECT dedupe_key FROM email_sends WHERE priority = %s", (priority,)
-            )}
+            keys = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT dedupe_key FROM email_sends WHERE priority = %s", (priority,)
+                )
+            }
         assert set(seen) == keys
 
 
@@ -109,18 +119,27 @@ def test_sigkill_mid_backlog_loses_nothing(settings: Settings) -> None:
     total = 20_000
     seed(settings.database_url, total)
     relay = start_relay_process(settings)
-    wait_until(lambda: published(settings.database_url) >= 2_000, 120, "part of the backlog")
+    wait_until(
+        lambda: alive(relay) and published(settings.database_url) >= 2_000,
+        120,
+        "part of the backlog",
+    )
     relay.send_signal(signal.SIGKILL)
-    relay.wait(timeout=30)
+    relay.communicate(timeout=30)
     at_kill = published(settings.database_url)
     assert at_kill < total, "the relay finished before it was killed; the test proves nothing"
 
     restarted = start_relay_process(settings)
     try:
-        wait_until(lambda: published(settings.database_url) == total, 180, "the whole backlog")
+        wait_until(
+            lambda: alive(restarted) and published(settings.database_url) == total,
+            180,
+            "the backlog",
+        )
     finally:
         restarted.send_signal(signal.SIGTERM)
-        assert restarted.wait(timeout=60) == 0
+        restarted.communicate(timeout=60)
+    assert restarted.returncode == 0
     seen = read_pointers(settings.kafka_bootstrap, send_topics(settings), total, timeout=120)
     assert len(seen) == total
     republished = sum(seen.values()) - total
@@ -159,7 +178,9 @@ def test_relay_waits_out_a_kafka_outage(settings: Settings) -> None:
             assert published(settings.database_url) == 100
         finally:
             stack_script("kafka-start")
-        wait_until(lambda: published(settings.database_url) == 1_100, 180, "catch-up after Kafka returned")
+        wait_until(
+            lambda: published(settings.database_url) == 1_100, 180, "catch-up after Kafka returned"
+        )
     seen = read_pointers(settings.kafka_bootstrap, send_topics(settings), 1_100, timeout=120)
     assert len(seen) == 1_100
 

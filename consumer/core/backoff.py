@@ -1,0 +1,69 @@
+"""When to try again: capped exponential backoff with "equal jitter", Retry-After a floor.
+
+For the n-th provider call (``attempts`` = n >= 1) the ceiling is
+``d = min(cap, base * 2**(n-1))`` and the delay is uniform in ``[d/2, d]``. Half the delay
+is fixed, so delays grow steadily and never shrink from one attempt to the next while the
+ceiling is still doubling; the jittered half spreads a burst of failures so the retries do
+not arrive together. A provider's Retry-After is a minimum, never shortened by the
+jitter. Randomness is injected (``rand`` returns a float in ``[0, 1)``, e.g.
+``random.Random().random``) so tests and replays are deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from consumer.core.outcome import MAX_RETRY_AFTER_S
+from mailbus.errors import ConfigError
+
+__all__ = ["RetryPolicy", "backoff_ceiling", "retry_delay"]
+
+# 2**1000 times any sane base is far past any sane cap, and still a finite float.
+_MAX_EXPONENT = 1000
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """``max_attempts`` provider calls before a row is failed; ``base_s`` is the ceiling of
+    the first retry delay, doubling up to ``cap_s`` (MAILBUS_MAX_ATTEMPTS,
+    MAILBUS_BACKOFF_BASE, MAILBUS_BACKOFF_CAP)."""
+
+    max_attempts: int = 8
+    base_s: float = 2.0
+    cap_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ConfigError("MAILBUS_MAX_ATTEMPTS", "must be at least 1")
+        if not (math.isfinite(self.base_s) and self.base_s > 0):
+            raise ConfigError("MAILBUS_BACKOFF_BASE", "must be a positive number of seconds")
+        if not (math.isfinite(self.cap_s) and self.cap_s >= self.base_s):
+            raise ConfigError("MAILBUS_BACKOFF_CAP", "must be a number of seconds >= the base")
+
+
+def backoff_ceiling(attempts: int, policy: RetryPolicy) -> float:
+    """``min(cap, base * 2**(attempts-1))``; ``attempts`` below 1 counts as 1."""
+    exponent = min(max(attempts, 1) - 1, _MAX_EXPONENT)
+    return min(policy.cap_s, math.ldexp(policy.base_s, exponent))
+
+
+def retry_delay(
+    attempts: int,
+    policy: RetryPolicy,
+    rand: Callable[[], float],
+    retry_after_s: float | None = None,
+) -> float:
+    """Seconds to wait after the ``attempts``-th call: in ``[d/2, d]`` for the ceiling ``d``,
+    and never less than ``retry_after_s`` (clamped to ``MAX_RETRY_AFTER_S``; NaN ignored).
+
+    ``rand()`` is clamped into ``[0, 1]``, so a faulty source cannot break the bounds.
+    """
+    ceiling = backoff_ceiling(attempts, policy)
+    r = rand()
+    r = 0.0 if math.isnan(r) else min(max(r, 0.0), 1.0)
+    delay = ceiling / 2 + r * ceiling / 2
+    if retry_after_s is not None and not math.isnan(retry_after_s):
+        delay = max(delay, min(retry_after_s, MAX_RETRY_AFTER_S))
+    return delay

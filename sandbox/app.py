@@ -1,0 +1,253 @@
+"""The sandbox email API as an aiohttp application: CONTRACT.md section 5, with faults.
+
+Provider endpoints (``Authorization: Bearer <api_key>``):
+
+* ``POST /v1/send`` -- needs ``Idempotency-Key`` and a JSON body ``{"to", "template",
+  "variables"}``; applies the plan's latency and fault, then answers ``200 {"id": ...}``.
+  The same key always gets the same id, minted once. 429 carries ``Retry-After`` (seconds).
+* ``GET /v1/messages?idempotency_key=K`` -- ``200 {"id": ...}`` if accepted under K, else 404.
+
+Control endpoints (no auth; loopback clients only unless ``open_control``):
+``GET /_sandbox/health``, ``GET /_sandbox/ledger``, ``GET /_sandbox/requests[?since=T]``,
+``GET|POST /_sandbox/faults`` (read or replace the plan), ``POST /_sandbox/reset``.
+
+Order of checks for a send: auth (401), Idempotency-Key (400), body (400), then the fault
+is chosen and the delay slept. A send that is slow is still accepted after its delay even
+if the client gave up: the provider processed it, the client cannot know (an *unknown*
+outcome). A hang ends early when the client closes the connection. Lookups get neither
+latency nor faults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import random
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from sandbox.faults import Fault, FaultPlan, FaultSpecError, choose_fault, plan_from_dict
+from sandbox.ledger import Ledger, RequestRecord
+
+__all__ = ["DEFAULT_API_KEY", "STATE", "SandboxState", "make_app"]
+
+DEFAULT_API_KEY = "sandbox-key"
+
+
+class SandboxState:
+    """Everything the handlers share: credentials, the current plan, its rng, the ledger."""
+
+    def __init__(
+        self,
+        api_key: str,
+        plan: FaultPlan | None = None,
+        seed: int | None = None,
+        *,
+        open_control: bool = False,
+    ) -> None:
+        self.authorization = f"Bearer {api_key}"
+        self.plan = plan if plan is not None else FaultPlan()
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.ledger = Ledger()
+        self.open_control = open_control
+        self.closing = False  # set on shutdown: hangs end at once
+
+    def reset(self) -> None:
+        """Empty the plan and the ledger; re-seed the rng."""
+        self.plan = FaultPlan()
+        self.rng = random.Random(self.seed)
+        self.ledger.reset()
+
+
+STATE = web.AppKey("sandbox_state", SandboxState)
+
+
+def _error(status: int, code: str, message: str, **headers: str) -> web.Response:
+    return web.json_response({"error": code, "message": message}, status=status, headers=headers)
+
+
+def _drop(request: web.Request) -> web.Response:
+    """Close the connection without answering (the returned response is never written)."""
+    if request.transport is not None:
+        request.transport.close()
+    return web.Response(status=204)
+
+
+async def _hang(request: web.Request, state: SandboxState, seconds: float) -> None:
+    """Hold the connection unanswered for ``seconds``, until the client goes or we stop."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while (left := deadline - loop.time()) > 0:
+        transport = request.transport
+        if transport is None or transport.is_closing() or state.closing:
+            return
+        await asyncio.sleep(min(0.05, left))
+
+
+def _parse_send_body(body: bytes) -> tuple[str, str] | str:
+    """``(to, template)`` from a send body, or the reason it is malformed."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return "body is not JSON"
+    if not isinstance(doc, dict):
+        return "body must be a JSON object"
+    to, template = doc.get("to"), doc.get("template")
+    if not isinstance(to, str) or not to:
+        return "'to' must be a non-empty string"
+    if not isinstance(template, str) or not template:
+        return "'template' must be a non-empty string"
+    if not isinstance(doc.get("variables", {}), dict):
+        return "'variables' must be an object"
+    return to, template
+
+
+async def _send(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    key = request.headers.get("Idempotency-Key") or None
+    record = state.ledger.arrive(key)
+    try:
+        return await _handle_send(request, state, record, key)
+    finally:
+        state.ledger.depart()
+
+
+async def _handle_send(
+    request: web.Request, state: SandboxState, record: RequestRecord, key: str | None
+) -> web.StreamResponse:
+    ledger = state.ledger
+    if request.headers.get("Authorization") != state.authorization:
+        ledger.settle(record, "unauthorized")
+        return _error(401, "unauthorized", "missing or wrong API key")
+    body = await request.read()
+    if key is None:
+        ledger.settle(record, "bad_request")
+        return _error(400, "bad_request", "the Idempotency-Key header is required")
+    parsed = _parse_send_body(body)
+    if isinstance(parsed, str):
+        ledger.settle(record, "bad_request")
+        return _error(400, "bad_request", parsed)
+    choice = choose_fault(state.plan, state.rng)
+    state.plan = choice.plan
+    if choice.delay_ms > 0:
+        await asyncio.sleep(choice.delay_ms / 1000)
+    fault: Fault | None = choice.fault
+    kind = fault.kind if fault is not None else None
+    if kind is not None and kind not in ("drop_after_accept", "hang_after_accept", "malformed"):
+        ledger.settle(record, kind)
+        if kind == "429":
+            assert fault is not None
+            retry = str(fault.retry_after)
+            return _error(429, "rate_limited", "too many requests", **{"Retry-After": retry})
+        if kind == "503":
+            return _error(503, "unavailable", "service unavailable, try again later")
+        if kind == "422":
+            return _error(422, "unprocessable", "the message was rejected")
+        return _drop(request)  # drop_before_accept
+    message_id, minted = ledger.accept(key, to=parsed[0], template=parsed[1])
+    if kind is None:
+        ledger.settle(record, "accepted" if minted else "replayed")
+        return web.json_response({"id": message_id})
+    ledger.settle(record, kind)
+    if kind == "malformed":
+        truncated = b'{"id": "' + message_id[:10].encode()
+        return web.Response(body=truncated, content_type="application/json")
+    if kind == "hang_after_accept":
+        assert fault is not None
+        await _hang(request, state, fault.hang_seconds)
+    return _drop(request)
+
+
+async def _lookup(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    ledger = state.ledger
+    key = request.query.get("idempotency_key") or None
+    record = ledger.arrive(key, "lookup")
+    try:
+        if request.headers.get("Authorization") != state.authorization:
+            ledger.settle(record, "unauthorized")
+            return _error(401, "unauthorized", "missing or wrong API key")
+        if key is None:
+            ledger.settle(record, "bad_request")
+            return _error(400, "bad_request", "the idempotency_key parameter is required")
+        message_id = ledger.lookup(key)
+        if message_id is None:
+            ledger.settle(record, "not_found")
+            return _error(404, "not_found", "nothing accepted under this key")
+        ledger.settle(record, "found")
+        return web.json_response({"id": message_id})
+    finally:
+        ledger.depart()
+
+
+_ControlHandler = Callable[[web.Request, SandboxState], Awaitable[web.Response]]
+
+
+def _control(handler: _ControlHandler) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def guarded(request: web.Request) -> web.Response:
+        state = request.app[STATE]
+        if not (state.open_control or _is_loopback(request.remote)):
+            return _error(403, "forbidden", "control endpoints answer loopback clients only")
+        return await handler(request, state)
+
+    return guarded
+
+
+def _is_loopback(remote: str | None) -> bool:
+    try:
+        address = ipaddress.ip_address(remote or "")
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
+async def _health(request: web.Request, state: SandboxState) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def _ledger(request: web.Request, state: SandboxState) -> web.Response:
+    return web.json_response(state.ledger.snapshot())
+
+
+async def _requests(request: web.Request, state: SandboxState) -> web.Response:
+    try:
+        since = float(request.query["since"]) if "since" in request.query else None
+    except ValueError:
+        return _error(400, "bad_request", "since must be unix seconds")
+    return web.json_response(state.ledger.request_log(since))
+
+
+async def _get_faults(request: web.Request, state: SandboxState) -> web.Response:
+    return web.json_response(state.plan.to_dict())
+
+
+async def _set_faults(request: web.Request, state: SandboxState) -> web.Response:
+    try:
+        state.plan = plan_from_dict(json.loads(await request.read()))
+    except (ValueError, FaultSpecError) as exc:
+        return _error(400, "bad_request", str(exc))
+    return web.json_response(state.plan.to_dict())
+
+
+async def _reset(request: web.Request, state: SandboxState) -> web.Response:
+    state.reset()
+    return web.json_response({"status": "reset"})
+
+
+def make_app(state: SandboxState) -> web.Application:
+    """The aiohttp application serving ``state``."""
+    app = web.Application()
+    app[STATE] = state
+    app.router.add_post("/v1/send", _send)
+    app.router.add_get("/v1/messages", _lookup)
+    app.router.add_get("/_sandbox/health", _control(_health))
+    app.router.add_get("/_sandbox/ledger", _control(_ledger))
+    app.router.add_get("/_sandbox/requests", _control(_requests))
+    app.router.add_get("/_sandbox/faults", _control(_get_faults))
+    app.router.add_post("/_sandbox/faults", _control(_set_faults))
+    app.router.add_post("/_sandbox/reset", _control(_reset))
+    return app
