@@ -49,9 +49,11 @@ class AvroCodec:
         body = io.BytesIO(value)
         body.seek(_HEADER_LENGTH)
         try:
-            record: dict[str, Any] = fastavro.schemaless_reader(body, self._schema, None)
+            record = fastavro.schemaless_reader(body, self._schema, None)
         except Exception as exc:  # fastavro raises assorted errors on truncated bodies
             raise CodecError(f"undecodable Avro body: {type(exc).__name__}") from None
+        if not isinstance(record, dict):
+            raise CodecError("the Avro body is not a record")
         if body.tell() != len(value):
             raise CodecError("trailing bytes after the Avro body")
         return record
