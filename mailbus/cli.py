@@ -64,8 +64,18 @@ def _relay(settings: Settings, _args: argparse.Namespace) -> int:
     stop = stop_on_signals()
     relay = Relay(settings)
     relay.run(stop)
-    print(f"relay stopped: {relay.stats.published} published in {relay.stats.batches} batches")
+    stats = relay.stats
+    print(
+        f"relay stopped: {stats.published} published in {stats.batches} batches,"
+        f" {stats.dead_letters} dead letters"
+    )
     return 0
+
+
+def _consume(settings: Settings, args: argparse.Namespace) -> int:
+    from consumer.runner import run_consumer
+
+    return run_consumer(settings, args.priority)
 
 
 def _sandbox(_settings: Settings, args: argparse.Namespace) -> int:
@@ -95,6 +105,13 @@ def _build_parser() -> argparse.ArgumentParser:
     migrate = command("migrate", _migrate, "create or upgrade the schema and the topics")
     migrate.add_argument("--skip-topics", action="store_true", help="only the database schema")
     command("relay", _relay, "publish committed outbox rows to Kafka (long-running)")
+    consume = command("consume", _consume, "deliver queued mail to the email API (long-running)")
+    consume.add_argument(
+        "--priority",
+        type=_priorities,
+        default=["p0", "p1", "p2"],
+        help="p0, p1, p2 or a comma list (default: all three)",
+    )
     status = command("status", _status, "queue depth, oldest pending age, failures")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     sandbox = command("sandbox", _sandbox, "run the fault-injectable sandbox email API")
@@ -102,3 +119,10 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_sandbox_arguments(sandbox)
     return parser
+
+
+def _priorities(text: str) -> list[str]:
+    chosen = [part.strip() for part in text.split(",") if part.strip()]
+    if not chosen or any(p not in ("p0", "p1", "p2") for p in chosen):
+        raise argparse.ArgumentTypeError(f"expected p0, p1, p2 or a comma list, got {text!r}")
+    return list(dict.fromkeys(chosen))

@@ -1,4 +1,4 @@
-"""Kafka side of the relay: an idempotent producer that reports which pointers landed."""
+"""Kafka side of the relay: an idempotent producer that reports which messages landed."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ class OutgoingMessage:
     topic: str
     key: bytes
     value: bytes
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 class PointerPublisher:
@@ -79,7 +80,11 @@ class PointerPublisher:
         while True:
             try:
                 self._producer.produce(
-                    message.topic, key=message.key, value=message.value, on_delivery=on_delivery
+                    message.topic,
+                    key=message.key,
+                    value=message.value,
+                    headers=list(message.headers) or None,
+                    on_delivery=on_delivery,
                 )
                 return
             except BufferError:

@@ -1,17 +1,18 @@
 """`mailbus relay`: publishes committed outbox rows to Kafka, never losing one.
 
-One pass (:meth:`Relay.publish_due_batch`) runs in one transaction:
+Each pass drains two tables with the same claim-publish-commit transaction
+(:func:`relay.batch.publish_claimed`):
 
-1. claim up to N due rows (``FOR UPDATE SKIP LOCKED``) and mark them published;
-2. publish a pointer per row to ``{prefix}.send.{priority}``, keyed by dedupe key;
-3. wait for Kafka's acknowledgements; un-mark the rows Kafka did not take;
-4. commit.
+- due ``email_sends`` rows become pointers on ``{prefix}.send.{priority}``, keyed by
+  dedupe key (:meth:`Relay.publish_due_batch`);
+- ``email_dead_letters`` rows become records on ``{prefix}.send.dlq``
+  (:meth:`Relay.publish_dead_letters`, :mod:`relay.dead_letters`).
 
-A crash anywhere before the commit rolls the marks back, so the rows are claimed again:
-at-least-once onto Kafka, made harmless by the consumer's guarded claim. Several relays
-can run at once; SKIP LOCKED hands each its own rows (no leader election needed).
-Between passes the relay sleeps until a NOTIFY from the insert trigger, the next row's
-``next_try_at``, or the polling interval, whichever comes first.
+A crash anywhere before a commit rolls that batch's marks back, so the rows are claimed
+again: at-least-once onto Kafka, made harmless by the consumer's guarded claim. Several
+relays can run at once; SKIP LOCKED hands each its own rows (no leader election needed).
+Between passes the relay sleeps until a NOTIFY from either table's insert trigger, the next
+row's ``next_try_at``, or the polling interval, whichever comes first.
 """
 
 from __future__ import annotations
@@ -20,23 +21,29 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import TypeVar
 
 import psycopg
+from psycopg.rows import TupleRow, tuple_row
 
 from mailbus.settings import Settings
 from mailbus.sqlfiles import load_queries
+from relay.batch import BatchResult, Outbox, publish_claimed
+from relay.dead_letters import dead_letter_outbox
 from relay.publisher import OutgoingMessage, PointerPublisher, PublishError
 from schemas.codec import SendPointer, send_pointer_codec
 
 __all__ = ["NOTIFY_CHANNEL", "Relay", "RelayStats"]
 
 NOTIFY_CHANNEL = "mailbus_outbox"
+Row = TypeVar("Row")
 log = logging.getLogger("mailbus.relay")
 
 
 @dataclass
 class RelayStats:
-    published: int = 0
+    published: int = 0  # send pointers acknowledged by Kafka
+    dead_letters: int = 0  # DLQ records acknowledged by Kafka
     batches: int = 0
     unacknowledged: int = 0
 
@@ -48,6 +55,15 @@ class Relay:
         self._publisher = publisher or PointerPublisher(settings.kafka_bootstrap)
         self._queries = load_queries("relay", "queries.sql")
         self._codec = send_pointer_codec()
+        self._sends: Outbox[TupleRow] = Outbox(
+            name="send pointers",
+            claim=self._queries["claim_due"],
+            unclaim=self._queries["unclaim"],
+            row_factory=tuple_row,
+            row_id=lambda row: int(row[0]),
+            to_message=self._pointer_message,
+        )
+        self._dead_letters = dead_letter_outbox(settings, self._queries)
         self._conn: psycopg.Connection | None = None
         self._listener: psycopg.Connection | None = None
 
@@ -58,7 +74,10 @@ class Relay:
             try:
                 self._connect()
                 while not stop.is_set():
-                    if self.publish_due_batch(stop) < self.settings.relay_batch_size:
+                    full = self.settings.relay_batch_size
+                    sends = self.publish_due_batch(stop)
+                    dead_letters = 0 if stop.is_set() else self.publish_dead_letters(stop)
+                    if sends < full and dead_letters < full:
                         self._wait_for_work(stop)
                 reconnect_delay = 0.5
             except psycopg.OperationalError as exc:
@@ -73,34 +92,41 @@ class Relay:
         self._publisher.close()
 
     def publish_due_batch(self, stop: threading.Event) -> int:
-        """One claim-publish-commit pass; returns the number of rows claimed."""
-        conn = self._require_connection()
-        with conn.transaction():
-            rows = conn.execute(
-                self._queries["claim_due"], {"limit": self.settings.relay_batch_size}
-            ).fetchall()
-            if not rows:
-                return 0
-            messages = [
-                OutgoingMessage(
-                    topic=self.settings.topic(priority),
-                    key=dedupe_key.encode(),
-                    value=self._codec.encode(
-                        SendPointer.of(send_id, dedupe_key, priority, attempts, created_at)
-                    ),
-                )
-                for send_id, dedupe_key, priority, attempts, created_at in rows
-            ]
-            failed = self._publisher.publish(messages, stop)
-            if failed:
-                conn.execute(self._queries["unclaim"], {"ids": [rows[i][0] for i in failed]})
-                log.warning("kafka did not acknowledge %d of %d pointers", len(failed), len(rows))
-        self.stats.batches += 1
-        self.stats.published += len(rows) - len(failed)
-        self.stats.unacknowledged += len(failed)
-        if failed:
+        """One pass over due sends; returns the number of rows claimed."""
+        result = self._publish(self._sends, stop)
+        self.stats.published += result.published
+        return result.claimed
+
+    def publish_dead_letters(self, stop: threading.Event) -> int:
+        """One pass over unpublished dead letters; returns the number of rows claimed."""
+        result = self._publish(self._dead_letters, stop)
+        self.stats.dead_letters += result.published
+        return result.claimed
+
+    def _publish(self, outbox: Outbox[Row], stop: threading.Event) -> BatchResult:
+        result = publish_claimed(
+            self._require_connection(),
+            outbox,
+            self.settings.relay_batch_size,
+            self._publisher,
+            stop,
+        )
+        if result.claimed:
+            self.stats.batches += 1
+        self.stats.unacknowledged += result.unacknowledged
+        if result.unacknowledged:
             stop.wait(1.0)  # Kafka is struggling: do not spin on the same rows
-        return len(rows)
+        return result
+
+    def _pointer_message(self, row: TupleRow) -> OutgoingMessage:
+        send_id, dedupe_key, priority, attempts, created_at = row
+        return OutgoingMessage(
+            topic=self.settings.topic(priority),
+            key=dedupe_key.encode(),
+            value=self._codec.encode(
+                SendPointer.of(send_id, dedupe_key, priority, attempts, created_at)
+            ),
+        )
 
     def _wait_for_work(self, stop: threading.Event) -> None:
         conn = self._require_connection()

@@ -19,7 +19,7 @@ import fastavro.schema
 
 from mailbus.errors import CodecError
 
-__all__ = ["AvroCodec", "SendPointer", "send_pointer_codec"]
+__all__ = ["AvroCodec", "SendPointer", "dead_letter_codec", "send_pointer_codec"]
 
 _MAGIC = b"\xc3\x01"
 _HEADER_LENGTH = len(_MAGIC) + 8
@@ -76,5 +76,15 @@ class SendPointer(dict[str, Any]):
 
 
 @cache
+def _shipped_codec(filename: str) -> AvroCodec:
+    return AvroCodec(resources.files("schemas").joinpath(filename).read_text())
+
+
 def send_pointer_codec() -> AvroCodec:
-    return AvroCodec(resources.files("schemas").joinpath("send_pointer.avsc").read_text())
+    """Values of ``{prefix}.send.p0/p1/p2`` (``schemas/send_pointer.avsc``)."""
+    return _shipped_codec("send_pointer.avsc")
+
+
+def dead_letter_codec() -> AvroCodec:
+    """Values of ``{prefix}.send.dlq`` (``schemas/dead_letter.avsc``)."""
+    return _shipped_codec("dead_letter.avsc")

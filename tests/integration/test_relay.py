@@ -5,19 +5,16 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import psycopg
 import pytest
 from kafka_reader import read_pointers
+from relay_runner import relay_thread, wait_until
 from services import REPO, settings_env, stack_script
 
 from mailbus.settings import Settings
 from mailbus.topics import send_topics
-from relay.relay import Relay
 
 _SEED = """
 INSERT INTO email_sends (dedupe_key, to_address, template, priority)
@@ -41,32 +38,10 @@ def published(database_url: str) -> int:
         return int(row[0])
 
 
-def wait_until(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
-
-
 def alive(process: subprocess.Popen[bytes]) -> bool:
     if process.poll() is not None:
         raise AssertionError(f"the relay exited early with status {process.returncode}")
     return True
-
-
-@contextmanager
-def relay_thread(settings: Settings) -> Iterator[Relay]:
-    stop = threading.Event()
-    relay = Relay(settings)
-    thread = threading.Thread(target=relay.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
-        yield relay
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-        assert not thread.is_alive()
 
 
 def start_relay_process(settings: Settings, batch_size: int = 500) -> subprocess.Popen[bytes]:

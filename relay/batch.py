@@ -1,0 +1,76 @@
+"""One relay pass over one outbox table: claim, publish, un-claim what failed, commit.
+
+Every table the relay drains (``email_sends`` for send pointers, ``email_dead_letters``
+for the DLQ) goes through :func:`publish_claimed`, in one transaction:
+
+1. the claim query marks up to ``limit`` rows published (``FOR UPDATE SKIP LOCKED``) and
+   returns them;
+2. one Kafka message per row is published;
+3. after Kafka's acknowledgements, the rows it did not take are un-marked;
+4. commit.
+
+A crash anywhere before the commit rolls the marks back, so the rows are claimed again:
+at-least-once onto Kafka, never lost. Several relays share a table through SKIP LOCKED.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import psycopg
+from psycopg.rows import RowFactory
+
+from relay.publisher import OutgoingMessage, PointerPublisher
+
+__all__ = ["BatchResult", "Outbox", "publish_claimed"]
+
+Row = TypeVar("Row")
+log = logging.getLogger("mailbus.relay")
+
+
+@dataclass(frozen=True)
+class Outbox(Generic[Row]):
+    """A table the relay drains, and how one of its rows becomes a Kafka message."""
+
+    name: str  # for logs: "send pointers", "dead letters"
+    claim: str  # SQL taking %(limit)s, marking rows published and RETURNING them
+    unclaim: str  # SQL taking %(ids)s, un-marking them
+    row_factory: RowFactory[Row]
+    row_id: Callable[[Row], int]
+    to_message: Callable[[Row], OutgoingMessage]
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    claimed: int = 0
+    unacknowledged: int = 0
+
+    @property
+    def published(self) -> int:
+        return self.claimed - self.unacknowledged
+
+
+def publish_claimed(
+    conn: psycopg.Connection[Any],
+    outbox: Outbox[Row],
+    limit: int,
+    publisher: PointerPublisher,
+    stop: threading.Event,
+) -> BatchResult:
+    """One claim-publish-commit pass over ``outbox`` on an autocommit connection."""
+    with conn.transaction():
+        with conn.cursor(row_factory=outbox.row_factory) as cursor:
+            rows = cursor.execute(outbox.claim, {"limit": limit}).fetchall()
+        if not rows:
+            return BatchResult()
+        failed = publisher.publish([outbox.to_message(row) for row in rows], stop)
+        if failed:
+            conn.execute(outbox.unclaim, {"ids": [outbox.row_id(rows[i]) for i in failed]})
+            log.warning(
+                "kafka did not acknowledge %d of %d %s", len(failed), len(rows), outbox.name
+            )
+    return BatchResult(claimed=len(rows), unacknowledged=len(failed))
