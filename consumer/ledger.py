@@ -1,0 +1,220 @@
+"""PostgreSQL side of delivery: load, claim and settle ``email_sends`` rows.
+
+Every state change is one guarded UPDATE (``… WHERE id = %s AND status = … RETURNING``):
+zero rows means someone else owns the row and the caller moves on. Dead letters are
+written in the same transaction as the ``failed`` status; the relay publishes them.
+psycopg errors become :class:`StorageError`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from consumer.core import Decision, SendView, Status
+from mailbus.errors import StorageError
+from mailbus.sqlfiles import load_queries
+
+__all__ = ["LoadedSend", "MessageOrigin", "SendLedger"]
+
+
+@dataclass(frozen=True)
+class LoadedSend:
+    view: SendView
+    variables: dict[str, Any]
+    suppressed: bool
+
+
+@dataclass(frozen=True)
+class MessageOrigin:
+    """Where a Kafka message came from, for dead letters."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None = None
+    value: bytes | None = None
+
+
+class SendLedger:
+    def __init__(self, database_url: str, max_connections: int) -> None:
+        self._pool = AsyncConnectionPool(
+            database_url,
+            min_size=1,
+            max_size=max_connections,
+            open=False,
+            kwargs={"autocommit": True, "connect_timeout": 5},
+            reconnect_timeout=3600,
+        )
+        self._queries = load_queries("consumer", "queries.sql")
+
+    async def open(self) -> None:
+        await self._pool.open(wait=False)
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    async def load(self, send_id: int) -> LoadedSend | None:
+        row = await self._fetchone("load_send", {"id": send_id})
+        return None if row is None else _loaded(row)
+
+    async def claim_for_send(self, send_id: int, attempt: int, lease_s: float) -> uuid.UUID | None:
+        token = uuid.uuid4()
+        row = await self._fetchone(
+            "claim_for_send",
+            {"id": send_id, "attempt": attempt, "token": token, "lease_s": lease_s},
+        )
+        return None if row is None else token
+
+    async def settle_gate(
+        self, send: SendView, decision: Decision, origin: MessageOrigin | None
+    ) -> bool:
+        params = {
+            "id": send.id,
+            "attempt": send.attempts,
+            "status": decision.next_status.value,
+            "last_error": decision.reason or None,
+        }
+        return await self._settle("settle_gate", params, send, decision, origin)
+
+    async def settle_call(
+        self, send: SendView, token: uuid.UUID, decision: Decision, origin: MessageOrigin | None
+    ) -> bool:
+        params = {
+            "id": send.id,
+            "token": token,
+            "status": decision.next_status.value,
+            "next_try_at": decision.retry_at,
+            "last_error": decision.reason or None,
+            "message_id": decision.message_id,
+        }
+        return await self._settle("settle_call", params, send, decision, origin)
+
+    async def record_undecodable(self, origin: MessageOrigin, error: str) -> None:
+        params = _dead_letter_params(None, "undecodable", None, error, origin)
+        try:
+            async with self._pool.connection() as conn:
+                await conn.execute(self._queries["insert_dead_letter"], params)
+        except psycopg.Error as exc:
+            raise StorageError(f"cannot record an undecodable message: {exc}") from exc
+
+    async def take_unresolved(
+        self, priorities: Sequence[str], lease_s: float, limit: int
+    ) -> list[tuple[LoadedSend, uuid.UUID]]:
+        token = uuid.uuid4()
+        params = {
+            "priorities": list(priorities),
+            "lease_s": lease_s,
+            "limit": limit,
+            "token": token,
+        }
+        try:
+            async with self._pool.connection() as conn:
+                cursor = await conn.execute(self._queries["take_unresolved"], params)
+                return [(_loaded(row), token) for row in await cursor.fetchall()]
+        except psycopg.Error as exc:
+            raise StorageError(f"cannot take unresolved sends: {exc}") from exc
+
+    async def republish_stale(self, priorities: Sequence[str], after_s: float) -> int:
+        try:
+            async with self._pool.connection() as conn:
+                cursor = await conn.execute(
+                    self._queries["republish_stale"],
+                    {"priorities": list(priorities), "after_s": after_s},
+                )
+                return cursor.rowcount
+        except psycopg.Error as exc:
+            raise StorageError(f"cannot republish stale sends: {exc}") from exc
+
+    async def _fetchone(self, query: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+        try:
+            async with self._pool.connection() as conn:
+                cursor = await conn.execute(self._queries[query], params)
+                return await cursor.fetchone()
+        except psycopg.Error as exc:
+            raise StorageError(f"{query} failed: {exc}") from exc
+
+    async def _settle(
+        self,
+        query: str,
+        params: dict[str, Any],
+        send: SendView,
+        decision: Decision,
+        origin: MessageOrigin | None,
+    ) -> bool:
+        try:
+            async with self._pool.connection() as conn, conn.transaction():
+                cursor = await conn.execute(self._queries[query], params)
+                if await cursor.fetchone() is None:
+                    return False
+                if decision.dead_letter:
+                    await conn.execute(
+                        self._queries["insert_dead_letter"],
+                        _dead_letter_params(
+                            send,
+                            _reason_kind(decision),
+                            decision.status_code,
+                            decision.reason,
+                            origin,
+                        ),
+                    )
+                return True
+        except psycopg.Error as exc:
+            raise StorageError(f"{query} failed: {exc}") from exc
+
+
+def _loaded(row: tuple[Any, ...]) -> LoadedSend:
+    (
+        send_id,
+        key,
+        to,
+        template,
+        payload,
+        priority,
+        status,
+        attempts,
+        expires,
+        next_try,
+        suppressed,
+    ) = row
+    view = SendView(
+        send_id, key, to, template, priority, Status(status), attempts, expires, next_try
+    )
+    return LoadedSend(view, payload if isinstance(payload, dict) else {}, bool(suppressed))
+
+
+def _reason_kind(decision: Decision) -> str:
+    if decision.reason.startswith("gave up"):
+        return "max_attempts"
+    if decision.status_code is not None:
+        return "rejected"
+    return "invalid"
+
+
+def _dead_letter_params(
+    send: SendView | None,
+    reason: str,
+    status_code: int | None,
+    error: str,
+    origin: MessageOrigin | None,
+) -> dict[str, Any]:
+    return {
+        "send_id": send.id if send else None,
+        "dedupe_key": send.dedupe_key if send else None,
+        "priority": send.priority if send else None,
+        "template": send.template if send else None,
+        "reason": reason,
+        "status_code": status_code,
+        "error": error[:500],
+        "attempts": send.attempts if send else 0,
+        "topic": origin.topic if origin else None,
+        "partition": origin.partition if origin else None,
+        "offset": origin.offset if origin else None,
+        "key": origin.key if origin and send is None else None,
+        "value": origin.value if origin and send is None else None,
+    }

@@ -1,0 +1,67 @@
+-- name: load_send
+SELECT s.id, s.dedupe_key, s.to_address, s.template, s.payload_json, s.priority, s.status,
+       s.attempts, s.expires_at, s.next_try_at,
+       EXISTS (SELECT 1 FROM email_suppressions x WHERE x.address = lower(s.to_address))
+FROM email_sends s
+WHERE s.id = %(id)s
+
+-- name: claim_for_send
+-- pending -> sending, only for the attempt the pointer names and only when due.
+UPDATE email_sends
+SET status = 'sending', attempts = attempts + 1, lease_token = %(token)s,
+    lease_until = now() + make_interval(secs => %(lease_s)s)
+WHERE id = %(id)s AND status = 'pending' AND attempts = %(attempt)s
+  AND (next_try_at IS NULL OR next_try_at <= now())
+RETURNING attempts
+
+-- name: settle_gate
+-- pending -> expired | suppressed | failed, decided before any call.
+UPDATE email_sends
+SET status = %(status)s, last_error = %(last_error)s
+WHERE id = %(id)s AND status = 'pending' AND attempts = %(attempt)s
+RETURNING id
+
+-- name: settle_call
+-- sending -> anything, only by the lease holder.
+UPDATE email_sends
+SET status = %(status)s,
+    next_try_at = %(next_try_at)s,
+    last_error = %(last_error)s,
+    message_id = coalesce(%(message_id)s, message_id),
+    accepted_at = CASE WHEN %(status)s = 'accepted' THEN now() ELSE accepted_at END,
+    lease_until = NULL, lease_token = NULL, published_at = NULL
+WHERE id = %(id)s AND status = 'sending' AND lease_token = %(token)s
+RETURNING id
+
+-- name: insert_dead_letter
+INSERT INTO email_dead_letters (
+    send_id, dedupe_key, priority, template, reason, status_code, error, attempts,
+    original_topic, original_partition, original_offset, original_key, original_value)
+VALUES (
+    %(send_id)s, %(dedupe_key)s, %(priority)s, %(template)s, %(reason)s, %(status_code)s,
+    %(error)s, %(attempts)s, %(topic)s, %(partition)s, %(offset)s, %(key)s, %(value)s)
+
+-- name: take_unresolved
+-- Rows whose last call has no known outcome: `unknown` ones that are due, and `sending`
+-- ones whose holder's lease ran out (it crashed or hung). Taken with a fresh lease.
+UPDATE email_sends
+SET status = 'sending', lease_token = %(token)s,
+    lease_until = now() + make_interval(secs => %(lease_s)s)
+WHERE id IN (
+    SELECT id FROM email_sends
+    WHERE priority = ANY(%(priorities)s)
+      AND ((status = 'sending' AND lease_until < now())
+           OR (status = 'unknown' AND (next_try_at IS NULL OR next_try_at <= now())))
+    ORDER BY priority, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id, dedupe_key, to_address, template, payload_json, priority, status, attempts,
+          expires_at, next_try_at, false
+
+-- name: republish_stale
+-- A pending row whose pointer was published long ago but never handled (a pointer lost
+-- with a deleted topic, a consumer bug): hand it back to the relay.
+UPDATE email_sends SET published_at = NULL
+WHERE status = 'pending' AND priority = ANY(%(priorities)s)
+  AND published_at < now() - make_interval(secs => %(after_s)s)
