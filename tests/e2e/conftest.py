@@ -1,0 +1,156 @@
+"""End-to-end fixtures: the sandbox email API, and mailbus processes started for real."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from relay_runner import wait_until
+from services import REPO, settings_env
+
+from mailbus.settings import Settings
+from sandbox.server import ThreadedSandbox, start_in_thread
+
+API_KEY = "e2e-secret-key-0123456789"
+OPEN_STATES = ("pending", "sending", "unknown")
+
+
+class Stack:
+    """One test's mailbus: its database, topics, sandbox and processes."""
+
+    def __init__(self, settings: Settings, sandbox: ThreadedSandbox, logs: Path) -> None:
+        self.settings = settings
+        self.sandbox = sandbox
+        self.logs = logs
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def env(self, **extra: str) -> dict[str, str]:
+        defaults = {
+            "MAILBUS_PROVIDER_URL": self.sandbox.url,
+            "MAILBUS_PROVIDER_API_KEY": API_KEY,
+            "MAILBUS_REQUEST_TIMEOUT": "2",
+            "MAILBUS_CONNECT_TIMEOUT": "1",
+            "MAILBUS_BACKOFF_BASE": "0.2",
+            "MAILBUS_BACKOFF_CAP": "2",
+            "MAILBUS_RELAY_POLL_INTERVAL": "0.2",
+        }
+        return settings_env(self.settings, **{**defaults, **extra})
+
+    def start(self, name: str, *args: str, **env: str) -> subprocess.Popen[bytes]:
+        log = (self.logs / f"{name}.log").open("ab")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "mailbus", *args],
+            cwd=REPO,
+            env=self.env(**env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        self.processes[name] = process
+        return process
+
+    def start_relay(self, name: str = "relay", **env: str) -> subprocess.Popen[bytes]:
+        return self.start(name, "relay", **env)
+
+    def start_consumer(
+        self, name: str = "consumer", priorities: str = "p0,p1,p2", **env: str
+    ) -> subprocess.Popen[bytes]:
+        return self.start(name, "consume", "--priority", priorities, **env)
+
+    def kill(self, name: str) -> None:
+        process = self.processes.pop(name)
+        process.send_signal(signal.SIGKILL)
+        process.wait(30)
+
+    def terminate(self, name: str, timeout: float = 60) -> int:
+        process = self.processes.pop(name)
+        process.send_signal(signal.SIGTERM)
+        return process.wait(timeout)
+
+    def stop_all(self) -> None:
+        for name in list(self.processes):
+            try:
+                self.terminate(name, timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill_quietly(name)
+
+    def kill_quietly(self, name: str) -> None:
+        process = self.processes.pop(name, None)
+        if process is not None:
+            process.kill()
+            process.wait(30)
+
+    def seed(
+        self, count: int, prefix: str = "k", priority: str = "p1", **columns: Any
+    ) -> list[str]:
+        keys = [f"{prefix}-{n}" for n in range(count)]
+        extra_cols = "".join(f", {c}" for c in columns)
+        extra_vals = "".join(f", %({c})s" for c in columns)
+        with psycopg.connect(self.settings.database_url) as conn, conn.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO email_sends (dedupe_key, to_address, template, priority{extra_cols})"
+                f" VALUES (%(key)s, %(to)s, 'welcome', %(priority)s{extra_vals})",
+                [
+                    {"key": k, "to": f"{k}@example.com", "priority": priority, **columns}
+                    for k in keys
+                ],
+            )
+        return keys
+
+    def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.settings.database_url) as conn:
+            return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]
+
+    def statuses(self) -> Counter[str]:
+        return Counter(
+            {s: n for s, n in self.query("SELECT status, count(*) FROM email_sends GROUP BY 1")}
+        )
+
+    def wait_settled(self, timeout: float) -> Counter[str]:
+        wait_until(
+            lambda: not any(self.statuses()[s] for s in OPEN_STATES),
+            timeout,
+            f"every row settled (now {dict(self.statuses())})",
+        )
+        return self.statuses()
+
+    def control(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            f"{self.sandbox.url}/_sandbox/{path}",
+            data=data,
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return json.load(reply)
+
+    def ledger(self) -> dict[str, Any]:
+        return self.control("ledger")  # type: ignore[no-any-return]
+
+    def set_faults(self, *faults: dict[str, Any], latency_ms: float = 0) -> None:
+        self.control("faults", {"latency_ms": latency_ms, "faults": list(faults)})
+
+    def accepted_twice(self) -> list[str]:
+        return [k for k, v in self.ledger()["keys"].items() if v["accepted"] > 1]
+
+
+@pytest.fixture
+def stack(settings: Settings, tmp_path: Path) -> Iterator[Stack]:
+    sandbox = start_in_thread(port=0, api_key=API_KEY, seed=1)
+    deployed = Stack(settings, sandbox, tmp_path)
+    try:
+        yield deployed
+    finally:
+        deployed.stop_all()
+        sandbox.stop()
+        time.sleep(0)  # let the sandbox thread finish closing
