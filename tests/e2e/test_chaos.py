@@ -1,0 +1,61 @@
+"""Chaos: mixed provider faults while the relay and consumers are SIGKILLed at random."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from conftest import OPEN_STATES, Stack
+
+FAULTS = [  # 20% of requests in all
+    {"kind": "503", "share": 0.05},
+    {"kind": "429", "share": 0.03, "retry_after": 1},
+    {"kind": "drop_before_accept", "share": 0.03},
+    {"kind": "drop_after_accept", "share": 0.03},
+    {"kind": "hang_after_accept", "share": 0.02, "hang_seconds": 5},
+    {"kind": "malformed", "share": 0.02},
+    {"kind": "422", "share": 0.01},
+    {"kind": "slow", "share": 0.01, "ms": 1500},
+]
+
+
+def test_random_sigkills_under_mixed_faults_lose_and_double_nothing(stack: Stack) -> None:
+    rng = random.Random(2026)
+    stack.set_faults(*FAULTS)
+    total = 5_000
+    for priority, share in (("p0", 0.1), ("p1", 0.5), ("p2", 0.4)):
+        stack.seed(int(total * share), prefix=f"chaos-{priority}", priority=priority)
+    env = {"MAILBUS_REQUEST_TIMEOUT": "1", "MAILBUS_MAX_ATTEMPTS": "30"}
+    roles = {
+        "relay": lambda name: stack.start_relay(name, **env),
+        "consumer-a": lambda name: stack.start_consumer(name, **env),
+        "consumer-b": lambda name: stack.start_consumer(name, **env),
+    }
+    for name, start in roles.items():
+        start(name)
+    kills = 0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(stack.statuses()[s] for s in OPEN_STATES):
+        time.sleep(rng.uniform(1, 3))
+        victim = rng.choice(sorted(roles))
+        stack.kill(victim)
+        roles[victim](victim)
+        kills += 1
+    counts = stack.wait_settled(300)
+    print(f"{kills} SIGKILLs; final states {dict(counts)}")
+    assert kills >= 4
+    assert sum(counts.values()) == total
+
+    ledger = stack.ledger()["keys"]
+    assert [k for k, v in ledger.items() if v["accepted"] > 1] == []
+    rows = stack.query("SELECT dedupe_key, status, message_id FROM email_sends")
+    for key, status, message_id in rows:
+        if status == "accepted":
+            assert message_id == ledger[key]["id"], key
+        else:
+            assert status == "failed", (key, status)
+    accepted_at_provider = {k for k, v in ledger.items() if v["accepted"]}
+    assert accepted_at_provider == {k for k, s, _ in rows if s == "accepted"}
+    failed = {k for k, s, _ in rows if s == "failed"}
+    dead = {k for (k,) in stack.query("SELECT dedupe_key FROM email_dead_letters")}
+    assert failed == dead
