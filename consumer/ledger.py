@@ -83,8 +83,14 @@ class SendLedger:
         return await self._settle("settle_gate", params, send, decision, origin)
 
     async def settle_call(
-        self, send: SendView, token: uuid.UUID, decision: Decision, origin: MessageOrigin | None
+        self,
+        send: SendView,
+        token: uuid.UUID,
+        decision: Decision,
+        origin: MessageOrigin | None,
+        latency_ms: int | None = None,
     ) -> bool:
+        """Record the outcome of the lease holder's call (``latency_ms`` set) or look-up."""
         params = {
             "id": send.id,
             "token": token,
@@ -93,7 +99,17 @@ class SendLedger:
             "last_error": decision.reason or None,
             "message_id": decision.message_id,
         }
-        return await self._settle("settle_call", params, send, decision, origin)
+        attempt = None
+        if latency_ms is not None:
+            attempt = {
+                "send_id": send.id,
+                "attempt": send.attempts,
+                "outcome": decision.next_status.value,
+                "status_code": decision.status_code,
+                "reason": decision.reason or None,
+                "latency_ms": latency_ms,
+            }
+        return await self._settle("settle_call", params, send, decision, origin, attempt)
 
     async def record_undecodable(self, origin: MessageOrigin, error: str) -> None:
         params = _dead_letter_params(None, "undecodable", None, error, origin)
@@ -146,12 +162,15 @@ class SendLedger:
         send: SendView,
         decision: Decision,
         origin: MessageOrigin | None,
+        attempt: dict[str, Any] | None = None,
     ) -> bool:
         try:
             async with self._pool.connection() as conn, conn.transaction():
                 cursor = await conn.execute(self._queries[query], params)
                 if await cursor.fetchone() is None:
                     return False
+                if attempt is not None:
+                    await conn.execute(self._queries["insert_attempt"], attempt)
                 if decision.dead_letter:
                     await conn.execute(
                         self._queries["insert_dead_letter"],

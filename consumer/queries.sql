@@ -65,3 +65,7 @@ RETURNING id, dedupe_key, to_address, template, payload_json, priority, status, 
 UPDATE email_sends SET published_at = NULL
 WHERE status = 'pending' AND priority = ANY(%(priorities)s)
   AND published_at < now() - make_interval(secs => %(after_s)s)
+
+-- name: insert_attempt
+INSERT INTO email_attempts (send_id, attempt, outcome, status_code, reason, latency_ms)
+VALUES (%(send_id)s, %(attempt)s, %(outcome)s, %(status_code)s, %(reason)s, %(latency_ms)s)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -106,11 +107,15 @@ class DeliveryService:
     ) -> None:
         row = replace(loaded.view, status=Status.SENDING, attempts=loaded.view.attempts + 1)
         mail = OutgoingMail(row.dedupe_key, row.to_address, row.template, loaded.variables)
+        started = time.monotonic()
         result = classify(await self.provider.send(mail))
+        latency_ms = int((time.monotonic() - started) * 1000)
         decision = after_call(row, result, self.clock(), self.policy, self.rand)
         if decision.next_status is Status.UNKNOWN:
             decision = await self._look_up(row)
-        settled = await self._durably(lambda: self.ledger.settle_call(row, token, decision, origin))
+        settled = await self._durably(
+            lambda: self.ledger.settle_call(row, token, decision, origin, latency_ms)
+        )
         if not settled:
             log.warning("lease on send %d was taken over before its outcome was recorded", row.id)
 

@@ -145,6 +145,10 @@ def test_always_503_fails_after_max_attempts_with_growing_gaps(stack: Stack) -> 
     )
     assert (status, attempts) == ("failed", 5)
     assert "gave up after 5 attempts" in last_error
+    history = stack.query(
+        "SELECT attempt, outcome, status_code FROM email_attempts ORDER BY attempt"
+    )
+    assert history == [(n, "pending", 503) for n in range(1, 5)] + [(5, "failed", 503)]
     times = sends_by_key(stack)[key]
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert len(gaps) == 4
