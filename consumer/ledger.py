@@ -147,6 +147,17 @@ class SendLedger:
         except psycopg.Error as exc:
             raise StorageError(f"cannot republish stale sends: {exc}") from exc
 
+    async def report_health(self, process: str, provider: str, state: str) -> None:
+        """Publish this process's breaker state for `mailbus status` (best effort)."""
+        params = {"process": process, "provider": provider, "state": state}
+        try:
+            async with self._pool.connection() as conn:
+                await conn.execute(
+                    load_queries("consumer", "protection.sql")["report_health"], params
+                )
+        except psycopg.Error as exc:
+            raise StorageError(f"cannot report provider health: {exc}") from exc
+
     async def _fetchone(self, query: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
         try:
             async with self._pool.connection() as conn:

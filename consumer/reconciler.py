@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Sequence
 
+from consumer.gate import AdaptiveSlots
 from consumer.service import DeliveryService
 from mailbus.errors import StorageError
 
@@ -27,7 +28,7 @@ class Reconciler:
         self,
         service: DeliveryService,
         priorities: Sequence[str],
-        slots: asyncio.Semaphore,
+        slots: AdaptiveSlots,
         interval_s: float = 1.0,
         republish_after_s: float = 600.0,
         batch: int = 100,

@@ -9,17 +9,24 @@ SIGTERM/SIGINT: stop taking messages, finish what is in flight, commit, exit 0.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import signal
+import socket
 import threading
 from collections.abc import Sequence
 
 from consumer.core import RetryPolicy
+from consumer.core.breaker import BreakerPolicy, BreakerState
+from consumer.gate import ProviderGate
 from consumer.kafka_source import KafkaSource
 from consumer.ledger import MessageOrigin, SendLedger
 from consumer.provider import HttpProvider
+from consumer.rate_limit import GlobalRateLimiter
 from consumer.reconciler import Reconciler
 from consumer.service import DeliveryService, Stopping
+from mailbus.errors import StorageError
 from mailbus.settings import Settings
 
 __all__ = ["lease_seconds", "run_consumer"]
@@ -41,8 +48,19 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    slots = asyncio.Semaphore(settings.max_in_flight)
     ledger = SendLedger(settings.database_url, max_connections=min(settings.max_in_flight, 20))
+    health = _HealthReporter(ledger, settings.provider_url)
+    gate = ProviderGate(
+        settings.max_in_flight,
+        BreakerPolicy(),
+        GlobalRateLimiter(settings.database_url, settings.rate_limit)
+        if settings.rate_limit
+        else None,
+        on_breaker_change=health.breaker_changed,
+        on_limit_change=lambda limit: log.info("in-flight limit now %d", limit),
+        default_pause_s=settings.backoff_base,
+    )
+    slots = gate.slots
     provider = HttpProvider(
         settings.provider_url,
         settings.provider_api_key,
@@ -51,7 +69,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         max_connections=settings.max_in_flight,
     )
     policy = RetryPolicy(settings.max_attempts, settings.backoff_base, settings.backoff_cap)
-    service = DeliveryService(ledger, provider, policy, lease_seconds(settings))
+    service = DeliveryService(ledger, provider, gate, policy, lease_seconds(settings))
     await ledger.open()
 
     async def deliver(origin: MessageOrigin) -> None:
@@ -88,6 +106,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
     ]
     reconciler = Reconciler(service, priorities, slots)
     reconciling = asyncio.create_task(reconciler.run())
+    reporting = asyncio.create_task(health.run(service.stopping))
     for source in sources:
         source.start()
     log.info("consuming %s", ", ".join(source.topic for source in sources))
@@ -97,8 +116,42 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
             stop.set()
     service.stopping.set()
     await reconciling
+    await reporting
     await provider.aclose()
     await ledger.close()
     failed = [source.topic for source in sources if source.failure]
     log.info("consumer stopped%s", f"; failed sources: {failed}" if failed else "")
     return 1 if failed else 0
+
+
+class _HealthReporter:
+    """Writes this process's breaker state to ``provider_health`` on change and every 10 s."""
+
+    def __init__(self, ledger: SendLedger, provider_url: str) -> None:
+        self._ledger = ledger
+        self._provider = provider_url
+        self._process = f"{socket.gethostname()}:{os.getpid()}"
+        self._state = BreakerState.CLOSED
+        self._changed = asyncio.Event()
+
+    def breaker_changed(self, state: BreakerState) -> None:
+        log.warning("circuit breaker for %s is now %s", self._provider, state.value)
+        self._state = state
+        self._changed.set()
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        while not stopping.is_set():
+            try:
+                await self._ledger.report_health(self._process, self._provider, self._state.value)
+            except StorageError as exc:
+                log.warning("%s", exc)
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._first(stopping, self._changed), 10.0)
+
+    @staticmethod
+    async def _first(*events: asyncio.Event) -> None:
+        waits = [asyncio.create_task(event.wait()) for event in events]
+        _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()

@@ -1,6 +1,7 @@
 """Delivery of one send pointer: the core's decisions applied through the adapters.
 
-    pointer → load row → (gate | guarded claim → provider call → [look-up]) → settle
+    pointer → load row → (expired/suppressed/invalid | wait at the provider gate →
+    guarded claim → provider call → [look-up]) → settle
 
 A pointer is done when :meth:`DeliveryService.handle` returns: its outcome is recorded
 in PostgreSQL (or there was nothing to do), so its offset may be committed. Storage
@@ -30,6 +31,7 @@ from consumer.core import (
     before_send,
     classify,
 )
+from consumer.gate import Admission, ProviderGate
 from consumer.ledger import LoadedSend, MessageOrigin, SendLedger
 from consumer.provider import HttpProvider, OutgoingMail
 from mailbus.errors import CodecError, StorageError
@@ -50,6 +52,7 @@ class DeliveryService:
         self,
         ledger: SendLedger,
         provider: HttpProvider,
+        gate: ProviderGate,
         policy: RetryPolicy,
         lease_s: float,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -57,6 +60,7 @@ class DeliveryService:
     ) -> None:
         self.ledger = ledger
         self.provider = provider
+        self.gate = gate
         self.policy = policy
         self.lease_s = lease_s
         self.clock = clock
@@ -86,16 +90,20 @@ class DeliveryService:
         row = loaded.view
         if row.status is not Status.PENDING or row.attempts != pointer["attempt"]:
             return  # a duplicate or stale pointer: the row moved on without it
-        gate = before_send(row, self.clock(), loaded.suppressed)
-        if gate is not None:
-            await self._durably(lambda: self.ledger.settle_gate(row, gate, origin))
+        verdict = before_send(row, self.clock(), loaded.suppressed)
+        if verdict is not None:
+            await self._durably(lambda: self.ledger.settle_gate(row, verdict, origin))
             return
-        token = await self._durably(
-            lambda: self.ledger.claim_for_send(row.id, row.attempts, self.lease_s)
-        )
-        if token is None:
-            return  # someone else claimed it, or it is not due yet
-        await self._call_and_settle(loaded, token, origin)
+        admission = await self.gate.admit_send()
+        try:
+            token = await self._durably(
+                lambda: self.ledger.claim_for_send(row.id, row.attempts, self.lease_s)
+            )
+            if token is None:
+                return  # someone else claimed it, or it is not due yet
+            await self._call_and_settle(loaded, token, origin, admission)
+        finally:
+            self.gate.release(admission)
 
     async def resolve(self, loaded: LoadedSend, token: uuid.UUID) -> None:
         """Settle a row whose last call has no known outcome, by looking its key up."""
@@ -103,13 +111,15 @@ class DeliveryService:
         await self._durably(lambda: self.ledger.settle_call(loaded.view, token, decision, None))
 
     async def _call_and_settle(
-        self, loaded: LoadedSend, token: uuid.UUID, origin: MessageOrigin
+        self, loaded: LoadedSend, token: uuid.UUID, origin: MessageOrigin, admission: Admission
     ) -> None:
         row = replace(loaded.view, status=Status.SENDING, attempts=loaded.view.attempts + 1)
         mail = OutgoingMail(row.dedupe_key, row.to_address, row.template, loaded.variables)
         started = time.monotonic()
         result = classify(await self.provider.send(mail))
-        latency_ms = int((time.monotonic() - started) * 1000)
+        latency_s = time.monotonic() - started
+        latency_ms = int(latency_s * 1000)
+        self.gate.settle(admission, result, latency_s)
         decision = after_call(row, result, self.clock(), self.policy, self.rand)
         if decision.next_status is Status.UNKNOWN:
             decision = await self._look_up(row)
@@ -120,6 +130,7 @@ class DeliveryService:
             log.warning("lease on send %d was taken over before its outcome was recorded", row.id)
 
     async def _look_up(self, row: SendView) -> Decision:
+        await self.gate.before_request()
         found = await self.provider.lookup(row.dedupe_key)
         return after_lookup(
             row,

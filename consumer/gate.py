@@ -1,0 +1,128 @@
+"""What stands between a claimed mail and the provider, per consumer process:
+
+- the **adaptive in-flight limit** (:class:`AdaptiveSlots` sized by ``core.concurrency``),
+- the **circuit breaker** (``core.breaker``): while open nothing is sent and in-flight
+  slots fill, so the Kafka source's backpressure pauses the partitions,
+- a **429 pause**: a 429 stops every send of this process for its Retry-After,
+- the **global rate limit** (``rate_limit.GlobalRateLimiter``), for sends and look-ups.
+
+Waiting happens before a row is claimed, so a long outage never outlives a lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from types import TracebackType
+
+from consumer.core.breaker import Breaker, BreakerPolicy, BreakerState, admit, record
+from consumer.core.concurrency import AdaptiveLimit, LimitPolicy, on_latency, restart_slowly
+from consumer.core.outcome import Classification, Outcome
+from consumer.rate_limit import GlobalRateLimiter
+
+__all__ = ["AdaptiveSlots", "Admission", "ProviderGate"]
+
+
+class AdaptiveSlots:
+    """An asyncio semaphore whose size can change while it is in use."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_use = 0
+        self._changed = asyncio.Condition()
+
+    async def __aenter__(self) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.in_use < self.limit)
+            self.in_use += 1
+
+    async def __aexit__(
+        self, _t: type[BaseException] | None, _e: BaseException | None, _tb: TracebackType | None
+    ) -> None:
+        async with self._changed:
+            self.in_use -= 1
+            self._changed.notify_all()
+
+
+@dataclass
+class Admission:
+    settled: bool = False
+
+
+class ProviderGate:
+    def __init__(
+        self,
+        max_in_flight: int,
+        breaker_policy: BreakerPolicy,
+        rate_limiter: GlobalRateLimiter | None,
+        on_breaker_change: Callable[[BreakerState], None],
+        on_limit_change: Callable[[int], None],
+        default_pause_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.slots = AdaptiveSlots(max_in_flight)
+        self.breaker = Breaker()
+        self._breaker_policy = breaker_policy
+        self._limit_policy = LimitPolicy(max_limit=max_in_flight)
+        self._limit = AdaptiveLimit(float(max_in_flight))
+        self._rate_limiter = rate_limiter
+        self._on_breaker_change = on_breaker_change
+        self._on_limit_change = on_limit_change
+        self._default_pause_s = default_pause_s
+        self._clock = clock
+        self._paused_until = 0.0
+
+    async def admit_send(self) -> Admission:
+        """Wait until a send may go out: breaker, 429 pause, rate limit."""
+        while True:
+            breaker, allowed = admit(self.breaker, self._clock())
+            self._set_breaker(breaker)
+            if allowed:
+                break
+            wait = self.breaker.opened_at + self.breaker.cool_down_s - self._clock()
+            await asyncio.sleep(min(max(wait, 0.05), 0.25))
+        await self.before_request()
+        return Admission()
+
+    async def before_request(self) -> None:
+        """Every provider request, look-ups included: the 429 pause and the rate limit."""
+        while (wait := self._paused_until - self._clock()) > 0:
+            await asyncio.sleep(wait)
+        if self._rate_limiter is not None:
+            await self._rate_limiter.acquire()
+
+    def release(self, admission: Admission) -> None:
+        """An admitted send that did not happen (the row was claimed elsewhere)."""
+        if not admission.settled and self.breaker.probe_out:
+            self._set_breaker(replace(self.breaker, probe_out=False))
+        admission.settled = True
+
+    def settle(self, admission: Admission, result: Classification, latency_s: float) -> None:
+        admission.settled = True
+        now = self._clock()
+        if result.status_code == 429:
+            pause = result.retry_after_s or self._default_pause_s
+            self._paused_until = max(self._paused_until, now + pause)
+        healthy = result.outcome in (Outcome.ACCEPTED, Outcome.REJECTED) or (
+            result.status_code == 429
+        )
+        was_open = self.breaker.state is not BreakerState.CLOSED
+        self._set_breaker(record(self.breaker, healthy, now, self._breaker_policy))
+        if was_open and self.breaker.state is BreakerState.CLOSED:
+            self._limit = restart_slowly(self._limit, self._limit_policy)  # resume unhurried
+        elif healthy:
+            self._limit = on_latency(self._limit, latency_s, now, self._limit_policy)
+        self._resize()
+
+    def _resize(self) -> None:
+        if self._limit.slots != self.slots.limit:
+            self.slots.limit = self._limit.slots
+            self._on_limit_change(self.slots.limit)
+
+    def _set_breaker(self, breaker: Breaker) -> None:
+        changed = breaker.state is not self.breaker.state
+        self.breaker = breaker
+        if changed:
+            self._on_breaker_change(breaker.state)
