@@ -42,6 +42,8 @@ __all__ = [
     "LetterFilter",
     "Progress",
     "format_table",
+    "letters_table",
+    "parse_choices",
     "parse_letter_id",
     "parse_rate",
     "parse_since",
@@ -366,7 +368,7 @@ def print_show(settings: Settings, letter_id: int, as_json: bool) -> int:
         lines.append(f"  send        none (undecodable: {len(raw or b'')} bytes of value)")
     else:
         lines.append(
-            f"  send        {send['id']}: now {send['status']}, {send['attempts']} attempt(s)"
+            f"  send        id {send['id']}: now {send['status']}, {send['attempts']} attempt(s)"
             + (f", last error {_short(send['last_error'], 60)}" if send["last_error"] else "")
         )
         history = [
@@ -400,9 +402,12 @@ def _operator() -> str:
         return f"uid {os.getuid()}"
 
 
-def _summary(verb: str, replayed: int, skipped: Counter[str]) -> str:
+def _summary(replayed: int, skipped: Counter[str], dry_run: bool = False) -> str:
     why = "; ".join(f"{reason}: {n}" for reason, n in sorted(skipped.items()))
-    return f"{verb} {replayed}, skipped {sum(skipped.values())}" + (f" ({why})" if why else "")
+    verbs = ("dry run, nothing changed: would replay", "would skip") if dry_run else None
+    replay_verb, skip_verb = verbs or ("replayed", "skipped")
+    text = f"{replay_verb} {replayed}, {skip_verb} {sum(skipped.values())}"
+    return text + (f" ({why})" if why else "")
 
 
 def run_replay(
@@ -428,7 +433,7 @@ def run_replay(
             if chosen:
                 print(letters_table(chosen))
             skipped = Counter(reason for _, reason in verdicts if reason is not None)
-            print(_summary("dry run, nothing changed: would replay", len(chosen), skipped))
+            print(_summary(len(chosen), skipped, dry_run=True))
             return 0
         who, progress = _operator(), Progress(len(letters), sys.stderr)
         replayed, skipped, last_wake, next_at = 0, Counter[str](), -math.inf, time.monotonic()
@@ -448,5 +453,5 @@ def run_replay(
         if replayed:
             store.wake_relay()
     left = len(letters) - replayed - sum(skipped.values())
-    print(_summary("replayed", replayed, skipped) + (f"; stopped, {left} left" if left else ""))
+    print(_summary(replayed, skipped) + (f"; stopped, {left} left" if left else ""))
     return 0

@@ -1,0 +1,124 @@
+"""Delivery benchmark: emails/s for one and two consumer processes, commit→accepted
+latency at a steady rate, and peak RSS per consumer.
+
+    python bench/delivery_throughput.py [--rows 20000] [--latency-ms 50] [--in-flight 64]
+
+Needs the local stack (make stack-up). The sandbox answers every send after
+``--latency-ms``; the bound is in-flight ÷ latency per process (64 / 50 ms = 1,280/s).
+Rows are published by the relay before the consumers start, so the consumers alone are
+measured. Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import psycopg
+from harness import Bench, percentile
+
+from mailbus.settings import load_settings
+
+SANDBOX_PORT = 8099
+
+
+def seed(bench: Bench, rows: int, prefix: str) -> None:
+    bench.query(
+        "INSERT INTO email_sends (dedupe_key, to_address, template, priority)"
+        " SELECT %s || n, 'u' || n || '@example.com', 'welcome', 'p1'"
+        " FROM generate_series(1, %s) n RETURNING 1",
+        prefix,
+        rows,
+    )
+
+
+def throughput(
+    bench: Bench, consumers: int, rows: int, env: dict[str, str]
+) -> tuple[float, list[int]]:
+    prefix = f"tp{consumers}-"
+    seed(bench, rows, prefix)
+    bench.wait_for(f"dedupe_key LIKE '{prefix}%%' AND published_at IS NOT NULL", rows)
+    procs = [bench.start("consume", "--priority", "p1", **env) for _ in range(consumers)]
+    bench.wait_for(f"dedupe_key LIKE '{prefix}%%' AND status = 'accepted'", rows)
+    [(first, last)] = bench.query(
+        "SELECT min(accepted_at), max(accepted_at) FROM email_sends WHERE dedupe_key LIKE %s",
+        f"{prefix}%",
+    )
+    rss = [Bench.stop(p) for p in procs]
+    return rows / (last - first).total_seconds(), rss
+
+
+def steady_latency(
+    bench: Bench, rate: int, seconds: int, env: dict[str, str]
+) -> tuple[list[float], int]:
+    consumer = bench.start("consume", "--priority", "p1", **env)
+    time.sleep(5)  # joined the group
+    with psycopg.connect(bench.settings.database_url, autocommit=True) as conn:
+        next_at = time.monotonic()
+        for n in range(rate * seconds):
+            conn.execute(
+                "INSERT INTO email_sends (dedupe_key, to_address, template) VALUES"
+                " (%s, 'u@example.com', 'welcome')",
+                (f"steady-{n}",),
+            )
+            next_at += 1 / rate
+            time.sleep(max(0.0, next_at - time.monotonic()))
+    bench.wait_for("dedupe_key LIKE 'steady-%%' AND status = 'accepted'", rate * seconds)
+    delays = [
+        float(d)
+        for (d,) in bench.query(
+            "SELECT extract(epoch FROM accepted_at - created_at) FROM email_sends"
+            " WHERE dedupe_key LIKE 'steady-%'"
+        )
+    ]
+    return delays, Bench.stop(consumer)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--latency-ms", type=float, default=50)
+    parser.add_argument("--in-flight", type=int, default=64)
+    parser.add_argument("--rate", type=int, default=200)
+    parser.add_argument("--seconds", type=int, default=30)
+    args = parser.parse_args()
+    bench = Bench(load_settings())
+    env = {
+        "MAILBUS_PROVIDER_URL": f"http://127.0.0.1:{SANDBOX_PORT}",
+        "MAILBUS_PROVIDER_API_KEY": "bench-key",
+        "MAILBUS_MAX_IN_FLIGHT": str(args.in_flight),
+    }
+    try:
+        bench.start(
+            "sandbox",
+            "--port",
+            str(SANDBOX_PORT),
+            "--latency-ms",
+            str(args.latency_ms),
+            "--api-key",
+            "bench-key",
+        )
+        bench.start("relay")
+        time.sleep(2)
+        bound = args.in_flight / (args.latency_ms / 1000)
+        for consumers in (1, 2):
+            rate, rss = throughput(bench, consumers, args.rows * consumers, env)
+            print(
+                f"{consumers} consumer(s): {rate:,.0f} emails/s = {rate / (bound * consumers):.0%}"
+                f" of the bound {bound * consumers:,.0f}/s | peak RSS {rss} MB",
+                flush=True,
+            )
+        delays, rss = steady_latency(bench, args.rate, args.seconds, env)
+        provider = args.latency_ms / 1000
+        print(
+            f"steady {args.rate}/s for {args.seconds}s: commit→accepted p50 "
+            f"{percentile(delays, 50) * 1000:.0f} ms, p99 {percentile(delays, 99) * 1000:.0f} ms"
+            f" ({(percentile(delays, 99) - provider) * 1000:.0f} ms above the provider's"
+            f" {args.latency_ms:.0f} ms) | peak RSS {rss} MB"
+        )
+    finally:
+        bench.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""Shared plumbing of the benchmarks: a fresh database and topics, real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import psycopg
+from confluent_kafka.admin import AdminClient, NewTopic
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from mailbus.migrate import apply_migrations  # noqa: E402
+from mailbus.settings import Settings  # noqa: E402
+
+__all__ = ["REPO", "Bench", "percentile"]
+
+
+def percentile(values: list[float], q: int) -> float:
+    if len(values) < 2:
+        return float("nan")
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+class Bench:
+    """A database and topics of their own, and the processes started against them."""
+
+    def __init__(self, base: Settings, topic_config: dict[str, str] | None = None) -> None:
+        self.dbname = f"mailbus_bench_{uuid.uuid4().hex[:8]}"
+        self._admin_url = base.database_url
+        with psycopg.connect(base.database_url, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{self.dbname}"')
+        url = base.database_url.rsplit("/", 1)[0] + f"/{self.dbname}"
+        apply_migrations(url)
+        self.settings = replace(
+            base, database_url=url, topic_prefix=f"bench-{uuid.uuid4().hex[:8]}"
+        )
+        topics = [self.settings.topic(p) for p in ("p0", "p1", "p2")] + [self.settings.dlq_topic]
+        admin_client = AdminClient({"bootstrap.servers": base.kafka_bootstrap})
+        new = [NewTopic(t, base.partitions, 1, config=topic_config or {}) for t in topics]
+        for future in admin_client.create_topics(new).values():
+            future.result(30)
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return dict(
+            os.environ,
+            MAILBUS_DATABASE_URL=self.settings.database_url,
+            MAILBUS_TOPIC_PREFIX=self.settings.topic_prefix,
+            MAILBUS_LOG_LEVEL="WARNING",
+            **extra,
+        )
+
+    def start(self, *args: str, **env: str) -> subprocess.Popen[bytes]:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "mailbus", *args],
+            cwd=REPO,
+            env=self.env(**env),
+            stdout=subprocess.DEVNULL,
+        )
+        self.processes.append(process)
+        return process
+
+    def query(self, sql: str, *params: object) -> list[tuple]:
+        with psycopg.connect(self.settings.database_url) as conn:
+            return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]
+
+    def count(self, where: str) -> int:
+        return int(self.query(f"SELECT count(*) FROM email_sends WHERE {where}")[0][0])
+
+    def wait_for(self, where: str, target: int, timeout: float = 600) -> None:
+        deadline = time.monotonic() + timeout
+        while self.count(where) < target:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{where}: {self.count(where)} of {target}")
+            time.sleep(0.1)
+
+    @staticmethod
+    def stop(process: subprocess.Popen[bytes]) -> int:
+        """SIGTERM a process; return its peak resident set in MB."""
+        peak_kb = 0
+        for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                peak_kb = int(line.split()[1])
+        process.send_signal(signal.SIGTERM)
+        process.wait(120)
+        return peak_kb // 1024
+
+    def close(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(120)
+        with psycopg.connect(self._admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{self.dbname}" WITH (FORCE)')
