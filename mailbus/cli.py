@@ -90,6 +90,37 @@ def _status(settings: Settings, args: argparse.Namespace) -> int:
     return print_status(settings, as_json=args.json)
 
 
+def _dlq_list(settings: Settings, args: argparse.Namespace) -> int:
+    from consumer.dead_letter_admin import LetterFilter, print_list
+
+    where = LetterFilter.from_options(
+        args.reason, args.priority, args.template, args.since, include_replayed=args.all
+    )
+    return print_list(settings, where, args.limit or None, as_json=args.json)
+
+
+def _dlq_show(settings: Settings, args: argparse.Namespace) -> int:
+    from consumer.dead_letter_admin import parse_letter_id, print_show
+
+    return print_show(settings, parse_letter_id(args.id), as_json=args.json)
+
+
+def _dlq_replay(settings: Settings, args: argparse.Namespace) -> int:
+    from consumer.dead_letter_admin import LetterFilter, parse_rate, run_replay
+
+    where = LetterFilter.from_options(args.reason, args.priority, args.template, args.since)
+    rate = None if args.rate is None else parse_rate(args.rate)
+    return run_replay(
+        settings,
+        where,
+        why=args.why,
+        rate=rate,
+        dry_run=args.dry_run,
+        limit=args.limit,
+        stop=stop_on_signals(),
+    )
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mailbus", description="Exactly-once email over a PostgreSQL outbox and Kafka."
@@ -114,11 +145,63 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     status = command("status", _status, "queue depth, oldest pending age, failures")
     status.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_dlq_commands(commands)
     sandbox = command("sandbox", _sandbox, "run the fault-injectable sandbox email API")
     from sandbox.server import add_arguments as add_sandbox_arguments
 
     add_sandbox_arguments(sandbox)
     return parser
+
+
+def _add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    help_text = "inspect and replay dead letters"
+    dlq = commands.add_parser("dlq", help=help_text, description=help_text)
+    actions = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
+
+    def action(name: str, handler: Callable[..., int], text: str) -> argparse.ArgumentParser:
+        sub = actions.add_parser(name, help=text, description=text)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    def filters(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--reason", help="rejected, max_attempts, undecodable, ... (comma list)")
+        sub.add_argument("--priority", help="p0, p1, p2 or a comma list")
+        sub.add_argument("--template", help="template name (comma list)")
+        sub.add_argument(
+            "--since", metavar="TIME", help="ISO-8601 time (naive = UTC) or an age: 30m, 2h, 7d"
+        )
+
+    listing = action("list", _dlq_list, "list dead letters, newest first")
+    filters(listing)
+    listing.add_argument("--all", action="store_true", help="include those already replayed")
+    listing.add_argument(
+        "--limit", type=_count, default=50, help="at most this many (default 50, 0 = all)"
+    )
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    show = action("show", _dlq_show, "one dead letter: its error, origin and attempt history")
+    show.add_argument("id", metavar="ID", help="the dead letter's id (see `dlq list`)")
+    show.add_argument("--json", action="store_true", help="machine-readable output")
+    replay = action(
+        "replay",
+        _dlq_replay,
+        "put the sends of matching dead letters back to pending (P0 first, oldest first);"
+        " without filters, every dead letter not yet replayed",
+    )
+    filters(replay)
+    replay.add_argument("--rate", metavar="N/min", help="at most N replays a minute")
+    replay.add_argument(
+        "--dry-run", action="store_true", help="print what would be replayed, change nothing"
+    )
+    replay.add_argument(
+        "--why", default="manual replay", help="reason recorded in the audit (email_replays)"
+    )
+    replay.add_argument("--limit", type=_count, default=None, help="replay at most this many")
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
 
 
 def _priorities(text: str) -> list[str]:
