@@ -14,6 +14,12 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from mailbus.errors import ConfigError
+from mailbus.policies import (
+    DEFAULT_CAP_SHARES,
+    load_policy_book,
+    parse_cap_shares,
+    parse_queue_cap,
+)
 
 __all__ = ["Settings", "load_env_file", "load_settings"]
 
@@ -40,6 +46,9 @@ class Settings:
     schema_registry_url: str | None = None
     relay_batch_size: int = 2000
     relay_poll_interval: float = 1.0
+    policy_file: str | None = None  # degradation policies; None: the shipped ones
+    queue_cap: int | None = None  # open rows; None: unbounded
+    queue_cap_shares: tuple[float, float, float] = DEFAULT_CAP_SHARES  # p2, p1, p0
 
     def __repr__(self) -> str:  # never print the API key
         return f"Settings(database={_redact_url(self.database_url)}, kafka={self.kafka_bootstrap})"
@@ -94,6 +103,9 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         relay_poll_interval=reader.number(
             "MAILBUS_RELAY_POLL_INTERVAL", Settings.relay_poll_interval
         ),
+        policy_file=reader.policy_file("MAILBUS_POLICY_FILE"),
+        queue_cap=parse_queue_cap(env.get("MAILBUS_QUEUE_CAP")),
+        queue_cap_shares=parse_cap_shares(env.get("MAILBUS_QUEUE_CAP_SHARES")),
     )
     if settings.backoff_cap < settings.backoff_base:
         raise ConfigError("MAILBUS_BACKOFF_CAP", "must be at least MAILBUS_BACKOFF_BASE")
@@ -167,6 +179,14 @@ class _Reader:
 
     def optional_integer(self, name: str, low: int, high: int) -> int | None:
         return None if self._raw(name) is None else self.integer(name, 0, low, high)
+
+    def policy_file(self, name: str) -> str | None:
+        path = self._raw(name)
+        if path is not None:
+            if not Path(path).is_file():
+                raise ConfigError(name, f"no such file: {path}")
+            load_policy_book(path)  # a malformed file fails at start-up, naming the entry
+        return path
 
 
 def _redact_url(url: str) -> str:
