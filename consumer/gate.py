@@ -60,6 +60,7 @@ class ProviderGate:
         on_breaker_change: Callable[[BreakerState], None],
         on_limit_change: Callable[[int], None],
         default_pause_s: float = 1.0,
+        unhurried_delay_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.slots = AdaptiveSlots(max_in_flight)
@@ -73,9 +74,13 @@ class ProviderGate:
         self._default_pause_s = default_pause_s
         self._clock = clock
         self._paused_until = 0.0
+        self._unhurried_delay_s = unhurried_delay_s
+        self._recovered_at = float("-inf")
 
-    async def admit_send(self) -> Admission:
-        """Wait until a send may go out: breaker, 429 pause, rate limit."""
+    async def admit_send(self, unhurried: bool = False) -> Admission:
+        """Wait until a send may go out: breaker, 429 pause, rate limit. ``unhurried`` mail
+        (a ``pause`` policy: campaigns) also waits ``unhurried_delay_s`` after the breaker
+        closes, so transactional mail drains first."""
         while True:
             breaker, allowed = admit(self.breaker, self._clock())
             self._set_breaker(breaker)
@@ -83,6 +88,8 @@ class ProviderGate:
                 break
             wait = self.breaker.opened_at + self.breaker.cool_down_s - self._clock()
             await asyncio.sleep(min(max(wait, 0.05), 0.25))
+        if unhurried and (wait := self._recovered_at + self._unhurried_delay_s - self._clock()) > 0:
+            await asyncio.sleep(wait)
         await self.before_request()
         return Admission()
 
@@ -111,6 +118,7 @@ class ProviderGate:
         was_open = self.breaker.state is not BreakerState.CLOSED
         self._set_breaker(record(self.breaker, healthy, now, self._breaker_policy))
         if was_open and self.breaker.state is BreakerState.CLOSED:
+            self._recovered_at = now
             self._limit = restart_slowly(self._limit, self._limit_policy)  # resume unhurried
         elif healthy:
             self._limit = on_latency(self._limit, latency_s, now, self._limit_policy)

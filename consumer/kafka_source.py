@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from consumer.core.offsets import PartitionProgress
 from consumer.ledger import MessageOrigin
+from mailbus import metrics
 
 __all__ = ["KafkaSource"]
 
@@ -71,6 +72,8 @@ class KafkaSource(threading.Thread):
                 "max.poll.interval.ms": 300_000,
                 "fetch.wait.max.ms": 100,
                 "logger": logging.getLogger("mailbus.kafka"),
+                "statistics.interval.ms": 5000,
+                "stats_cb": metrics.record_librdkafka_stats,  # consumer lag per partition
             }
         )
 
@@ -106,14 +109,16 @@ class KafkaSource(threading.Thread):
             if error.code() != KafkaError._PARTITION_EOF:
                 log.warning("consumer error on %s: %s", self.topic, error.str())
             return
-        partition, offset = message.partition(), message.offset()
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        if topic is None or partition is None or offset is None:
+            return  # only error events lack these, and those were handled above
         with self._lock:
             progress = self._progress.get(partition)
             if progress is None:  # a message of a partition revoked meanwhile
                 return
             progress.started(offset)
             self._outstanding += 1
-        origin = MessageOrigin(message.topic(), partition, offset, message.key(), message.value())
+        origin = MessageOrigin(topic, partition, offset, message.key(), message.value())
         future = asyncio.run_coroutine_threadsafe(self._handler(origin), self._loop)
         future.add_done_callback(lambda f: self._finished(partition, offset, f))
 
@@ -153,7 +158,10 @@ class KafkaSource(threading.Thread):
         if not offsets:
             return
         try:
-            self._consumer.commit(offsets=offsets, asynchronous=asynchronous)
+            if asynchronous:
+                self._consumer.commit(offsets=offsets, asynchronous=True)
+            else:
+                self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
             # Not fatal: the next commit carries a higher offset; redelivery is harmless.
             log.warning("offset commit failed on %s: %s", self.topic, exc.args[0].str())

@@ -20,7 +20,7 @@ from consumer.core import Decision, SendView, Status
 from mailbus.errors import StorageError
 from mailbus.sqlfiles import load_queries
 
-__all__ = ["LoadedSend", "MessageOrigin", "SendLedger"]
+__all__ = ["LoadedSend", "MessageOrigin", "SendLedger", "dead_letter_reason"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,7 @@ class LoadedSend:
     view: SendView
     variables: dict[str, Any]
     suppressed: bool
+    provider: str | None  # who took the latest call; None = the primary
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,19 @@ class SendLedger:
         row = await self._fetchone("load_send", {"id": send_id})
         return None if row is None else _loaded(row)
 
-    async def claim_for_send(self, send_id: int, attempt: int, lease_s: float) -> uuid.UUID | None:
+    async def claim_for_send(
+        self, send_id: int, attempt: int, lease_s: float, provider: str | None
+    ) -> uuid.UUID | None:
+        """pending → sending for the attempt the pointer names; None if not ours to send."""
         token = uuid.uuid4()
-        row = await self._fetchone(
-            "claim_for_send",
-            {"id": send_id, "attempt": attempt, "token": token, "lease_s": lease_s},
-        )
+        params = {
+            "id": send_id,
+            "attempt": attempt,
+            "token": token,
+            "lease_s": lease_s,
+            "provider": provider,
+        }
+        row = await self._fetchone("claim_for_send", params)
         return None if row is None else token
 
     async def settle_gate(
@@ -187,7 +195,7 @@ class SendLedger:
                         self._queries["insert_dead_letter"],
                         _dead_letter_params(
                             send,
-                            _reason_kind(decision),
+                            dead_letter_reason(decision),
                             decision.status_code,
                             decision.reason,
                             origin,
@@ -210,15 +218,18 @@ def _loaded(row: tuple[Any, ...]) -> LoadedSend:
         attempts,
         expires,
         next_try,
+        provider,
         suppressed,
     ) = row
     view = SendView(
         send_id, key, to, template, priority, Status(status), attempts, expires, next_try
     )
-    return LoadedSend(view, payload if isinstance(payload, dict) else {}, bool(suppressed))
+    variables = payload if isinstance(payload, dict) else {}
+    return LoadedSend(view, variables, bool(suppressed), provider)
 
 
-def _reason_kind(decision: Decision) -> str:
+def dead_letter_reason(decision: Decision) -> str:
+    """The dead letter's ``reason``: rejected, max_attempts or invalid."""
     if decision.reason.startswith("gave up"):
         return "max_attempts"
     if decision.status_code is not None:

@@ -1,6 +1,6 @@
 -- name: load_send
 SELECT s.id, s.dedupe_key, s.to_address, s.template, s.payload_json, s.priority, s.status,
-       s.attempts, s.expires_at, s.next_try_at,
+       s.attempts, s.expires_at, s.next_try_at, s.provider,
        EXISTS (SELECT 1 FROM email_suppressions x WHERE x.address = lower(s.to_address))
 FROM email_sends s
 WHERE s.id = %(id)s
@@ -9,7 +9,7 @@ WHERE s.id = %(id)s
 -- pending -> sending, only for the attempt the pointer names and only when due.
 UPDATE email_sends
 SET status = 'sending', attempts = attempts + 1, lease_token = %(token)s,
-    lease_until = now() + make_interval(secs => %(lease_s)s)
+    lease_until = now() + make_interval(secs => %(lease_s)s), provider = %(provider)s
 WHERE id = %(id)s AND status = 'pending' AND attempts = %(attempt)s
   AND (next_try_at IS NULL OR next_try_at <= now())
 RETURNING attempts
@@ -57,7 +57,7 @@ WHERE id IN (
     FOR UPDATE SKIP LOCKED
 )
 RETURNING id, dedupe_key, to_address, template, payload_json, priority, status, attempts,
-          expires_at, next_try_at, false
+          expires_at, next_try_at, provider, false
 
 -- name: republish_stale
 -- A pending row whose pointer was published long ago but never handled (a pointer lost

@@ -26,7 +26,9 @@ from consumer.provider import HttpProvider
 from consumer.rate_limit import GlobalRateLimiter
 from consumer.reconciler import Reconciler
 from consumer.service import DeliveryService, Stopping
+from mailbus import metrics
 from mailbus.errors import StorageError
+from mailbus.policies import configured_policy_book
 from mailbus.settings import Settings
 
 __all__ = ["lease_seconds", "run_consumer"]
@@ -69,8 +71,27 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         max_connections=settings.max_in_flight,
     )
     policy = RetryPolicy(settings.max_attempts, settings.backoff_base, settings.backoff_cap)
-    service = DeliveryService(ledger, provider, gate, policy, lease_seconds(settings))
+    fallback = None
+    if settings.fallback_provider_url:
+        fallback = HttpProvider(
+            settings.fallback_provider_url,
+            settings.fallback_provider_api_key,
+            connect_timeout=settings.connect_timeout,
+            request_timeout=settings.request_timeout,
+            max_connections=settings.max_in_flight,
+        )
+    service = DeliveryService(
+        ledger,
+        provider,
+        gate,
+        policy,
+        lease_seconds(settings),
+        policies=configured_policy_book(),
+        fallback=fallback,
+    )
     await ledger.open()
+    if settings.metrics_port is not None:
+        metrics.start_metrics_server(settings.metrics_port)
 
     async def deliver(origin: MessageOrigin) -> None:
         async with slots:
@@ -112,12 +133,16 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
     log.info("consuming %s", ", ".join(source.topic for source in sources))
     while any(source.is_alive() for source in sources):
         await asyncio.sleep(0.1)
+        for priority in priorities:  # the process's slots serve all its priorities
+            metrics.set_in_flight(priority, slots.in_use, slots.limit)
         if any(source.failure for source in sources):
             stop.set()
     service.stopping.set()
     await reconciling
     await reporting
     await provider.aclose()
+    if fallback is not None:
+        await fallback.aclose()
     await ledger.close()
     failed = [source.topic for source in sources if source.failure]
     log.info("consumer stopped%s", f"; failed sources: {failed}" if failed else "")
@@ -136,6 +161,7 @@ class _HealthReporter:
 
     def breaker_changed(self, state: BreakerState) -> None:
         log.warning("circuit breaker for %s is now %s", self._provider, state.value)
+        metrics.set_breaker_state(self._provider, state.value)
         self._state = state
         self._changed.set()
 

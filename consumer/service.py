@@ -31,10 +31,13 @@ from consumer.core import (
     before_send,
     classify,
 )
+from consumer.core.breaker import BreakerState
 from consumer.gate import Admission, ProviderGate
-from consumer.ledger import LoadedSend, MessageOrigin, SendLedger
+from consumer.ledger import LoadedSend, MessageOrigin, SendLedger, dead_letter_reason
 from consumer.provider import HttpProvider, OutgoingMail
+from mailbus import metrics
 from mailbus.errors import CodecError, StorageError
+from mailbus.policies import PolicyBook
 from schemas.codec import send_pointer_codec
 
 __all__ = ["DeliveryService", "Stopping"]
@@ -47,6 +50,9 @@ class Stopping(Exception):
     """The service is shutting down; the work in hand is abandoned, not recorded."""
 
 
+FALLBACK = "fallback"  # email_sends.provider of a call taken by the fallback provider
+
+
 class DeliveryService:
     def __init__(
         self,
@@ -55,11 +61,16 @@ class DeliveryService:
         gate: ProviderGate,
         policy: RetryPolicy,
         lease_s: float,
+        *,
+        policies: PolicyBook,
+        fallback: HttpProvider | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         rand: Callable[[], float] = random.random,
     ) -> None:
         self.ledger = ledger
         self.provider = provider
+        self.fallback = fallback
+        self.policies = policies
         self.gate = gate
         self.policy = policy
         self.lease_s = lease_s
@@ -82,6 +93,7 @@ class DeliveryService:
                 error,
             )
             await self._durably(lambda: self.ledger.record_undecodable(origin, error))
+            metrics.observe_dead_letter("undecodable")
             return
         loaded = await self._durably(lambda: self.ledger.load(pointer["send_id"]))
         if loaded is None or loaded.view.dedupe_key != pointer["dedupe_key"]:
@@ -92,46 +104,81 @@ class DeliveryService:
             return  # a duplicate or stale pointer: the row moved on without it
         verdict = before_send(row, self.clock(), loaded.suppressed)
         if verdict is not None:
-            await self._durably(lambda: self.ledger.settle_gate(row, verdict, origin))
+            if await self._durably(lambda: self.ledger.settle_gate(row, verdict, origin)):
+                metrics.observe_call(row.priority, verdict.next_status.value, 0.0, None)
+                if verdict.dead_letter:
+                    metrics.observe_dead_letter(dead_letter_reason(verdict))
             return
-        admission = await self.gate.admit_send()
+        when_down = self.policies.for_template(row.template).when_provider_down
+        route = self._route(row, when_down)
+        admission = None if route == FALLBACK else await self.gate.admit_send(when_down == "pause")
         try:
             token = await self._durably(
-                lambda: self.ledger.claim_for_send(row.id, row.attempts, self.lease_s)
+                lambda: self.ledger.claim_for_send(row.id, row.attempts, self.lease_s, route)
             )
             if token is None:
                 return  # someone else claimed it, or it is not due yet
-            await self._call_and_settle(loaded, token, origin, admission)
+            await self._call_and_settle(loaded, token, origin, admission, route)
         finally:
-            self.gate.release(admission)
+            if admission is not None:
+                self.gate.release(admission)
+
+    def _route(self, row: SendView, when_down: str) -> str | None:
+        """The fallback provider only for mail whose policy allows it, while the primary's
+        breaker is not closed, and only for a first attempt: a mail the primary may have
+        taken is never offered to a second provider."""
+        if (
+            when_down == "fallback"
+            and self.fallback is not None
+            and row.attempts == 0
+            and self.gate.breaker.state is not BreakerState.CLOSED
+        ):
+            return FALLBACK
+        return None
+
+    def _provider(self, route: str | None) -> HttpProvider:
+        return self.fallback if route == FALLBACK and self.fallback is not None else self.provider
 
     async def resolve(self, loaded: LoadedSend, token: uuid.UUID) -> None:
         """Settle a row whose last call has no known outcome, by looking its key up."""
-        decision = await self._look_up(loaded.view)
+        decision = await self._look_up(loaded.view, loaded.provider)
         await self._durably(lambda: self.ledger.settle_call(loaded.view, token, decision, None))
 
     async def _call_and_settle(
-        self, loaded: LoadedSend, token: uuid.UUID, origin: MessageOrigin, admission: Admission
+        self,
+        loaded: LoadedSend,
+        token: uuid.UUID,
+        origin: MessageOrigin,
+        admission: Admission | None,
+        route: str | None,
     ) -> None:
         row = replace(loaded.view, status=Status.SENDING, attempts=loaded.view.attempts + 1)
         mail = OutgoingMail(row.dedupe_key, row.to_address, row.template, loaded.variables)
         started = time.monotonic()
-        result = classify(await self.provider.send(mail))
+        result = classify(await self._provider(route).send(mail))
         latency_s = time.monotonic() - started
         latency_ms = int(latency_s * 1000)
-        self.gate.settle(admission, result, latency_s)
+        if admission is not None:
+            self.gate.settle(admission, result, latency_s)
         decision = after_call(row, result, self.clock(), self.policy, self.rand)
         if decision.next_status is Status.UNKNOWN:
-            decision = await self._look_up(row)
+            decision = await self._look_up(row, route)
         settled = await self._durably(
             lambda: self.ledger.settle_call(row, token, decision, origin, latency_ms)
         )
+        metrics.observe_call(
+            row.priority, decision.next_status.value, latency_s, result.status_code
+        )
+        if settled and decision.dead_letter:
+            metrics.observe_dead_letter(dead_letter_reason(decision))
         if not settled:
             log.warning("lease on send %d was taken over before its outcome was recorded", row.id)
 
-    async def _look_up(self, row: SendView) -> Decision:
-        await self.gate.before_request()
-        found = await self.provider.lookup(row.dedupe_key)
+    async def _look_up(self, row: SendView, route: str | None) -> Decision:
+        if route != FALLBACK:
+            await self.gate.before_request()
+        found = await self._provider(route).lookup(row.dedupe_key)
+        metrics.observe_lookup()
         return after_lookup(
             row,
             found.message_id,

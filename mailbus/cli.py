@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from mailbus.errors import ConfigError, MailbusError
-from mailbus.logs import configure_logging
+from mailbus.logs import configure_logging, redact, register_secret
 from mailbus.settings import Settings, load_env_file, load_settings
 
 __all__ = ["main"]
@@ -25,12 +25,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.env_file:
             load_env_file(Path(args.env_file), os.environ)  # type: ignore[arg-type]
         settings = load_settings()
+        register_secret(settings.provider_api_key)
+        register_secret(settings.fallback_provider_api_key)
         return int(args.handler(settings, args))
     except ConfigError as exc:
         print(f"mailbus: configuration error: {exc}", file=sys.stderr)
         return 2
     except MailbusError as exc:
-        print(f"mailbus: {exc}", file=sys.stderr)
+        print(f"mailbus: {redact(str(exc))}", file=sys.stderr)
         return 1
 
 
@@ -63,6 +65,10 @@ def _relay(settings: Settings, _args: argparse.Namespace) -> int:
 
     stop = stop_on_signals()
     relay = Relay(settings)
+    if settings.metrics_port is not None:
+        from mailbus.metrics import start_metrics_server
+
+        start_metrics_server(settings.metrics_port, settings.database_url)  # outbox gauges here
     relay.run(stop)
     stats = relay.stats
     print(

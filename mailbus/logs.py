@@ -1,13 +1,121 @@
-"""Structured logs: one JSON object per line on stderr."""
+"""Structured logs: one JSON object per line on stderr, with secrets and addresses masked.
+
+:class:`RedactingFilter`, installed on the handler by :func:`configure_logging`, rewrites
+every record before it is formatted: the rendered message, the exception text and the
+stack text. Email addresses keep their first character and domain
+(``ana.smith@example.com`` → ``a***@example.com``); bearer tokens, ``api_key=…``-style
+values, ``Authorization`` header values, passwords in URLs and the exact values of the
+secret settings (``MAILBUS_PROVIDER_API_KEY``, ``MAILBUS_WEBHOOK_SECRET``, their ``_FILE``
+variants, and anything passed to :func:`register_secret`) become ``***``.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 import sys
+import threading
 import time
+from pathlib import Path
 
-__all__ = ["configure_logging"]
+__all__ = ["RedactingFilter", "configure_logging", "redact", "register_secret"]
+
+MASK = "***"
+_MIN_SECRET_LEN = 8
+_SECRET_ENV = ("MAILBUS_PROVIDER_API_KEY", "MAILBUS_WEBHOOK_SECRET")
+
+# Bounded repetitions keep every scan linear on long lines.
+_URL_PASSWORD = re.compile(
+    r"(?P<head>\b[a-z][a-z0-9+.-]{0,31}://[^/\s:@]{1,256}:)[^/\s@]{1,256}@", re.I
+)
+# The value after an Authorization header name, keeping its scheme word (Basic, Bearer...).
+_AUTH_HEADER = re.compile(
+    r"""(?P<head>\bauthorization["']?\s*[:=]\s*["']?(?:[A-Za-z]+\s+)?+)(?![*]{3})[^\s"',;)}\]]+""",
+    re.I,
+)
+_BEARER = re.compile(r"(?P<head>\bBearer\s+)[A-Za-z0-9._~+/=-]+", re.I)
+_KEY_VALUE = re.compile(
+    r"""(?P<head>\b(?:[a-z0-9]+[_-])?(?:api[_-]?key|apikey|access[_-]?token|auth[_-]?token|"""
+    # "key: v", '"key": "v"' or "key=v"; not "key = v", which is code in a traceback.
+    r"""token|secret|password|passwd)(?:["']?\s*:\s*|=)["']?)(?![*]{3})[^\s"'&,;)}\]]+""",
+    re.I,
+)
+_EMAIL = re.compile(
+    r"(?P<first>[\w.%+-])[\w.%+-]{0,63}(?P<at>@|%40)(?P<domain>(?:[\w-]{1,63}\.){1,8}[A-Za-z]{2,24})\b"
+)
+
+_registered: set[str] = set()
+_registered_lock = threading.Lock()
+_file_cache: dict[str, tuple[float, str]] = {}
+
+
+def register_secret(value: str | None) -> None:
+    """Mask this exact value in every log line from now on (ignored below 8 characters)."""
+    if value and len(value.strip()) >= _MIN_SECRET_LEN:
+        with _registered_lock:
+            _registered.add(value.strip())
+
+
+def _secret_values() -> list[str]:
+    values = set(_registered)
+    for name in _SECRET_ENV:
+        direct = os.environ.get(name, "").strip()
+        if direct:
+            values.add(direct)
+        path = os.environ.get(f"{name}_FILE", "").strip()
+        if path:
+            from_file = _read_secret_file(path)
+            if from_file:
+                values.add(from_file)
+    # Longest first, so a secret containing another is masked whole.
+    return sorted((v for v in values if len(v) >= _MIN_SECRET_LEN), key=len, reverse=True)
+
+
+def _read_secret_file(path: str) -> str:
+    try:
+        mtime = Path(path).stat().st_mtime
+        cached = _file_cache.get(path)
+        if cached is None or cached[0] != mtime:
+            cached = (mtime, Path(path).read_text().strip())
+            _file_cache[path] = cached
+        return cached[1]
+    except OSError:
+        return ""
+
+
+def redact(text: str) -> str:
+    """``text`` with secrets replaced by ``***`` and email addresses masked."""
+    for secret in _secret_values():
+        text = text.replace(secret, MASK)
+    if "://" in text:
+        text = _URL_PASSWORD.sub(rf"\g<head>{MASK}@", text)
+    text = _AUTH_HEADER.sub(rf"\g<head>{MASK}", text)
+    text = _BEARER.sub(rf"\g<head>{MASK}", text)
+    text = _KEY_VALUE.sub(rf"\g<head>{MASK}", text)
+    if "@" in text or "%40" in text:
+        text = _EMAIL.sub(rf"\g<first>{MASK}\g<at>\g<domain>", text)
+    return text
+
+
+class RedactingFilter(logging.Filter):
+    """Renders each record's message once and stores the redacted text in its place."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # bad format arguments: keep what can be shown, redacted
+            message = f"{record.msg!s} {record.args!r}"
+        record.msg = redact(message)
+        record.args = None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
+        return True
 
 
 class _JsonFormatter(logging.Formatter):
@@ -19,14 +127,17 @@ class _JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
+        if record.exc_info or record.exc_text:
+            entry["exc"] = record.exc_text or self.formatException(record.exc_info)  # type: ignore[arg-type]
+        if record.stack_info:
+            entry["stack"] = record.stack_info
         return json.dumps(entry, default=str)
 
 
 def configure_logging(level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonFormatter())
+    handler.addFilter(RedactingFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -50,7 +50,7 @@ def apply_migrations(database_url: str) -> list[int]:
             for migration in available_migrations():
                 if migration.version in done:
                     continue
-                conn.execute(migration.sql.encode())  # type: ignore[call-overload]
+                conn.execute(migration.sql.encode())
                 conn.execute(
                     "INSERT INTO mailbus_schema_migrations (version, name) VALUES (%s, %s)",
                     (migration.version, migration.name),

@@ -33,6 +33,8 @@ class Settings:
     topic_prefix: str = "mailbus"
     provider_url: str = _DEFAULT_SANDBOX_URL
     provider_api_key: str = ""
+    fallback_provider_url: str | None = None
+    fallback_provider_api_key: str = ""
     max_in_flight: int = 32
     rate_limit: float | None = None
     connect_timeout: float = 2.0
@@ -84,6 +86,10 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         topic_prefix=reader.topic_prefix("MAILBUS_TOPIC_PREFIX", Settings.topic_prefix),
         provider_url=reader.url("MAILBUS_PROVIDER_URL", Settings.provider_url, ("http", "https")),
         provider_api_key=reader.secret("MAILBUS_PROVIDER_API_KEY"),
+        fallback_provider_url=reader.optional_url(
+            "MAILBUS_FALLBACK_PROVIDER_URL", ("http", "https")
+        ),
+        fallback_provider_api_key=reader.secret("MAILBUS_FALLBACK_PROVIDER_API_KEY"),
         max_in_flight=reader.integer("MAILBUS_MAX_IN_FLIGHT", Settings.max_in_flight, 1, 10_000),
         rate_limit=reader.optional_number("MAILBUS_RATE_LIMIT"),
         connect_timeout=reader.number("MAILBUS_CONNECT_TIMEOUT", Settings.connect_timeout),
@@ -126,6 +132,9 @@ class _Reader:
         if parts.scheme not in schemes or not (parts.hostname or parts.path):
             raise ConfigError(name, f"expected a {schemes[0]}:// URL, got {_redact_url(value)!r}")
         return value
+
+    def optional_url(self, name: str, schemes: tuple[str, ...]) -> str | None:
+        return None if self._raw(name) is None else self.url(name, "", schemes)
 
     def bootstrap(self, name: str, default: str) -> str:
         value = self._raw(name) or default

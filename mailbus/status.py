@@ -1,4 +1,5 @@
-"""`mailbus status`: what is waiting, how old the oldest is, and what failed."""
+"""`mailbus status`: what is waiting, how old the oldest is, what failed, and how the
+provider is answering (failure and 429 rates, breaker state per consumer process)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ import psycopg
 from mailbus.errors import StorageError
 from mailbus.settings import Settings
 
-__all__ = ["collect_status", "print_status"]
+__all__ = ["RATE_WINDOWS", "collect_status", "print_status"]
+
+PRIORITIES = ("p0", "p1", "p2")
+STATES = ("pending", "sending", "unknown", "accepted", "failed", "expired", "suppressed")
+RATE_WINDOWS = {"5m": 5, "15m": 15}  # label → minutes
+BREAKER_FRESH_S = 60  # a provider_health row older than this belongs to a stopped process
 
 _BY_STATUS = """
 SELECT priority, status, count(*) FROM email_sends GROUP BY priority, status
@@ -22,9 +28,37 @@ FROM email_sends WHERE status IN ('pending', 'sending', 'unknown') GROUP BY prio
 _UNPUBLISHED = """
 SELECT count(*) FROM email_sends WHERE status = 'pending' AND published_at IS NULL
 """
+# One pass over the last 15 minutes of attempts (email_attempts_at_idx); 5-minute figures
+# are the FILTERed subset.
+_ATTEMPT_RATES = """
+SELECT count(*) FILTER (WHERE at > now() - interval '5 minutes'),
+       count(*) FILTER (WHERE at > now() - interval '5 minutes' AND outcome = 'failed'),
+       count(*) FILTER (WHERE at > now() - interval '5 minutes' AND status_code = 429),
+       count(*),
+       count(*) FILTER (WHERE outcome = 'failed'),
+       count(*) FILTER (WHERE status_code = 429)
+FROM email_attempts WHERE at > now() - interval '15 minutes'
+"""
+_DEAD_LETTERS = """
+SELECT reason, count(*) FROM email_dead_letters WHERE replayed_at IS NULL
+GROUP BY reason ORDER BY count(*) DESC, reason
+"""
+_HAS_PROVIDER_HEALTH = "SELECT to_regclass('provider_health') IS NOT NULL"
+_BREAKERS = """
+SELECT process, provider, state,
+       extract(epoch FROM now() - changed_at), extract(epoch FROM now() - updated_at)
+FROM provider_health
+WHERE updated_at > now() - make_interval(secs => %(fresh_s)s)
+ORDER BY provider, process
+"""
 
 
 def collect_status(database_url: str) -> dict[str, Any]:
+    """Everything `mailbus status` shows, as plain JSON-ready values.
+
+    ``breakers`` is ``None`` when the ``provider_health`` table does not exist; rates are
+    ``None`` when there was no call in the window.
+    """
     try:
         with psycopg.connect(database_url, connect_timeout=5) as conn:
             counts: dict[str, dict[str, int]] = {}
@@ -32,14 +66,53 @@ def collect_status(database_url: str) -> dict[str, Any]:
                 counts.setdefault(priority, {})[status] = count
             oldest = {p: round(float(age), 1) for p, age in conn.execute(_OLDEST_PENDING)}
             unpublished_row = conn.execute(_UNPUBLISHED).fetchone()
+            attempts_row = conn.execute(_ATTEMPT_RATES).fetchone()
+            dead_letters = {reason: n for reason, n in conn.execute(_DEAD_LETTERS)}
+            breakers = _breakers(conn)
     except psycopg.Error as exc:
         raise StorageError(f"cannot read status: {exc}") from exc
+    five = attempts_row[0:3] if attempts_row else (0, 0, 0)
+    fifteen = attempts_row[3:6] if attempts_row else (0, 0, 0)
     return {
         "by_priority": counts,
         "oldest_open_age_s": oldest,
         "not_yet_on_kafka": unpublished_row[0] if unpublished_row else 0,
         "failed": sum(c.get("failed", 0) for c in counts.values()),
+        "provider_calls": {"5m": _rates(*five), "15m": _rates(*fifteen)},
+        "dead_letters": {
+            "not_replayed": sum(dead_letters.values()),
+            "by_reason": dead_letters,
+        },
+        "breakers": breakers,
     }
+
+
+def _rates(calls: int, failures: int, http_429: int) -> dict[str, Any]:
+    return {
+        "calls": calls,
+        "failures": failures,
+        "failure_rate": round(failures / calls, 4) if calls else None,
+        "http_429": http_429,
+        "rate_429": round(http_429 / calls, 4) if calls else None,
+    }
+
+
+def _breakers(conn: psycopg.Connection[Any]) -> list[dict[str, Any]] | None:
+    exists = conn.execute(_HAS_PROVIDER_HEALTH).fetchone()
+    if not exists or not exists[0]:
+        return None
+    return [
+        {
+            "process": process,
+            "provider": provider,
+            "state": state,
+            "since_s": round(float(since), 1),
+            "updated_s_ago": round(float(updated), 1),
+        }
+        for process, provider, state, since, updated in conn.execute(
+            _BREAKERS, {"fresh_s": BREAKER_FRESH_S}
+        )
+    ]
 
 
 def print_status(settings: Settings, as_json: bool) -> int:
@@ -47,14 +120,60 @@ def print_status(settings: Settings, as_json: bool) -> int:
     if as_json:
         print(json.dumps(status, indent=2, sort_keys=True))
         return 0
-    states = ["pending", "sending", "unknown", "accepted", "failed", "expired", "suppressed"]
-    print(f"{'priority':<9}" + "".join(f"{s:>11}" for s in states) + f"{'oldest open':>13}")
-    for priority in ("p0", "p1", "p2"):
+    print("\n".join(render_status(status)))
+    return 0
+
+
+def render_status(status: dict[str, Any]) -> list[str]:
+    """The human-readable table of :func:`collect_status`'s result, line by line."""
+    lines = [f"{'priority':<9}" + "".join(f"{s:>11}" for s in STATES) + f"{'oldest open':>13}"]
+    for priority in PRIORITIES:
         row = status["by_priority"].get(priority, {})
         age = status["oldest_open_age_s"].get(priority)
-        age_text = "-" if age is None else f"{age:.0f}s"
-        print(
-            f"{priority:<9}" + "".join(f"{row.get(s, 0):>11}" for s in states) + f"{age_text:>13}"
+        lines.append(
+            f"{priority:<9}" + "".join(f"{row.get(s, 0):>11}" for s in STATES) + f"{_age(age):>13}"
         )
-    print(f"not yet on Kafka: {status['not_yet_on_kafka']}   failed: {status['failed']}")
-    return 0
+    lines.append(f"not yet on Kafka: {status['not_yet_on_kafka']}   failed: {status['failed']}")
+    lines.append("")
+    lines.append(
+        f"{'provider calls':<16}{'calls':>8}{'failed':>8}{'fail %':>8}{'429s':>8}{'429 %':>8}"
+    )
+    for window, figures in status["provider_calls"].items():
+        lines.append(
+            f"{'last ' + window:<16}{figures['calls']:>8}{figures['failures']:>8}"
+            f"{_percent(figures['failure_rate']):>8}{figures['http_429']:>8}"
+            f"{_percent(figures['rate_429']):>8}"
+        )
+    dead = status["dead_letters"]
+    reasons = ", ".join(f"{reason} {n}" for reason, n in dead["by_reason"].items())
+    lines.append("")
+    lines.append(
+        f"dead letters not replayed: {dead['not_replayed']}" + (f" ({reasons})" if reasons else "")
+    )
+    breakers = status["breakers"]
+    if breakers is None:
+        lines.append("breakers: not reported (no provider_health table)")
+    elif not breakers:
+        lines.append(f"breakers: no consumer reported in the last {BREAKER_FRESH_S}s")
+    else:
+        lines.append("breakers:")
+        for b in breakers:
+            lines.append(
+                f"  {b['provider']:<12} {b['state']:<10} for {_age(b['since_s']):>7}"
+                f"   process {b['process']} (reported {_age(b['updated_s_ago'])} ago)"
+            )
+    return lines
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def _percent(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate * 100:.1f}%"

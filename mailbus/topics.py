@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from mailbus.errors import MailbusError
 from mailbus.settings import Settings

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import psycopg
@@ -48,6 +49,7 @@ class Outbox(Generic[Row]):
 class BatchResult:
     claimed: int = 0
     unacknowledged: int = 0
+    acknowledged_by_topic: Counter[str] = field(default_factory=Counter)
 
     @property
     def published(self) -> int:
@@ -67,10 +69,13 @@ def publish_claimed(
             rows = cursor.execute(outbox.claim, {"limit": limit}).fetchall()
         if not rows:
             return BatchResult()
-        failed = publisher.publish([outbox.to_message(row) for row in rows], stop)
+        messages = [outbox.to_message(row) for row in rows]
+        failed = publisher.publish(messages, stop)
         if failed:
             conn.execute(outbox.unclaim, {"ids": [outbox.row_id(rows[i]) for i in failed]})
             log.warning(
                 "kafka did not acknowledge %d of %d %s", len(failed), len(rows), outbox.name
             )
-    return BatchResult(claimed=len(rows), unacknowledged=len(failed))
+    unacknowledged = set(failed)
+    by_topic = Counter(m.topic for i, m in enumerate(messages) if i not in unacknowledged)
+    return BatchResult(len(rows), len(failed), by_topic)

@@ -26,6 +26,7 @@ from typing import TypeVar
 import psycopg
 from psycopg.rows import TupleRow, tuple_row
 
+from mailbus import metrics
 from mailbus.settings import Settings
 from mailbus.sqlfiles import load_queries
 from relay.batch import BatchResult, Outbox, publish_claimed
@@ -113,6 +114,8 @@ class Relay:
         )
         if result.claimed:
             self.stats.batches += 1
+        for topic, count in result.acknowledged_by_topic.items():
+            metrics.observe_published(topic.rsplit(".", 1)[-1], count)  # p0..p2, dlq
         self.stats.unacknowledged += result.unacknowledged
         if result.unacknowledged:
             stop.wait(1.0)  # Kafka is struggling: do not spin on the same rows

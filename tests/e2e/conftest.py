@@ -116,12 +116,12 @@ class Stack:
             {s: n for s, n in self.query("SELECT status, count(*) FROM email_sends GROUP BY 1")}
         )
 
+    def settled(self) -> bool:
+        snapshot = self.statuses()  # one read: rows move between states meanwhile
+        return not any(snapshot[state] for state in OPEN_STATES)
+
     def wait_settled(self, timeout: float) -> Counter[str]:
-        wait_until(
-            lambda: not any(self.statuses()[s] for s in OPEN_STATES),
-            timeout,
-            f"every row settled (now {dict(self.statuses())})",
-        )
+        wait_until(self.settled, timeout, "every row settled")
         return self.statuses()
 
     def control(self, path: str, body: dict[str, Any] | None = None) -> Any:

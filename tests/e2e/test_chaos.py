@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import time
 
-from conftest import OPEN_STATES, Stack
+from conftest import Stack
 
 FAULTS = [  # 20% of requests in all
     {"kind": "503", "share": 0.05},
@@ -35,7 +35,7 @@ def test_random_sigkills_under_mixed_faults_lose_and_double_nothing(stack: Stack
         start(name)
     kills = 0
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and any(stack.statuses()[s] for s in OPEN_STATES):
+    while time.monotonic() < deadline and not stack.settled():
         time.sleep(rng.uniform(1, 3))
         victim = rng.choice(sorted(roles))
         stack.kill(victim)

@@ -1,0 +1,315 @@
+"""Prometheus metrics: the only module that imports ``prometheus_client``.
+
+Processes record what they do through the small ``observe_*``/``set_*`` API below; the
+metric objects live in the default registry and are served by
+:func:`start_metrics_server` on ``MAILBUS_METRICS_PORT``.
+
+The outbox itself (rows by status and priority, age of the oldest open row) is read at
+scrape time by :class:`OutboxCollector` with one cheap query over the partial index
+``email_sends_open_idx``. Only the relay registers it, so N consumer processes do not
+run the same query N times per scrape.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import psycopg
+from prometheus_client import (
+    REGISTRY,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+__all__ = [
+    "BREAKER_STATES",
+    "OutboxCollector",
+    "observe_call",
+    "observe_dead_letter",
+    "observe_lookup",
+    "observe_published",
+    "record_librdkafka_stats",
+    "set_breaker_state",
+    "set_in_flight",
+    "start_metrics_server",
+    "stop_metrics_server",
+]
+
+log = logging.getLogger("mailbus.metrics")
+
+PRIORITIES = ("p0", "p1", "p2")
+OPEN_STATUSES = ("pending", "sending", "unknown")
+OUTCOMES = ("accepted", "pending", "failed", "unknown", "expired", "suppressed")
+BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
+
+# No `*_created` series: they double the output and no rule here reads them.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+SENDS = Counter(
+    "mailbus_sends",
+    "Provider send calls by priority and the status the call led to "
+    "(accepted, pending = retry later, failed, unknown, expired, suppressed).",
+    ["priority", "outcome"],
+)
+PROVIDER_REQUESTS = Counter(
+    "mailbus_provider_requests",
+    "HTTP requests made to the email API, by kind (send, lookup).",
+    ["kind"],
+)
+PROVIDER_429 = Counter(
+    "mailbus_provider_429",
+    "Send calls the email API answered with 429 Too Many Requests.",
+)
+DEAD_LETTERS = Counter(
+    "mailbus_dead_letters",
+    "Dead letters recorded, by reason (rejected, max_attempts, undecodable, ...).",
+    ["reason"],
+)
+RELAY_PUBLISHED = Counter(
+    "mailbus_relay_published",
+    "Send pointers the relay published and Kafka acknowledged, by priority.",
+    ["priority"],
+)
+PROVIDER_LATENCY = Histogram(
+    "mailbus_provider_latency_seconds",
+    "Duration of provider send calls, from request to classified answer.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0),
+)
+BREAKER_STATE = Gauge(
+    "mailbus_breaker_state",
+    "Circuit breaker of this process per provider: 0 closed, 1 half-open, 2 open.",
+    ["provider"],
+)
+IN_FLIGHT_LIMIT = Gauge(
+    "mailbus_in_flight_limit",
+    "Current adaptive limit of concurrent provider calls, by priority.",
+    ["priority"],
+)
+IN_FLIGHT = Gauge(
+    "mailbus_in_flight",
+    "Provider calls in flight now, by priority.",
+    ["priority"],
+)
+CONSUMER_LAG = Gauge(
+    "mailbus_consumer_lag",
+    "Messages between the committed offset and the high watermark of each assigned "
+    "partition (librdkafka consumer_lag).",
+    ["topic", "partition"],
+)
+OUTBOX_SCRAPE_ERRORS = Counter(
+    "mailbus_outbox_scrape_errors",
+    "Scrapes whose outbox query failed or timed out (their outbox samples are missing).",
+)
+
+for _priority in PRIORITIES:
+    for _outcome in OUTCOMES:
+        SENDS.labels(_priority, _outcome)
+    RELAY_PUBLISHED.labels(_priority)
+for _kind in ("send", "lookup"):
+    PROVIDER_REQUESTS.labels(_kind)
+
+
+def observe_call(priority: str, outcome: str, latency_s: float, status_code: int | None) -> None:
+    """One provider send call: counts it by outcome, times it, counts a 429."""
+    SENDS.labels(priority, outcome).inc()
+    PROVIDER_REQUESTS.labels("send").inc()
+    PROVIDER_LATENCY.observe(max(latency_s, 0.0))
+    if status_code == 429:
+        PROVIDER_429.inc()
+
+
+def observe_lookup() -> None:
+    """One look-up of an idempotency key at the provider."""
+    PROVIDER_REQUESTS.labels("lookup").inc()
+
+
+def observe_dead_letter(reason: str) -> None:
+    DEAD_LETTERS.labels(reason).inc()
+
+
+def observe_published(priority: str, n: int) -> None:
+    """``n`` send pointers of ``priority`` acknowledged by Kafka."""
+    if n > 0:
+        RELAY_PUBLISHED.labels(priority).inc(n)
+
+
+def set_breaker_state(provider: str, state: str) -> None:
+    """``state`` is ``closed``, ``half_open`` or ``open``."""
+    try:
+        value = BREAKER_STATES[state]
+    except KeyError:
+        raise ValueError(f"unknown breaker state {state!r}") from None
+    BREAKER_STATE.labels(provider).set(value)
+
+
+def set_in_flight(priority: str, current: int, limit: int) -> None:
+    IN_FLIGHT.labels(priority).set(current)
+    IN_FLIGHT_LIMIT.labels(priority).set(limit)
+
+
+def record_librdkafka_stats(stats_json: str) -> None:
+    """A confluent-kafka ``stats_cb``: sets ``mailbus_consumer_lag`` from the statistics.
+
+    Partition -1 (the internal unassigned partition) is skipped; a lag of -1 (unknown,
+    e.g. a partition not assigned here or without a committed offset) removes the
+    partition's sample, so a revoked partition does not report a stale lag.
+    Never raises: a bad document is logged and ignored.
+    """
+    try:
+        stats = json.loads(stats_json)
+        topics: dict[str, Any] = stats.get("topics") or {}
+        for topic, topic_stats in topics.items():
+            for key, partition in (topic_stats.get("partitions") or {}).items():
+                number = int(partition.get("partition", key))
+                if number < 0:
+                    continue
+                lag = int(partition.get("consumer_lag", -1))
+                if lag < 0:
+                    _remove_lag(topic, str(number))
+                else:
+                    CONSUMER_LAG.labels(topic, str(number)).set(lag)
+    except (ValueError, TypeError, AttributeError) as exc:
+        log.warning("ignoring unreadable librdkafka statistics: %s", exc)
+
+
+def _remove_lag(topic: str, partition: str) -> None:
+    with contextlib.suppress(KeyError):
+        CONSUMER_LAG.remove(topic, partition)
+
+
+_OUTBOX_QUERY = """
+SELECT status, priority, count(*), extract(epoch FROM now() - min(created_at))
+FROM email_sends
+WHERE status IN ('pending', 'sending', 'unknown')
+GROUP BY status, priority
+"""
+
+
+class OutboxCollector(Collector):
+    """Outbox depth and oldest open age, read from PostgreSQL at scrape time.
+
+    One query per scrape, answered from ``email_sends_open_idx``, under a short
+    ``statement_timeout``. On any database error the scrape yields no outbox samples
+    and ``mailbus_outbox_scrape_errors_total`` counts it; the next scrape reconnects.
+    """
+
+    def __init__(self, database_url: str, timeout_s: float = 2.0) -> None:
+        self.database_url = database_url
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        return list(self._families())
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            rows = self._query()
+        except psycopg.Error as exc:
+            OUTBOX_SCRAPE_ERRORS.inc()
+            log.warning("outbox metrics unavailable: %s", exc)
+            return
+        counts = {(s, p): 0 for s in OPEN_STATUSES for p in PRIORITIES}
+        oldest = dict.fromkeys(PRIORITIES, 0.0)
+        for status, priority, count, age in rows:
+            counts[(status, priority)] = int(count)
+            oldest[priority] = max(oldest.get(priority, 0.0), float(age or 0.0))
+        rows_family, age_family = self._families()
+        for (status, priority), count in sorted(counts.items()):
+            rows_family.add_metric([status, priority], count)
+        for priority, age in sorted(oldest.items()):
+            age_family.add_metric([priority], age)
+        yield rows_family
+        yield age_family
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_connection()
+
+    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+        return (
+            GaugeMetricFamily(
+                "mailbus_outbox_rows",
+                "Open outbox rows (pending, sending, unknown) by status and priority.",
+                labels=["status", "priority"],
+            ),
+            GaugeMetricFamily(
+                "mailbus_oldest_pending_age_seconds",
+                "Age of the oldest open (pending, sending or unknown) row by priority; "
+                "0 when none is open.",
+                labels=["priority"],
+            ),
+        )
+
+    def _query(self) -> list[tuple[Any, ...]]:
+        with self._lock:
+            try:
+                if self._conn is None or self._conn.closed:
+                    timeout_ms = int(self.timeout_s * 1000)
+                    self._conn = psycopg.connect(
+                        self.database_url,
+                        autocommit=True,
+                        connect_timeout=max(1, int(self.timeout_s)),
+                        options=f"-c statement_timeout={timeout_ms}",
+                        application_name="mailbus-metrics",
+                    )
+                return self._conn.execute(_OUTBOX_QUERY).fetchall()
+            except psycopg.Error:
+                self._close_connection()
+                raise
+
+    def _close_connection(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+_server_lock = threading.Lock()
+_servers: list[Any] = []
+_outbox: OutboxCollector | None = None
+
+
+def start_metrics_server(port: int, database_url: str | None = None) -> None:
+    """Serve ``/metrics`` on ``port`` in a daemon thread.
+
+    Binds ``127.0.0.1`` unless ``MAILBUS_METRICS_ADDR`` names another address (e.g.
+    ``0.0.0.0`` in a container). With ``database_url``, also registers the
+    :class:`OutboxCollector` (call this with it from the relay only).
+    """
+    global _outbox
+    addr = os.environ.get("MAILBUS_METRICS_ADDR", "").strip() or "127.0.0.1"
+    with _server_lock:
+        server, _thread = start_http_server(port, addr=addr)
+        _servers.append(server)
+        if database_url is not None:
+            if _outbox is not None:
+                REGISTRY.unregister(_outbox)
+                _outbox.close()
+            _outbox = OutboxCollector(database_url)
+            REGISTRY.register(_outbox)
+    log.info("metrics on http://%s:%d/metrics", addr, port)
+
+
+def stop_metrics_server() -> None:
+    """Stop every server :func:`start_metrics_server` started; unregister the collector."""
+    global _outbox
+    with _server_lock:
+        while _servers:
+            server = _servers.pop()
+            server.shutdown()
+            server.server_close()
+        if _outbox is not None:
+            REGISTRY.unregister(_outbox)
+            _outbox.close()
+            _outbox = None
