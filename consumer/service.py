@@ -102,17 +102,14 @@ class DeliveryService:
         row = loaded.view
         if row.status is not Status.PENDING or row.attempts != pointer["attempt"]:
             return  # a duplicate or stale pointer: the row moved on without it
-        verdict = before_send(row, self.clock(), loaded.suppressed)
-        if verdict is not None:
-            if await self._durably(lambda: self.ledger.settle_gate(row, verdict, origin)):
-                metrics.observe_call(row.priority, verdict.next_status.value, 0.0, None)
-                if verdict.dead_letter:
-                    metrics.observe_dead_letter(dead_letter_reason(verdict))
+        if await self._settled_without_call(loaded, origin):
             return
         when_down = self.policies.for_template(row.template).when_provider_down
         route = self._route(row, when_down)
         admission = None if route == FALLBACK else await self.gate.admit_send(when_down == "pause")
         try:
+            if admission is not None and await self._settled_without_call(loaded, origin):
+                return  # it expired while the provider was down
             token = await self._durably(
                 lambda: self.ledger.claim_for_send(row.id, row.attempts, self.lease_s, route)
             )
@@ -122,6 +119,18 @@ class DeliveryService:
         finally:
             if admission is not None:
                 self.gate.release(admission)
+
+    async def _settled_without_call(self, loaded: LoadedSend, origin: MessageOrigin) -> bool:
+        """Expired, suppressed or invalid: settle it with no call and say so."""
+        row = loaded.view
+        verdict = before_send(row, self.clock(), loaded.suppressed)
+        if verdict is None:
+            return False
+        if await self._durably(lambda: self.ledger.settle_gate(row, verdict, origin)):
+            metrics.observe_call(row.priority, verdict.next_status.value, 0.0, None)
+            if verdict.dead_letter:
+                metrics.observe_dead_letter(dead_letter_reason(verdict))
+        return True
 
     def _route(self, row: SendView, when_down: str) -> str | None:
         """The fallback provider only for mail whose policy allows it, while the primary's
@@ -154,6 +163,7 @@ class DeliveryService:
     ) -> None:
         row = replace(loaded.view, status=Status.SENDING, attempts=loaded.view.attempts + 1)
         mail = OutgoingMail(row.dedupe_key, row.to_address, row.template, loaded.variables)
+        log.debug("sending %s to %s, attempt %d", row.dedupe_key, row.to_address, row.attempts)
         started = time.monotonic()
         result = classify(await self._provider(route).send(mail))
         latency_s = time.monotonic() - started
