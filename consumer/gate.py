@@ -82,6 +82,9 @@ class ProviderGate:
         (a ``pause`` policy: campaigns) also waits ``unhurried_delay_s`` after the breaker
         closes, so transactional mail drains first."""
         while True:
+            if unhurried and self.breaker.state is not BreakerState.CLOSED:
+                await asyncio.sleep(0.25)  # never the probe: transactional mail tests recovery
+                continue
             breaker, allowed = admit(self.breaker, self._clock())
             self._set_breaker(breaker)
             if allowed:

@@ -94,12 +94,13 @@ class Stack:
         self, count: int, prefix: str = "k", priority: str = "p1", **columns: Any
     ) -> list[str]:
         keys = [f"{prefix}-{n}" for n in range(count)]
+        columns.setdefault("template", "welcome")
         extra_cols = "".join(f", {c}" for c in columns)
         extra_vals = "".join(f", %({c})s" for c in columns)
         with psycopg.connect(self.settings.database_url) as conn, conn.cursor() as cur:
             cur.executemany(
-                f"INSERT INTO email_sends (dedupe_key, to_address, template, priority{extra_cols})"
-                f" VALUES (%(key)s, %(to)s, 'welcome', %(priority)s{extra_vals})",
+                f"INSERT INTO email_sends (dedupe_key, to_address, priority{extra_cols})"
+                f" VALUES (%(key)s, %(to)s, %(priority)s{extra_vals})",
                 [
                     {"key": k, "to": f"{k}@example.com", "priority": priority, **columns}
                     for k in keys

@@ -15,12 +15,7 @@ from sandbox.server import start_in_thread
 
 
 def seed_templates(stack: Stack, template: str, count: int, **columns: object) -> None:
-    keys = stack.seed(count, prefix=template, **columns)
-    stack.query(
-        "UPDATE email_sends SET template = %s WHERE dedupe_key = ANY(%s) RETURNING 1",
-        template,
-        keys,
-    )
+    stack.seed(count, prefix=template, template=template, **columns)
 
 
 def test_policies_during_an_outage(stack: Stack) -> None:

@@ -1,0 +1,12 @@
+# The image the k8s/ manifests run (`mailbus <command>`). Built where a Docker engine exists.
+FROM python:3.11-slim
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY mailbus mailbus
+COPY relay relay
+COPY consumer consumer
+COPY schemas schemas
+COPY sandbox sandbox
+RUN pip install --no-cache-dir .
+USER nobody
+ENTRYPOINT ["mailbus"]
