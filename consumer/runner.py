@@ -63,22 +63,12 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         default_pause_s=settings.backoff_base,
     )
     slots = gate.slots
-    provider = HttpProvider(
-        settings.provider_url,
-        settings.provider_api_key,
-        connect_timeout=settings.connect_timeout,
-        request_timeout=settings.request_timeout,
-        max_connections=settings.max_in_flight,
-    )
+    provider = _http_provider(settings, settings.provider_url, settings.provider_api_key)
     policy = RetryPolicy(settings.max_attempts, settings.backoff_base, settings.backoff_cap)
     fallback = None
     if settings.fallback_provider_url:
-        fallback = HttpProvider(
-            settings.fallback_provider_url,
-            settings.fallback_provider_api_key,
-            connect_timeout=settings.connect_timeout,
-            request_timeout=settings.request_timeout,
-            max_connections=settings.max_in_flight,
+        fallback = _http_provider(
+            settings, settings.fallback_provider_url, settings.fallback_provider_api_key
         )
     service = DeliveryService(
         ledger,
@@ -147,6 +137,16 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
     failed = [source.topic for source in sources if source.failure]
     log.info("consumer stopped%s", f"; failed sources: {failed}" if failed else "")
     return 1 if failed else 0
+
+
+def _http_provider(settings: Settings, url: str, api_key: str) -> HttpProvider:
+    return HttpProvider(
+        url,
+        api_key,
+        connect_timeout=settings.connect_timeout,
+        request_timeout=settings.request_timeout,
+        max_connections=settings.max_in_flight,
+    )
 
 
 class _HealthReporter:

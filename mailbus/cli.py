@@ -97,7 +97,8 @@ def _status(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _dlq_list(settings: Settings, args: argparse.Namespace) -> int:
-    from consumer.dead_letter_admin import LetterFilter, print_list
+    from consumer.dead_letter_admin import print_list
+    from consumer.dead_letter_views import LetterFilter
 
     where = LetterFilter.from_options(
         args.reason, args.priority, args.template, args.since, include_replayed=args.all
@@ -106,13 +107,15 @@ def _dlq_list(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _dlq_show(settings: Settings, args: argparse.Namespace) -> int:
-    from consumer.dead_letter_admin import parse_letter_id, print_show
+    from consumer.dead_letter_admin import print_show
+    from consumer.dead_letter_views import parse_letter_id
 
     return print_show(settings, parse_letter_id(args.id), as_json=args.json)
 
 
 def _dlq_replay(settings: Settings, args: argparse.Namespace) -> int:
-    from consumer.dead_letter_admin import LetterFilter, parse_rate, run_replay
+    from consumer.dead_letter_admin import run_replay
+    from consumer.dead_letter_views import LetterFilter, parse_rate
 
     where = LetterFilter.from_options(args.reason, args.priority, args.template, args.since)
     rate = None if args.rate is None else parse_rate(args.rate)

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sandbox.faults import FAULT_KINDS
+
 __all__ = ["OUTCOMES", "KeyRecord", "Ledger", "RequestRecord", "new_message_id"]
 
 OUTCOMES = (
@@ -30,13 +32,7 @@ OUTCOMES = (
     "replayed",  # 200 with the id already accepted under the key
     "unauthorized",  # 401
     "bad_request",  # 400
-    "429",
-    "503",
-    "422",
-    "drop_before_accept",
-    "drop_after_accept",
-    "hang_after_accept",
-    "malformed",
+    *(kind for kind in FAULT_KINDS if kind != "slow"),  # an injected fault answered
     "found",  # lookup: 200
     "not_found",  # lookup: 404
 )

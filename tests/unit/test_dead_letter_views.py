@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.dead_letter_admin import (
+from consumer.dead_letter_views import (
     Letter,
     LetterFilter,
     Progress,
