@@ -71,7 +71,7 @@ class Bench:
 
     def query(self, sql: str, *params: object) -> list[tuple]:
         with psycopg.connect(self.settings.database_url) as conn:
-            return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]
+            return conn.execute(sql, params or None).fetchall()  # type: ignore[arg-type]
 
     def count(self, where: str) -> int:
         return int(self.query(f"SELECT count(*) FROM email_sends WHERE {where}")[0][0])
@@ -95,7 +95,7 @@ class Bench:
         return peak_kb // 1024
 
     def close(self) -> None:
-        for process in self.processes:
+        for process in reversed(self.processes):  # consumers before the sandbox they call
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
                 process.wait(120)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from types import TracebackType
@@ -26,24 +27,56 @@ __all__ = ["AdaptiveSlots", "Admission", "ProviderGate"]
 
 
 class AdaptiveSlots:
-    """An asyncio semaphore whose size can change while it is in use."""
+    """An asyncio semaphore whose size can change while it is in use.
+
+    Waiters are served first come, first served, and a freed slot is handed to exactly one
+    of them (no thundering herd of re-checks when hundreds wait).
+    """
 
     def __init__(self, limit: int) -> None:
-        self.limit = limit
+        self._limit = limit
         self.in_use = 0
-        self._changed = asyncio.Condition()
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    @limit.setter
+    def limit(self, value: int) -> None:
+        self._limit = value
+        self._hand_over()
 
     async def __aenter__(self) -> None:
-        async with self._changed:
-            await self._changed.wait_for(lambda: self.in_use < self.limit)
+        if self.in_use < self._limit and not self._waiters:
             self.in_use += 1
+            return
+        granted = asyncio.get_running_loop().create_future()
+        self._waiters.append(granted)
+        try:
+            await granted
+        except asyncio.CancelledError:
+            if granted.done() and not granted.cancelled():  # handed a slot, then cancelled
+                self._release()
+            else:
+                self._waiters.remove(granted)
+            raise
 
     async def __aexit__(
         self, _t: type[BaseException] | None, _e: BaseException | None, _tb: TracebackType | None
     ) -> None:
-        async with self._changed:
-            self.in_use -= 1
-            self._changed.notify_all()
+        self._release()
+
+    def _release(self) -> None:
+        self.in_use -= 1
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        while self._waiters and self.in_use < self._limit:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self.in_use += 1
+                waiter.set_result(None)
 
 
 @dataclass

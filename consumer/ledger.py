@@ -2,7 +2,7 @@
 
 Every state change is one guarded UPDATE (``… WHERE id = %s AND status = … RETURNING``):
 zero rows means someone else owns the row and the caller moves on. Dead letters are
-written in the same transaction as the ``failed`` status; the relay publishes them.
+written in the same statement as the ``failed`` status; the relay publishes them.
 psycopg errors become :class:`StorageError`.
 """
 
@@ -87,8 +87,9 @@ class SendLedger:
             "attempt": send.attempts,
             "status": decision.next_status.value,
             "last_error": decision.reason or None,
+            **_dead_letter_params(decision, origin),
         }
-        return await self._settle("settle_gate", params, send, decision, origin)
+        return await self._settle("settle_gate", params)
 
     async def settle_call(
         self,
@@ -106,21 +107,20 @@ class SendLedger:
             "next_try_at": decision.retry_at,
             "last_error": decision.reason or None,
             "message_id": decision.message_id,
+            "latency_ms": latency_ms,
+            **_dead_letter_params(decision, origin),
         }
-        attempt = None
-        if latency_ms is not None:
-            attempt = {
-                "send_id": send.id,
-                "attempt": send.attempts,
-                "outcome": decision.next_status.value,
-                "status_code": decision.status_code,
-                "reason": decision.reason or None,
-                "latency_ms": latency_ms,
-            }
-        return await self._settle("settle_call", params, send, decision, origin, attempt)
+        return await self._settle("settle_call", params)
 
     async def record_undecodable(self, origin: MessageOrigin, error: str) -> None:
-        params = _dead_letter_params(None, "undecodable", None, error, origin)
+        params = {
+            "error": error[:500],
+            "topic": origin.topic,
+            "partition": origin.partition,
+            "offset": origin.offset,
+            "key": origin.key,
+            "value": origin.value,
+        }
         try:
             async with self._pool.connection() as conn:
                 await conn.execute(self._queries["insert_dead_letter"], params)
@@ -174,36 +174,10 @@ class SendLedger:
         except psycopg.Error as exc:
             raise StorageError(f"{query} failed: {exc}") from exc
 
-    async def _settle(
-        self,
-        query: str,
-        params: dict[str, Any],
-        send: SendView,
-        decision: Decision,
-        origin: MessageOrigin | None,
-        attempt: dict[str, Any] | None = None,
-    ) -> bool:
-        try:
-            async with self._pool.connection() as conn, conn.transaction():
-                cursor = await conn.execute(self._queries[query], params)
-                if await cursor.fetchone() is None:
-                    return False
-                if attempt is not None:
-                    await conn.execute(self._queries["insert_attempt"], attempt)
-                if decision.dead_letter:
-                    await conn.execute(
-                        self._queries["insert_dead_letter"],
-                        _dead_letter_params(
-                            send,
-                            dead_letter_reason(decision),
-                            decision.status_code,
-                            decision.reason,
-                            origin,
-                        ),
-                    )
-                return True
-        except psycopg.Error as exc:
-            raise StorageError(f"{query} failed: {exc}") from exc
+    async def _settle(self, query: str, params: dict[str, Any]) -> bool:
+        """One guarded statement; False if the row was not in the state it guards on."""
+        row = await self._fetchone(query, params)
+        return row is not None and row[0] == 1
 
 
 def _loaded(row: tuple[Any, ...]) -> LoadedSend:
@@ -237,25 +211,13 @@ def dead_letter_reason(decision: Decision) -> str:
     return "invalid"
 
 
-def _dead_letter_params(
-    send: SendView | None,
-    reason: str,
-    status_code: int | None,
-    error: str,
-    origin: MessageOrigin | None,
-) -> dict[str, Any]:
+def _dead_letter_params(decision: Decision, origin: MessageOrigin | None) -> dict[str, Any]:
     return {
-        "send_id": send.id if send else None,
-        "dedupe_key": send.dedupe_key if send else None,
-        "priority": send.priority if send else None,
-        "template": send.template if send else None,
-        "reason": reason,
-        "status_code": status_code,
-        "error": error[:500],
-        "attempts": send.attempts if send else 0,
+        "dead_letter": decision.dead_letter,
+        "dl_reason": dead_letter_reason(decision),
+        "dl_error": decision.reason[:500],
+        "status_code": decision.status_code,
         "topic": origin.topic if origin else None,
         "partition": origin.partition if origin else None,
         "offset": origin.offset if origin else None,
-        "key": origin.key if origin and send is None else None,
-        "value": origin.value if origin and send is None else None,
     }

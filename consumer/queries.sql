@@ -15,31 +15,58 @@ WHERE id = %(id)s AND status = 'pending' AND attempts = %(attempt)s
 RETURNING attempts
 
 -- name: settle_gate
--- pending -> expired | suppressed | failed, decided before any call.
-UPDATE email_sends
-SET status = %(status)s, last_error = %(last_error)s
-WHERE id = %(id)s AND status = 'pending' AND attempts = %(attempt)s
-RETURNING id
+-- pending -> expired | suppressed | failed, decided before any call; a dead letter with it
+-- when asked. One statement, so the outcome and its dead letter commit together.
+WITH settled AS (
+    UPDATE email_sends
+    SET status = %(status)s, last_error = %(last_error)s
+    WHERE id = %(id)s AND status = 'pending' AND attempts = %(attempt)s
+    RETURNING id, dedupe_key, priority, template, attempts
+), dead_letter AS (
+    INSERT INTO email_dead_letters (
+        send_id, dedupe_key, priority, template, reason, status_code, error, attempts,
+        original_topic, original_partition, original_offset)
+    SELECT id, dedupe_key, priority, template, %(dl_reason)s, %(status_code)s, %(dl_error)s,
+           attempts, %(topic)s, %(partition)s, %(offset)s
+    FROM settled WHERE %(dead_letter)s
+)
+SELECT count(*) FROM settled
 
 -- name: settle_call
--- sending -> anything, only by the lease holder.
-UPDATE email_sends
-SET status = %(status)s,
-    next_try_at = %(next_try_at)s,
-    last_error = %(last_error)s,
-    message_id = coalesce(%(message_id)s, message_id),
-    accepted_at = CASE WHEN %(status)s = 'accepted' THEN now() ELSE accepted_at END,
-    lease_until = NULL, lease_token = NULL, published_at = NULL
-WHERE id = %(id)s AND status = 'sending' AND lease_token = %(token)s
-RETURNING id
+-- sending -> anything, only by the lease holder; with the attempt's history row and the
+-- dead letter when asked, all in one statement.
+WITH settled AS (
+    UPDATE email_sends
+    SET status = %(status)s,
+        next_try_at = %(next_try_at)s,
+        last_error = %(last_error)s,
+        message_id = coalesce(%(message_id)s, message_id),
+        accepted_at = CASE WHEN %(status)s = 'accepted' THEN now() ELSE accepted_at END,
+        lease_until = NULL, lease_token = NULL, published_at = NULL
+    WHERE id = %(id)s AND status = 'sending' AND lease_token = %(token)s
+    RETURNING id, dedupe_key, priority, template, attempts
+), attempt AS (
+    INSERT INTO email_attempts (send_id, attempt, outcome, status_code, reason, latency_ms)
+    SELECT id, attempts, %(status)s, %(status_code)s, %(last_error)s, %(latency_ms)s
+    FROM settled WHERE %(latency_ms)s::int IS NOT NULL
+), dead_letter AS (
+    INSERT INTO email_dead_letters (
+        send_id, dedupe_key, priority, template, reason, status_code, error, attempts,
+        original_topic, original_partition, original_offset)
+    SELECT id, dedupe_key, priority, template, %(dl_reason)s, %(status_code)s, %(dl_error)s,
+           attempts, %(topic)s, %(partition)s, %(offset)s
+    FROM settled WHERE %(dead_letter)s
+)
+SELECT count(*) FROM settled
 
 -- name: insert_dead_letter
+-- An undecodable Kafka message: no send row, the raw bytes kept.
 INSERT INTO email_dead_letters (
     send_id, dedupe_key, priority, template, reason, status_code, error, attempts,
     original_topic, original_partition, original_offset, original_key, original_value)
 VALUES (
-    %(send_id)s, %(dedupe_key)s, %(priority)s, %(template)s, %(reason)s, %(status_code)s,
-    %(error)s, %(attempts)s, %(topic)s, %(partition)s, %(offset)s, %(key)s, %(value)s)
+    NULL, NULL, NULL, NULL, 'undecodable', NULL, %(error)s, 0,
+    %(topic)s, %(partition)s, %(offset)s, %(key)s, %(value)s)
 
 -- name: take_unresolved
 -- Rows whose last call has no known outcome: `unknown` ones that are due, and `sending`
@@ -65,7 +92,3 @@ RETURNING id, dedupe_key, to_address, template, payload_json, priority, status, 
 UPDATE email_sends SET published_at = NULL
 WHERE status = 'pending' AND priority = ANY(%(priorities)s)
   AND published_at < now() - make_interval(secs => %(after_s)s)
-
--- name: insert_attempt
-INSERT INTO email_attempts (send_id, attempt, outcome, status_code, reason, latency_ms)
-VALUES (%(send_id)s, %(attempt)s, %(outcome)s, %(status_code)s, %(reason)s, %(latency_ms)s)

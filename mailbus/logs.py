@@ -141,3 +141,5 @@ def configure_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # One line per HTTP request is noise at INFO; our own logs say what matters.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, root.level))
