@@ -38,3 +38,5 @@ lint:
 
 bench: install stack-up
 	$(PYTHON) bench/relay_throughput.py
+	$(PYTHON) bench/delivery_throughput.py
+	$(PYTHON) bench/outage.py
