@@ -144,12 +144,14 @@ class SendLedger:
         except psycopg.Error as exc:
             raise StorageError(f"cannot take unresolved sends: {exc}") from exc
 
-    async def republish_stale(self, priorities: Sequence[str], after_s: float) -> int:
+    async def republish_stale(
+        self, priorities: Sequence[str], after_s: float, limit: int = 1000
+    ) -> int:
         try:
             async with self._pool.connection() as conn:
                 cursor = await conn.execute(
                     self._queries["republish_stale"],
-                    {"priorities": list(priorities), "after_s": after_s},
+                    {"priorities": list(priorities), "after_s": after_s, "limit": limit},
                 )
                 return cursor.rowcount
         except psycopg.Error as exc:

@@ -88,7 +88,14 @@ RETURNING id, dedupe_key, to_address, template, payload_json, priority, status, 
 
 -- name: republish_stale
 -- A pending row whose pointer was published long ago but never handled (a pointer lost
--- with a deleted topic, a consumer bug): hand it back to the relay.
+-- with a deleted topic, a consumer bug): hand it back to the relay. At most %(limit)s per
+-- pass, oldest first, so a backlog that is merely slow is not flooded with copies.
 UPDATE email_sends SET published_at = NULL
-WHERE status = 'pending' AND priority = ANY(%(priorities)s)
-  AND published_at < now() - make_interval(secs => %(after_s)s)
+WHERE id IN (
+    SELECT id FROM email_sends
+    WHERE status = 'pending' AND priority = ANY(%(priorities)s)
+      AND published_at < now() - make_interval(secs => %(after_s)s)
+    ORDER BY published_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)

@@ -30,7 +30,7 @@ class Reconciler:
         priorities: Sequence[str],
         slots: AdaptiveSlots,
         interval_s: float = 1.0,
-        republish_after_s: float = 600.0,
+        republish_after_s: float = 3600.0,
         batch: int = 100,
     ) -> None:
         self._service = service
