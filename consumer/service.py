@@ -30,6 +30,8 @@ from consumer.core import (
     after_lookup,
     before_send,
     classify,
+    confirm_failure,
+    needs_confirmation,
 )
 from consumer.core.breaker import BreakerState
 from consumer.gate import Admission, ProviderGate
@@ -173,6 +175,13 @@ class DeliveryService:
         decision = after_call(row, result, self.clock(), self.policy, self.rand)
         if decision.next_status is Status.UNKNOWN:
             decision = await self._look_up(row, route)
+        elif needs_confirmation(row, decision):
+            if route != FALLBACK:
+                await self.gate.before_request()
+            found = await self._provider(route).lookup(row.dedupe_key)
+            metrics.observe_lookup()
+            if not found.failed:  # a failed look-up leaves the failure as decided
+                decision = confirm_failure(decision, found.message_id)
         settled = await self._durably(
             lambda: self.ledger.settle_call(row, token, decision, origin, latency_ms)
         )

@@ -14,7 +14,9 @@ from consumer.core.decide import (
     after_call,
     after_lookup,
     before_send,
+    confirm_failure,
     lease_expired,
+    needs_confirmation,
     needs_lookup,
 )
 from consumer.core.outcome import (
@@ -55,7 +57,9 @@ __all__ = [
     "claimable_from",
     "classify",
     "clip_reason",
+    "confirm_failure",
     "lease_expired",
+    "needs_confirmation",
     "needs_lookup",
     "parse_retry_after",
     "retry_delay",

@@ -36,7 +36,9 @@ __all__ = [
     "after_call",
     "after_lookup",
     "before_send",
+    "confirm_failure",
     "lease_expired",
+    "needs_confirmation",
     "needs_lookup",
 ]
 
@@ -122,6 +124,24 @@ def after_call(
             status_code=code,
         )
     return _retry_or_stop(row, result.reason, now, policy, rand, result.retry_after_s, code)
+
+
+def needs_confirmation(row: SendView, decision: Decision) -> bool:
+    """Whether a ``failed`` decision must be checked against the provider first.
+
+    An earlier attempt of this row may have been accepted without our knowing (a timeout
+    resolved as "not found" while the provider was still working on it); a later 4xx or
+    a run of 5xx then says nothing about that acceptance. So a row that was tried before
+    is looked up before it is failed.
+    """
+    return decision.next_status is Status.FAILED and row.attempts > 1
+
+
+def confirm_failure(decision: Decision, found_message_id: str | None) -> Decision:
+    """The failed decision stands unless the look-up found an acceptance."""
+    if found_message_id:
+        return Decision(Status.ACCEPTED, reason="accepted per look-up", message_id=found_message_id)
+    return decision
 
 
 def after_lookup(

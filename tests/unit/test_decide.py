@@ -362,3 +362,21 @@ def test_every_claimable_status_has_a_decision_path() -> None:
 def test_unknown_classification_is_never_terminal() -> None:
     result = Classification(Outcome.UNKNOWN, reason="x")
     assert after_call(sending(100), result, NOW, POLICY, rand_half).next_status not in TERMINAL
+
+
+def test_a_failure_after_earlier_attempts_is_confirmed_by_a_look_up() -> None:
+    from consumer.core import Decision, SendView, Status, confirm_failure, needs_confirmation
+
+    failed = Decision(Status.FAILED, reason="http 422", dead_letter=True, status_code=422)
+    first_try = SendView(1, "k", "a@example.com", "t", "p1", Status.SENDING, attempts=1)
+    retried = SendView(1, "k", "a@example.com", "t", "p1", Status.SENDING, attempts=3)
+    assert not needs_confirmation(first_try, failed)
+    assert needs_confirmation(retried, failed)
+    assert not needs_confirmation(retried, Decision(Status.PENDING))
+    assert confirm_failure(failed, None) == failed
+    confirmed = confirm_failure(failed, "msg_1")
+    assert (confirmed.next_status, confirmed.message_id, confirmed.dead_letter) == (
+        Status.ACCEPTED,
+        "msg_1",
+        False,
+    )
