@@ -82,14 +82,8 @@ class SendLedger:
     async def settle_gate(
         self, send: SendView, decision: Decision, origin: MessageOrigin | None
     ) -> bool:
-        params = {
-            "id": send.id,
-            "attempt": send.attempts,
-            "status": decision.next_status.value,
-            "last_error": decision.reason or None,
-            **_dead_letter_params(decision, origin),
-        }
-        return await self._settle("settle_gate", params)
+        """Record a decision taken before any call, on a row still ``pending``."""
+        return await self._settle(send, None, decision, origin, None)
 
     async def settle_call(
         self,
@@ -100,17 +94,7 @@ class SendLedger:
         latency_ms: int | None = None,
     ) -> bool:
         """Record the outcome of the lease holder's call (``latency_ms`` set) or look-up."""
-        params = {
-            "id": send.id,
-            "token": token,
-            "status": decision.next_status.value,
-            "next_try_at": decision.retry_at,
-            "last_error": decision.reason or None,
-            "message_id": decision.message_id,
-            "latency_ms": latency_ms,
-            **_dead_letter_params(decision, origin),
-        }
-        return await self._settle("settle_call", params)
+        return await self._settle(send, token, decision, origin, latency_ms)
 
     async def record_undecodable(self, origin: MessageOrigin, error: str) -> None:
         params = {
@@ -176,9 +160,27 @@ class SendLedger:
         except psycopg.Error as exc:
             raise StorageError(f"{query} failed: {exc}") from exc
 
-    async def _settle(self, query: str, params: dict[str, Any]) -> bool:
+    async def _settle(
+        self,
+        send: SendView,
+        token: uuid.UUID | None,
+        decision: Decision,
+        origin: MessageOrigin | None,
+        latency_ms: int | None,
+    ) -> bool:
         """One guarded statement; False if the row was not in the state it guards on."""
-        row = await self._fetchone(query, params)
+        params = {
+            "id": send.id,
+            "attempt": send.attempts,
+            "token": token,
+            "status": decision.next_status.value,
+            "next_try_at": decision.retry_at,
+            "last_error": decision.reason or None,
+            "message_id": decision.message_id,
+            "latency_ms": latency_ms,
+            **_dead_letter_params(decision, origin),
+        }
+        row = await self._fetchone("settle", params)
         return row is not None and row[0] == 1
 
 

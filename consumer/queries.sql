@@ -14,27 +14,11 @@ WHERE id = %(id)s AND status = 'pending' AND attempts = %(attempt)s
   AND (next_try_at IS NULL OR next_try_at <= now())
 RETURNING attempts
 
--- name: settle_gate
--- pending -> expired | suppressed | failed, decided before any call; a dead letter with it
--- when asked. One statement, so the outcome and its dead letter commit together.
-WITH settled AS (
-    UPDATE email_sends
-    SET status = %(status)s, last_error = %(last_error)s
-    WHERE id = %(id)s AND status = 'pending' AND attempts = %(attempt)s
-    RETURNING id, dedupe_key, priority, template, attempts
-), dead_letter AS (
-    INSERT INTO email_dead_letters (
-        send_id, dedupe_key, priority, template, reason, status_code, error, attempts,
-        original_topic, original_partition, original_offset)
-    SELECT id, dedupe_key, priority, template, %(dl_reason)s, %(status_code)s, %(dl_error)s,
-           attempts, %(topic)s, %(partition)s, %(offset)s
-    FROM settled WHERE %(dead_letter)s
-)
-SELECT count(*) FROM settled
-
--- name: settle_call
--- sending -> anything, only by the lease holder; with the attempt's history row and the
--- dead letter when asked, all in one statement.
+-- name: settle
+-- Records a decision, guarded: without a lease token the row must still be `pending` at the
+-- pointer's attempt (expired, suppressed or invalid, decided before any call); with one it
+-- must be `sending` under that token (the holder's call or look-up). The attempt's history
+-- row (when a call was made) and the dead letter (when asked) go in the same statement.
 WITH settled AS (
     UPDATE email_sends
     SET status = %(status)s,
@@ -43,7 +27,10 @@ WITH settled AS (
         message_id = coalesce(%(message_id)s, message_id),
         accepted_at = CASE WHEN %(status)s = 'accepted' THEN now() ELSE accepted_at END,
         lease_until = NULL, lease_token = NULL, published_at = NULL
-    WHERE id = %(id)s AND status = 'sending' AND lease_token = %(token)s
+    WHERE id = %(id)s
+      AND CASE WHEN %(token)s::uuid IS NULL
+               THEN status = 'pending' AND attempts = %(attempt)s
+               ELSE status = 'sending' AND lease_token = %(token)s::uuid END
     RETURNING id, dedupe_key, priority, template, attempts
 ), attempt AS (
     INSERT INTO email_attempts (send_id, attempt, outcome, status_code, reason, latency_ms)

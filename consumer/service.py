@@ -36,7 +36,7 @@ from consumer.core import (
 from consumer.core.breaker import BreakerState
 from consumer.gate import Admission, ProviderGate
 from consumer.ledger import LoadedSend, MessageOrigin, SendLedger, dead_letter_reason
-from consumer.provider import HttpProvider, OutgoingMail
+from consumer.provider import HttpProvider, LookupResult, OutgoingMail
 from mailbus import metrics
 from mailbus.errors import CodecError, StorageError
 from mailbus.policies import PolicyBook
@@ -176,10 +176,7 @@ class DeliveryService:
         if decision.next_status is Status.UNKNOWN:
             decision = await self._look_up(row, route)
         elif needs_confirmation(row, decision):
-            if route != FALLBACK:
-                await self.gate.before_request()
-            found = await self._provider(route).lookup(row.dedupe_key)
-            metrics.observe_lookup()
+            found = await self._lookup(row.dedupe_key, route)
             if not found.failed:  # a failed look-up leaves the failure as decided
                 decision = confirm_failure(decision, found.message_id)
         settled = await self._durably(
@@ -193,11 +190,15 @@ class DeliveryService:
         if not settled:
             log.warning("lease on send %d was taken over before its outcome was recorded", row.id)
 
-    async def _look_up(self, row: SendView, route: str | None) -> Decision:
+    async def _lookup(self, dedupe_key: str, route: str | None) -> LookupResult:
+        """Ask the provider that took the call whether it accepted the key."""
         if route != FALLBACK:
             await self.gate.before_request()
-        found = await self._provider(route).lookup(row.dedupe_key)
         metrics.observe_lookup()
+        return await self._provider(route).lookup(dedupe_key)
+
+    async def _look_up(self, row: SendView, route: str | None) -> Decision:
+        found = await self._lookup(row.dedupe_key, route)
         return after_lookup(
             row,
             found.message_id,

@@ -1,5 +1,5 @@
 -- name: enqueue_with_policy
--- As enqueue; a missing expires_at defaults to now() (the caller's transaction start, the
+-- Inserts unless the dedupe key exists; a missing expires_at defaults to now() (the caller's transaction start, the
 -- same instant as created_at) + expire_after_s seconds; both NULL: the row never expires.
 INSERT INTO email_sends (dedupe_key, to_address, template, payload_json, priority, expires_at)
 VALUES (%(dedupe_key)s, %(to_address)s, %(template)s, %(payload_json)s::jsonb, %(priority)s,
