@@ -1,0 +1,30 @@
+"""The relay is woken by NOTIFY only when rows were really added to the outbox tables."""
+
+from __future__ import annotations
+
+import psycopg
+
+_DUPLICATE_SEND = (
+    "INSERT INTO email_sends (dedupe_key, to_address, template) VALUES"
+    " ('wake-1', 'a@example.com', 'welcome') ON CONFLICT (dedupe_key) DO NOTHING"
+)
+# The shape of the consumer's settle: a dead-letter INSERT that usually inserts nothing.
+_NO_DEAD_LETTER = (
+    "WITH dead_letter AS (INSERT INTO email_dead_letters (reason) SELECT 'rejected' WHERE %s)"
+    " SELECT 1"
+)
+
+
+def _notified(database_url: str, statement: str, params: tuple[object, ...] = ()) -> bool:
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("LISTEN mailbus_outbox")
+        with psycopg.connect(database_url, autocommit=True) as writer:
+            writer.execute(statement, params or None)  # type: ignore[arg-type]
+        return any(True for _ in listener.notifies(timeout=1.0, stop_after=1))
+
+
+def test_inserted_rows_wake_the_relay_and_empty_inserts_do_not(database_url: str) -> None:
+    assert _notified(database_url, _DUPLICATE_SEND)  # the first insert adds the row
+    assert not _notified(database_url, _DUPLICATE_SEND)  # a duplicate adds nothing
+    assert not _notified(database_url, _NO_DEAD_LETTER, (False,))
+    assert _notified(database_url, _NO_DEAD_LETTER, (True,))
