@@ -1,19 +1,22 @@
 """Kafka side of delivery: one consumer-group member per priority, in its own thread.
 
 The thread owns the confluent-kafka Consumer (which is not thread-safe) and hands each
-message to the asyncio loop, where it is delivered concurrently. Offsets are committed
-per partition only below the lowest message still in flight (``PartitionProgress``), so
-a commit never runs ahead of an outcome recorded in PostgreSQL. Backpressure pauses the
-assignment while too much work is outstanding. On revoke the thread waits for the
-partitions' in-flight work (up to ``drain_s``), commits what is done, and lets go;
-anything unfinished is redelivered to the new owner and made harmless by the guarded
-claim.
+batch it polls to the asyncio loop in one call, where each message is delivered
+concurrently. Offsets are committed per partition only below the lowest message still in
+flight (``PartitionProgress``), so a commit never runs ahead of an outcome recorded in
+PostgreSQL. Backpressure first takes
+only as many messages as there is room for (librdkafka keeps prefetching meanwhile); only
+after a second without room (an outage) does it pause the assignment, because a resume
+refetches what the pause discarded, which stalls the flow for a few hundred milliseconds.
+On revoke the thread waits for the partitions' in-flight work (up to ``drain_s``), commits
+what is done, and lets go; anything unfinished is redelivered to the new owner and made
+harmless by the guarded claim.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import functools
 import logging
 import threading
 import time
@@ -30,6 +33,7 @@ __all__ = ["KafkaSource"]
 
 log = logging.getLogger("mailbus.consumer.kafka")
 _COMMIT_INTERVAL_S = 0.5
+_PAUSE_AFTER_S = 1.0  # without room for a message this long: pause the assignment
 Handler = Callable[[MessageOrigin], Coroutine[Any, Any, None]]
 
 
@@ -52,12 +56,14 @@ class KafkaSource(threading.Thread):
         self._loop = loop
         self._high_water = max_outstanding
         self._low_water = max(1, max_outstanding // 2)
+        self._full_since: float | None = None
         self._drain_s = drain_s
         self._stop_event = stop
         self._lock = threading.Lock()
         self._progress: dict[int, PartitionProgress] = {}
         self._outstanding = 0
         self._paused = False
+        self._tasks: set[asyncio.Task[None]] = set()  # strong references while running
         self.failure: BaseException | None = None
         self._consumer = Consumer(
             {
@@ -71,6 +77,7 @@ class KafkaSource(threading.Thread):
                 "heartbeat.interval.ms": 1_000,
                 "max.poll.interval.ms": 300_000,
                 "fetch.wait.max.ms": 100,
+                "queued.min.messages": 10_000,  # prefetched per partition (pointers are small)
                 "logger": logging.getLogger("mailbus.kafka"),
                 "statistics.interval.ms": 5000,
                 "stats_cb": metrics.record_librdkafka_stats,  # consumer lag per partition
@@ -89,10 +96,14 @@ class KafkaSource(threading.Thread):
             )
             last_commit = time.monotonic()
             while not self._stop_event.is_set():
-                self._apply_backpressure()
-                batch = self._consumer.consume(num_messages=500, timeout=0.1)
-                for message in batch:
-                    self._dispatch(message)
+                room = self._room()
+                if room == 0 and not self._paused:
+                    time.sleep(0.005)  # a moment for outstanding work to finish
+                else:  # when paused, polling serves rebalances and returns no message
+                    batch = self._consumer.consume(num_messages=max(room, 1), timeout=0.1)
+                    origins = [o for o in map(self._accept, batch) if o is not None]
+                    if origins:
+                        self._loop.call_soon_threadsafe(self._start_deliveries, origins)
                 if time.monotonic() - last_commit >= _COMMIT_INTERVAL_S:
                     self._commit(asynchronous=True)
                     last_commit = time.monotonic()
@@ -103,45 +114,59 @@ class KafkaSource(threading.Thread):
         finally:
             self._consumer.close()
 
-    def _dispatch(self, message: Message) -> None:
+    def _accept(self, message: Message) -> MessageOrigin | None:
+        """Count a polled message as in flight; None for error events and for messages of
+        a partition revoked meanwhile."""
         error = message.error()
         if error is not None:
             if error.code() != KafkaError._PARTITION_EOF:
                 log.warning("consumer error on %s: %s", self.topic, error.str())
-            return
+            return None
         topic, partition, offset = message.topic(), message.partition(), message.offset()
         if topic is None or partition is None or offset is None:
-            return  # only error events lack these, and those were handled above
+            return None  # only error events lack these, and those were handled above
         with self._lock:
             progress = self._progress.get(partition)
-            if progress is None:  # a message of a partition revoked meanwhile
-                return
+            if progress is None:
+                return None
             progress.started(offset)
             self._outstanding += 1
-        origin = MessageOrigin(topic, partition, offset, message.key(), message.value())
-        future = asyncio.run_coroutine_threadsafe(self._handler(origin), self._loop)
-        future.add_done_callback(lambda f: self._finished(partition, offset, f))
+        return MessageOrigin(topic, partition, offset, message.key(), message.value())
 
-    def _finished(
-        self, partition: int, offset: int, future: concurrent.futures.Future[None]
-    ) -> None:
+    def _start_deliveries(self, origins: list[MessageOrigin]) -> None:
+        """On the event loop: one task per message."""
+        for origin in origins:
+            task = self._loop.create_task(self._handler(origin))
+            self._tasks.add(task)
+            task.add_done_callback(functools.partial(self._finished, origin))
+
+    def _finished(self, origin: MessageOrigin, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
         # A handler that raised abandoned the message: its offset must not be committed.
-        done = not future.cancelled() and future.exception() is None
+        done = not task.cancelled() and task.exception() is None
         with self._lock:
             self._outstanding -= 1
-            progress = self._progress.get(partition)
+            progress = self._progress.get(origin.partition)
             if progress is not None and done:
-                progress.finished(offset)
+                progress.finished(origin.offset)
 
-    def _apply_backpressure(self) -> None:
+    def _room(self) -> int:
+        """How many more messages to take now (at most 500); pauses the assignment after
+        ``_PAUSE_AFTER_S`` without room and resumes it at the low-water mark."""
         with self._lock:
             outstanding = self._outstanding
-        if not self._paused and outstanding >= self._high_water:
+        now = time.monotonic()
+        if outstanding < self._high_water:
+            self._full_since = None
+        elif self._full_since is None:
+            self._full_since = now
+        elif not self._paused and now - self._full_since >= _PAUSE_AFTER_S:
             self._consumer.pause(self._consumer.assignment())
             self._paused = True
-        elif self._paused and outstanding <= self._low_water:
+        if self._paused and outstanding <= self._low_water:
             self._consumer.resume(self._consumer.assignment())
             self._paused = False
+        return min(max(self._high_water - outstanding, 0), 500)
 
     # -- offsets ------------------------------------------------------------------------
 

@@ -1,26 +1,32 @@
 """PostgreSQL side of delivery: load, claim and settle ``email_sends`` rows.
 
-Every state change is one guarded UPDATE (``… WHERE id = %s AND status = … RETURNING``):
-zero rows means someone else owns the row and the caller moves on. Dead letters are
-written in the same statement as the ``failed`` status; the relay publishes them.
+Every state change is guarded (``… WHERE id = … AND status = … RETURNING``): a row not
+returned is owned by someone else and the caller moves on. Dead letters are written in
+the same statement as the ``failed`` status; the relay publishes them. The methods take
+one row each, but concurrent calls are coalesced (:mod:`consumer.coalescer`) into one
+statement per batch, so a busy consumer pays a round trip per batch, not per row.
 psycopg errors become :class:`StorageError`.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from consumer.coalescer import Coalescer
 from consumer.core import Decision, SendView, Status
 from mailbus.errors import StorageError
 from mailbus.sqlfiles import load_queries
 
 __all__ = ["LoadedSend", "MessageOrigin", "SendLedger", "dead_letter_reason"]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -42,8 +48,25 @@ class MessageOrigin:
     value: bytes | None = None
 
 
+@dataclass(frozen=True)
+class _Claim:
+    send_id: int
+    attempt: int
+    token: uuid.UUID
+    provider: str | None
+
+
+@dataclass(frozen=True)
+class _Settlement:
+    send: SendView
+    token: uuid.UUID | None
+    decision: Decision
+    origin: MessageOrigin | None
+    latency_ms: int | None
+
+
 class SendLedger:
-    def __init__(self, database_url: str, max_connections: int) -> None:
+    def __init__(self, database_url: str, max_connections: int, lease_s: float) -> None:
         self._pool = AsyncConnectionPool(
             database_url,
             min_size=1,
@@ -53,6 +76,10 @@ class SendLedger:
             reconnect_timeout=3600,
         )
         self._queries = load_queries("consumer", "queries.sql")
+        self._lease_s = lease_s
+        self._loads = Coalescer(self._load_batch)
+        self._claims = Coalescer(self._claim_batch)
+        self._settlements = Coalescer(self._settle_batch)
 
     async def open(self) -> None:
         await self._pool.open(wait=False)
@@ -61,29 +88,21 @@ class SendLedger:
         await self._pool.close()
 
     async def load(self, send_id: int) -> LoadedSend | None:
-        row = await self._fetchone("load_send", {"id": send_id})
-        return None if row is None else _loaded(row)
+        return await self._loads.submit(send_id)
 
     async def claim_for_send(
-        self, send_id: int, attempt: int, lease_s: float, provider: str | None
+        self, send_id: int, attempt: int, provider: str | None
     ) -> uuid.UUID | None:
-        """pending → sending for the attempt the pointer names; None if not ours to send."""
-        token = uuid.uuid4()
-        params = {
-            "id": send_id,
-            "attempt": attempt,
-            "token": token,
-            "lease_s": lease_s,
-            "provider": provider,
-        }
-        row = await self._fetchone("claim_for_send", params)
-        return None if row is None else token
+        """pending → sending for the attempt the pointer names; the lease token, or None
+        if the row is not ours to send."""
+        claim = _Claim(send_id, attempt, uuid.uuid4(), provider)
+        return claim.token if await self._claims.submit(claim) else None
 
     async def settle_gate(
         self, send: SendView, decision: Decision, origin: MessageOrigin | None
     ) -> bool:
         """Record a decision taken before any call, on a row still ``pending``."""
-        return await self._settle(send, None, decision, origin, None)
+        return await self._settlements.submit(_Settlement(send, None, decision, origin, None))
 
     async def settle_call(
         self,
@@ -93,8 +112,10 @@ class SendLedger:
         origin: MessageOrigin | None,
         latency_ms: int | None = None,
     ) -> bool:
-        """Record the outcome of the lease holder's call (``latency_ms`` set) or look-up."""
-        return await self._settle(send, token, decision, origin, latency_ms)
+        """Record the outcome of the lease holder's call (``latency_ms`` set) or look-up.
+        False if the lease was taken over meanwhile."""
+        settlement = _Settlement(send, token, decision, origin, latency_ms)
+        return await self._settlements.submit(settlement)
 
     async def record_undecodable(self, origin: MessageOrigin, error: str) -> None:
         params = {
@@ -152,36 +173,43 @@ class SendLedger:
         except psycopg.Error as exc:
             raise StorageError(f"cannot report provider health: {exc}") from exc
 
-    async def _fetchone(self, query: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    async def _load_batch(self, send_ids: Sequence[int]) -> list[LoadedSend | None]:
+        rows = await self._fetchall("load_sends", {"ids": list(send_ids)})
+        loaded = {send.view.id: send for send in map(_loaded, rows)}
+        return [loaded.get(send_id) for send_id in send_ids]
+
+    async def _claim_batch(self, claims: Sequence[_Claim]) -> list[bool]:
+        won: set[uuid.UUID] = set()
+        for claims_of_round in _distinct_rounds(claims, lambda claim: claim.send_id):
+            params = {
+                "ids": [c.send_id for c in claims_of_round],
+                "attempts": [c.attempt for c in claims_of_round],
+                "tokens": [c.token for c in claims_of_round],
+                "providers": [c.provider for c in claims_of_round],
+                "lease_s": self._lease_s,
+            }
+            claimed = {send_id for (send_id,) in await self._fetchall("claim_for_send", params)}
+            won.update(c.token for c in claims_of_round if c.send_id in claimed)
+        return [claim.token in won for claim in claims]
+
+    async def _settle_batch(self, settlements: Sequence[_Settlement]) -> list[bool]:
+        recorded: set[int] = set()  # id() of the settlements whose guard held
+        for settlements_of_round in _distinct_rounds(settlements, lambda s: s.send.id):
+            params: dict[str, list[Any]] = {name: [] for name in _SETTLE_COLUMNS}
+            for settlement in settlements_of_round:
+                for name, value in _settle_row(settlement).items():
+                    params[name].append(value)
+            done = {send_id for (send_id,) in await self._fetchall("settle", params)}
+            recorded.update(id(s) for s in settlements_of_round if s.send.id in done)
+        return [id(settlement) in recorded for settlement in settlements]
+
+    async def _fetchall(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         try:
             async with self._pool.connection() as conn:
                 cursor = await conn.execute(self._queries[query], params)
-                return await cursor.fetchone()
+                return await cursor.fetchall()
         except psycopg.Error as exc:
             raise StorageError(f"{query} failed: {exc}") from exc
-
-    async def _settle(
-        self,
-        send: SendView,
-        token: uuid.UUID | None,
-        decision: Decision,
-        origin: MessageOrigin | None,
-        latency_ms: int | None,
-    ) -> bool:
-        """One guarded statement; False if the row was not in the state it guards on."""
-        params = {
-            "id": send.id,
-            "attempt": send.attempts,
-            "token": token,
-            "status": decision.next_status.value,
-            "next_try_at": decision.retry_at,
-            "last_error": decision.reason or None,
-            "message_id": decision.message_id,
-            "latency_ms": latency_ms,
-            **_dead_letter_params(decision, origin),
-        }
-        row = await self._fetchone("settle", params)
-        return row is not None and row[0] == 1
 
 
 def _loaded(row: tuple[Any, ...]) -> LoadedSend:
@@ -215,13 +243,47 @@ def dead_letter_reason(decision: Decision) -> str:
     return "invalid"
 
 
-def _dead_letter_params(decision: Decision, origin: MessageOrigin | None) -> dict[str, Any]:
+def _distinct_rounds(items: Sequence[_T], key: Callable[[_T], int]) -> list[list[_T]]:
+    """Split a batch so no row is named twice in one statement (an UPDATE … FROM applies
+    only one of two input rows for the same target row); almost always one round."""
+    rounds: list[tuple[list[_T], set[int]]] = []
+    for item in items:
+        k = key(item)
+        for members, keys in rounds:
+            if k not in keys:
+                members.append(item)
+                keys.add(k)
+                break
+        else:
+            rounds.append(([item], {k}))
+    return [members for members, _ in rounds]
+
+
+_SETTLE_COLUMNS = (
+    "ids", "attempts", "tokens", "statuses", "next_try_ats", "last_errors", "message_ids",
+    "latencies_ms", "status_codes", "dead_letters", "dl_reasons", "dl_errors", "topics",
+    "partitions", "offsets",
+)  # fmt: skip
+
+
+def _settle_row(settlement: _Settlement) -> dict[str, Any]:
+    """One row of the ``settle`` statement's arrays."""
+    decision, origin = settlement.decision, settlement.origin
+    next_try_at: datetime | None = decision.retry_at
     return {
-        "dead_letter": decision.dead_letter,
-        "dl_reason": dead_letter_reason(decision),
-        "dl_error": decision.reason[:500],
-        "status_code": decision.status_code,
-        "topic": origin.topic if origin else None,
-        "partition": origin.partition if origin else None,
-        "offset": origin.offset if origin else None,
+        "ids": settlement.send.id,
+        "attempts": settlement.send.attempts,
+        "tokens": settlement.token,
+        "statuses": decision.next_status.value,
+        "next_try_ats": next_try_at,
+        "last_errors": decision.reason or None,
+        "message_ids": decision.message_id,
+        "latencies_ms": settlement.latency_ms,
+        "status_codes": decision.status_code,
+        "dead_letters": decision.dead_letter,
+        "dl_reasons": dead_letter_reason(decision),
+        "dl_errors": decision.reason[:500],
+        "topics": origin.topic if origin else None,
+        "partitions": origin.partition if origin else None,
+        "offsets": origin.offset if origin else None,
     }

@@ -1,50 +1,67 @@
--- name: load_send
+-- name: load_sends
+-- The rows a batch of pointers names, with whether each address is suppressed.
 SELECT s.id, s.dedupe_key, s.to_address, s.template, s.payload_json, s.priority, s.status,
        s.attempts, s.expires_at, s.next_try_at, s.provider,
        EXISTS (SELECT 1 FROM email_suppressions x WHERE x.address = lower(s.to_address))
 FROM email_sends s
-WHERE s.id = %(id)s
+WHERE s.id = ANY(%(ids)s::bigint[])
 
 -- name: claim_for_send
--- pending -> sending, only for the attempt the pointer names and only when due.
-UPDATE email_sends
-SET status = 'sending', attempts = attempts + 1, lease_token = %(token)s,
-    lease_until = now() + make_interval(secs => %(lease_s)s), provider = %(provider)s
-WHERE id = %(id)s AND status = 'pending' AND attempts = %(attempt)s
-  AND (next_try_at IS NULL OR next_try_at <= now())
-RETURNING attempts
+-- pending -> sending for a batch of claims, each only for the attempt its pointer names and
+-- only when due; each claimed row gets its claim's lease token. Returns the claimed ids.
+UPDATE email_sends s
+SET status = 'sending', attempts = s.attempts + 1, lease_token = c.token,
+    lease_until = now() + make_interval(secs => %(lease_s)s), provider = c.provider
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(tokens)s::uuid[], %(providers)s::text[])
+     AS c (id, attempt, token, provider)
+WHERE s.id = c.id AND s.status = 'pending' AND s.attempts = c.attempt
+  AND (s.next_try_at IS NULL OR s.next_try_at <= now())
+RETURNING s.id
 
 -- name: settle
--- Records a decision, guarded: without a lease token the row must still be `pending` at the
--- pointer's attempt (expired, suppressed or invalid, decided before any call); with one it
--- must be `sending` under that token (the holder's call or look-up). The attempt's history
--- row (when a call was made) and the dead letter (when asked) go in the same statement.
-WITH settled AS (
-    UPDATE email_sends
-    SET status = %(status)s,
-        next_try_at = %(next_try_at)s,
-        last_error = %(last_error)s,
-        message_id = coalesce(%(message_id)s, message_id),
-        accepted_at = CASE WHEN %(status)s = 'accepted' THEN now() ELSE accepted_at END,
+-- Records a batch of decisions, each guarded: without a lease token the row must still be
+-- `pending` at the pointer's attempt (expired, suppressed or invalid, decided before any
+-- call); with one it must be `sending` under that token (the holder's call or look-up).
+-- The attempt's history row (when a call was made) and the dead letter (when asked) go in
+-- the same statement. Returns the ids whose decision was recorded.
+WITH decided AS (
+    SELECT * FROM unnest(
+        %(ids)s::bigint[], %(attempts)s::int[], %(tokens)s::uuid[], %(statuses)s::text[],
+        %(next_try_ats)s::timestamptz[], %(last_errors)s::text[], %(message_ids)s::text[],
+        %(latencies_ms)s::int[], %(status_codes)s::int[], %(dead_letters)s::bool[],
+        %(dl_reasons)s::text[], %(dl_errors)s::text[], %(topics)s::text[],
+        %(partitions)s::int[], %(offsets)s::bigint[])
+    AS d (id, attempt, token, status, next_try_at, last_error, message_id, latency_ms,
+          status_code, dead_letter, dl_reason, dl_error, topic, kafka_partition, kafka_offset)
+), settled AS (
+    UPDATE email_sends s
+    SET status = d.status,
+        next_try_at = d.next_try_at,
+        last_error = d.last_error,
+        message_id = coalesce(d.message_id, s.message_id),
+        accepted_at = CASE WHEN d.status = 'accepted' THEN now() ELSE s.accepted_at END,
         lease_until = NULL, lease_token = NULL, published_at = NULL
-    WHERE id = %(id)s
-      AND CASE WHEN %(token)s::uuid IS NULL
-               THEN status = 'pending' AND attempts = %(attempt)s
-               ELSE status = 'sending' AND lease_token = %(token)s::uuid END
-    RETURNING id, dedupe_key, priority, template, attempts
+    FROM decided d
+    WHERE s.id = d.id
+      AND CASE WHEN d.token IS NULL
+               THEN s.status = 'pending' AND s.attempts = d.attempt
+               ELSE s.status = 'sending' AND s.lease_token = d.token END
+    RETURNING s.id, s.dedupe_key, s.priority, s.template, s.attempts, d.status,
+              d.status_code, d.last_error, d.latency_ms, d.dead_letter, d.dl_reason,
+              d.dl_error, d.topic, d.kafka_partition, d.kafka_offset
 ), attempt AS (
     INSERT INTO email_attempts (send_id, attempt, outcome, status_code, reason, latency_ms)
-    SELECT id, attempts, %(status)s, %(status_code)s, %(last_error)s, %(latency_ms)s
-    FROM settled WHERE %(latency_ms)s::int IS NOT NULL
+    SELECT id, attempts, status, status_code, last_error, latency_ms
+    FROM settled WHERE latency_ms IS NOT NULL
 ), dead_letter AS (
     INSERT INTO email_dead_letters (
         send_id, dedupe_key, priority, template, reason, status_code, error, attempts,
         original_topic, original_partition, original_offset)
-    SELECT id, dedupe_key, priority, template, %(dl_reason)s, %(status_code)s, %(dl_error)s,
-           attempts, %(topic)s, %(partition)s, %(offset)s
-    FROM settled WHERE %(dead_letter)s
+    SELECT id, dedupe_key, priority, template, dl_reason, status_code, dl_error, attempts,
+           topic, kafka_partition, kafka_offset
+    FROM settled WHERE dead_letter
 )
-SELECT count(*) FROM settled
+SELECT id FROM settled
 
 -- name: insert_dead_letter
 -- An undecodable Kafka message: no send row, the raw bytes kept.

@@ -50,7 +50,10 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    ledger = SendLedger(settings.database_url, max_connections=min(settings.max_in_flight, 20))
+    lease_s = lease_seconds(settings)
+    ledger = SendLedger(
+        settings.database_url, max_connections=min(settings.max_in_flight, 20), lease_s=lease_s
+    )
     health = _HealthReporter(ledger, settings.provider_url)
     gate = ProviderGate(
         settings.max_in_flight,
@@ -75,31 +78,29 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         provider,
         gate,
         policy,
-        lease_seconds(settings),
+        lease_s,
         policies=configured_policy_book(),
         fallback=fallback,
+        stop_requested=stop.is_set,
     )
     await ledger.open()
     if settings.metrics_port is not None:
         metrics.start_metrics_server(settings.metrics_port)
 
     async def deliver(origin: MessageOrigin) -> None:
-        async with slots:
-            if stop.is_set():
-                raise Stopping()  # not started: leave it for redelivery
-            try:
-                await service.handle(origin)
-            except Stopping:
-                raise
-            except Exception:
-                # A bug, not an outage: log it and move on. The row keeps its state; the
-                # reconciler hands long-published pending rows back to the relay.
-                log.exception(
-                    "delivery failed unexpectedly at %s[%d]@%d",
-                    origin.topic,
-                    origin.partition,
-                    origin.offset,
-                )
+        try:
+            await service.handle(origin)
+        except Stopping:
+            raise
+        except Exception:
+            # A bug, not an outage: log it and move on. The row keeps its state; the
+            # reconciler hands long-published pending rows back to the relay.
+            log.exception(
+                "delivery failed unexpectedly at %s[%d]@%d",
+                origin.topic,
+                origin.partition,
+                origin.offset,
+            )
 
     drain_s = settings.connect_timeout + settings.request_timeout + 5.0
     sources = [
@@ -109,7 +110,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
             topic=settings.topic(priority),
             handler=deliver,
             loop=loop,
-            max_outstanding=2 * settings.max_in_flight,
+            max_outstanding=4 * settings.max_in_flight,  # calls, plus loads and settles
             drain_s=drain_s,
             stop=stop,
         )

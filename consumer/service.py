@@ -1,12 +1,14 @@
 """Delivery of one send pointer: the core's decisions applied through the adapters.
 
-    pointer → load row → (expired/suppressed/invalid | wait at the provider gate →
-    guarded claim → provider call → [look-up]) → settle
+    pointer → load row → (expired/suppressed/invalid | [in-flight slot: provider gate →
+    guarded claim → provider call → look-up?] → settle)
 
-A pointer is done when :meth:`DeliveryService.handle` returns: its outcome is recorded
-in PostgreSQL (or there was nothing to do), so its offset may be committed. Storage
-failures are retried until they succeed or the service stops; a stop leaves the pointer
-undone (its offset uncommitted) and a ``sending`` row for the reconciler to resolve.
+Only the provider's part holds one of the process's in-flight slots; loading and
+settling, which the ledger batches, do not. A pointer is done when
+:meth:`DeliveryService.handle` returns: its outcome is recorded in PostgreSQL (or there
+was nothing to do), so its offset may be committed. Storage failures are retried until
+they succeed or the service stops; a stop leaves the pointer undone (its offset
+uncommitted) and a ``sending`` row for the reconciler to resolve.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -52,6 +54,17 @@ class Stopping(Exception):
     """The service is shutting down; the work in hand is abandoned, not recorded."""
 
 
+@dataclass(frozen=True)
+class _Attempt:
+    """A call made under a lease, and what the core decided of it."""
+
+    row: SendView
+    token: uuid.UUID
+    decision: Decision
+    latency_s: float
+    status_code: int | None
+
+
 FALLBACK = "fallback"  # email_sends.provider of a call taken by the fallback provider
 
 
@@ -66,6 +79,7 @@ class DeliveryService:
         *,
         policies: PolicyBook,
         fallback: HttpProvider | None = None,
+        stop_requested: Callable[[], bool] = lambda: False,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         rand: Callable[[], float] = random.random,
     ) -> None:
@@ -78,7 +92,8 @@ class DeliveryService:
         self.lease_s = lease_s
         self.clock = clock
         self.rand = rand
-        self.stopping = asyncio.Event()
+        self.stop_requested = stop_requested  # no new call starts once it is True
+        self.stopping = asyncio.Event()  # and storage retries give up once this is set
         self._codec = send_pointer_codec()
 
     async def handle(self, origin: MessageOrigin) -> None:
@@ -106,21 +121,47 @@ class DeliveryService:
             return  # a duplicate or stale pointer: the row moved on without it
         if await self._settled_without_call(loaded, origin):
             return
-        when_down = self.policies.for_template(row.template).when_provider_down
-        route = self._route(row, when_down)
-        admission = None if route == FALLBACK else await self.gate.admit_send(when_down == "pause")
-        try:
-            if admission is not None and await self._settled_without_call(loaded, origin):
-                return  # it expired while the provider was down
-            token = await self._durably(
-                lambda: self.ledger.claim_for_send(row.id, row.attempts, self.lease_s, route)
+        attempt = await self._attempt(loaded, origin)
+        if attempt is None:
+            return
+        row, decision = attempt.row, attempt.decision
+        settled = await self._durably(
+            lambda: self.ledger.settle_call(
+                row, attempt.token, decision, origin, int(attempt.latency_s * 1000)
             )
-            if token is None:
-                return  # someone else claimed it, or it is not due yet
-            await self._call_and_settle(loaded, token, origin, admission, route)
-        finally:
-            if admission is not None:
-                self.gate.release(admission)
+        )
+        metrics.observe_call(
+            row.priority, decision.next_status.value, attempt.latency_s, attempt.status_code
+        )
+        if settled and decision.dead_letter:
+            metrics.observe_dead_letter(dead_letter_reason(decision))
+        if not settled:
+            log.warning("lease on send %d was taken over before its outcome was recorded", row.id)
+
+    async def _attempt(self, loaded: LoadedSend, origin: MessageOrigin) -> _Attempt | None:
+        """In one in-flight slot: wait at the gate, claim, call (and look up when the call
+        leaves doubt). None if no call was made."""
+        async with self.gate.slots:
+            if self.stop_requested():
+                raise Stopping()  # not started: left for redelivery
+            row = loaded.view
+            when_down = self.policies.for_template(row.template).when_provider_down
+            route = self._route(row, when_down)
+            admission = (
+                None if route == FALLBACK else await self.gate.admit_send(when_down == "pause")
+            )
+            try:
+                if admission is not None and await self._settled_without_call(loaded, origin):
+                    return None  # it expired while the provider was down
+                token = await self._durably(
+                    lambda: self.ledger.claim_for_send(row.id, row.attempts, route)
+                )
+                if token is None:
+                    return None  # someone else claimed it, or it is not due yet
+                return await self._call(loaded, token, admission, route)
+            finally:
+                if admission is not None:
+                    self.gate.release(admission)
 
     async def _settled_without_call(self, loaded: LoadedSend, origin: MessageOrigin) -> bool:
         """Expired, suppressed or invalid: settle it with no call and say so."""
@@ -155,21 +196,19 @@ class DeliveryService:
         decision = await self._look_up(loaded.view, loaded.provider)
         await self._durably(lambda: self.ledger.settle_call(loaded.view, token, decision, None))
 
-    async def _call_and_settle(
+    async def _call(
         self,
         loaded: LoadedSend,
         token: uuid.UUID,
-        origin: MessageOrigin,
         admission: Admission | None,
         route: str | None,
-    ) -> None:
+    ) -> _Attempt:
         row = replace(loaded.view, status=Status.SENDING, attempts=loaded.view.attempts + 1)
         mail = OutgoingMail(row.dedupe_key, row.to_address, row.template, loaded.variables)
         log.debug("sending %s to %s, attempt %d", row.dedupe_key, row.to_address, row.attempts)
         started = time.monotonic()
         result = classify(await self._provider(route).send(mail))
         latency_s = time.monotonic() - started
-        latency_ms = int(latency_s * 1000)
         if admission is not None:
             self.gate.settle(admission, result, latency_s)
         decision = after_call(row, result, self.clock(), self.policy, self.rand)
@@ -179,16 +218,7 @@ class DeliveryService:
             found = await self._lookup(row.dedupe_key, route)
             if not found.failed:  # a failed look-up leaves the failure as decided
                 decision = confirm_failure(decision, found.message_id)
-        settled = await self._durably(
-            lambda: self.ledger.settle_call(row, token, decision, origin, latency_ms)
-        )
-        metrics.observe_call(
-            row.priority, decision.next_status.value, latency_s, result.status_code
-        )
-        if settled and decision.dead_letter:
-            metrics.observe_dead_letter(dead_letter_reason(decision))
-        if not settled:
-            log.warning("lease on send %d was taken over before its outcome was recorded", row.id)
+        return _Attempt(row, token, decision, latency_s, result.status_code)
 
     async def _lookup(self, dedupe_key: str, route: str | None) -> LookupResult:
         """Ask the provider that took the call whether it accepted the key."""
