@@ -1,6 +1,8 @@
 """What stands between a claimed mail and the provider, per consumer process:
 
-- the **adaptive in-flight limit** (:class:`AdaptiveSlots` sized by ``core.concurrency``),
+- the **adaptive in-flight limit** (:class:`AdaptiveSlots` sized by ``core.concurrency``)
+  on provider calls, and a quarter more on claimed rows (``claims``), so the next rows are
+  claimed while calls are still out but never many more than there are slots for,
 - the **circuit breaker** (``core.breaker``): while open nothing is sent and in-flight
   slots fill, so the Kafka source's backpressure pauses the partitions,
 - a **429 pause**: a 429 stops every send of this process for its Retry-After,
@@ -47,29 +49,37 @@ class AdaptiveSlots:
         self._limit = value
         self._hand_over()
 
-    async def __aenter__(self) -> None:
+    async def acquire(self, timeout: float | None = None) -> bool:
+        """Take a slot, waiting in line; False if none came within ``timeout`` seconds."""
         if self.in_use < self._limit and not self._waiters:
             self.in_use += 1
-            return
+            return True
         granted = asyncio.get_running_loop().create_future()
         self._waiters.append(granted)
         try:
-            await granted
-        except asyncio.CancelledError:
-            if granted.done() and not granted.cancelled():  # handed a slot, then cancelled
-                self._release()
-            else:
+            async with asyncio.timeout(timeout):
+                await granted
+        except (asyncio.CancelledError, TimeoutError) as exc:
+            if granted.done() and not granted.cancelled():  # handed a slot at the last moment
+                self.release()
+            elif granted in self._waiters:
                 self._waiters.remove(granted)
+            if isinstance(exc, TimeoutError):
+                return False
             raise
+        return True
+
+    def release(self) -> None:
+        self.in_use -= 1
+        self._hand_over()
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
 
     async def __aexit__(
         self, _t: type[BaseException] | None, _e: BaseException | None, _tb: TracebackType | None
     ) -> None:
-        self._release()
-
-    def _release(self) -> None:
-        self.in_use -= 1
-        self._hand_over()
+        self.release()
 
     def _hand_over(self) -> None:
         while self._waiters and self.in_use < self._limit:
@@ -97,6 +107,7 @@ class ProviderGate:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.slots = AdaptiveSlots(max_in_flight)
+        self.claims = AdaptiveSlots(_claims_for(max_in_flight))
         self.breaker = Breaker()
         self._breaker_policy = breaker_policy
         self._limit_policy = LimitPolicy(max_limit=max_in_flight)
@@ -163,6 +174,7 @@ class ProviderGate:
     def _resize(self) -> None:
         if self._limit.slots != self.slots.limit:
             self.slots.limit = self._limit.slots
+            self.claims.limit = _claims_for(self._limit.slots)
             self._on_limit_change(self.slots.limit)
 
     def _set_breaker(self, breaker: Breaker) -> None:
@@ -170,3 +182,8 @@ class ProviderGate:
         self.breaker = breaker
         if changed:
             self._on_breaker_change(breaker.state)
+
+
+def _claims_for(slots: int) -> int:
+    """Rows that may be claimed at once: the calls, plus a quarter waiting for a slot."""
+    return slots + max(1, slots // 4)

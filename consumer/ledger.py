@@ -98,6 +98,11 @@ class SendLedger:
         claim = _Claim(send_id, attempt, uuid.uuid4(), provider)
         return claim.token if await self._claims.submit(claim) else None
 
+    async def release_claim(self, send_id: int, token: uuid.UUID) -> None:
+        """Undo a claim whose call never started: back to ``pending`` at the same attempt,
+        for the relay to publish again."""
+        await self._fetchall("release_claim", {"id": send_id, "token": token})
+
     async def settle_gate(
         self, send: SendView, decision: Decision, origin: MessageOrigin | None
     ) -> bool:

@@ -18,6 +18,15 @@ WHERE s.id = c.id AND s.status = 'pending' AND s.attempts = c.attempt
   AND (s.next_try_at IS NULL OR s.next_try_at <= now())
 RETURNING s.id
 
+-- name: release_claim
+-- Undoes a claim whose call never started (no slot came in time): nothing was sent, so the
+-- attempt is not counted, and the relay publishes the row again.
+UPDATE email_sends
+SET status = 'pending', attempts = attempts - 1, lease_token = NULL, lease_until = NULL,
+    published_at = NULL
+WHERE id = %(id)s AND status = 'sending' AND lease_token = %(token)s
+RETURNING id
+
 -- name: settle
 -- Records a batch of decisions, each guarded: without a lease token the row must still be
 -- `pending` at the pointer's attempt (expired, suppressed or invalid, decided before any

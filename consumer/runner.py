@@ -37,8 +37,9 @@ log = logging.getLogger("mailbus.consumer")
 
 
 def lease_seconds(settings: Settings) -> float:
-    """Long enough for one call and the look-up that may follow it."""
-    return settings.connect_timeout + 2 * settings.request_timeout + 5.0
+    """Long enough for a claimed row's wait for a slot (at most ``request_timeout``), its
+    call and the look-up that may follow it."""
+    return settings.connect_timeout + 3 * settings.request_timeout + 5.0
 
 
 def run_consumer(settings: Settings, priorities: Sequence[str]) -> int:
@@ -79,6 +80,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         gate,
         policy,
         lease_s,
+        slot_wait_s=settings.request_timeout,
         policies=configured_policy_book(),
         fallback=fallback,
         stop_requested=stop.is_set,

@@ -76,6 +76,7 @@ class DeliveryService:
         gate: ProviderGate,
         policy: RetryPolicy,
         lease_s: float,
+        slot_wait_s: float,
         *,
         policies: PolicyBook,
         fallback: HttpProvider | None = None,
@@ -90,6 +91,7 @@ class DeliveryService:
         self.gate = gate
         self.policy = policy
         self.lease_s = lease_s
+        self.slot_wait_s = slot_wait_s  # a claimed row waits this long for a slot at most
         self.clock = clock
         self.rand = rand
         self.stop_requested = stop_requested  # no new call starts once it is True
@@ -139,9 +141,11 @@ class DeliveryService:
             log.warning("lease on send %d was taken over before its outcome was recorded", row.id)
 
     async def _attempt(self, loaded: LoadedSend, origin: MessageOrigin) -> _Attempt | None:
-        """In one in-flight slot: wait at the gate, claim, call (and look up when the call
-        leaves doubt). None if no call was made."""
-        async with self.gate.slots:
+        """Wait at the gate, claim, then call (and look up when the call leaves doubt) in an
+        in-flight slot. The row is claimed before its slot comes, so the claim's round trip
+        is not spent holding one; if no slot comes in time the claim is handed back.
+        None if no call was made."""
+        async with self.gate.claims:
             if self.stop_requested():
                 raise Stopping()  # not started: left for redelivery
             row = loaded.view
@@ -158,7 +162,13 @@ class DeliveryService:
                 )
                 if token is None:
                     return None  # someone else claimed it, or it is not due yet
-                return await self._call(loaded, token, admission, route)
+                if not await self.gate.slots.acquire(timeout=self.slot_wait_s):
+                    await self._durably(lambda: self.ledger.release_claim(row.id, token))
+                    return None  # calls are slow: the relay publishes it again
+                try:
+                    return await self._call(loaded, token, admission, route)
+                finally:
+                    self.gate.slots.release()
             finally:
                 if admission is not None:
                     self.gate.release(admission)

@@ -64,3 +64,17 @@ def test_a_cancelled_waiter_gives_its_place_back() -> None:
         return slots.in_use
 
     assert asyncio.run(scenario()) == 0
+
+
+def test_acquire_gives_up_after_its_timeout_and_leaves_the_line_intact() -> None:
+    async def scenario() -> tuple[bool, bool, int, int]:
+        slots = AdaptiveSlots(1)
+        await slots.acquire()
+        timed_out = await slots.acquire(timeout=0.01)  # the holder keeps its slot
+        later = asyncio.ensure_future(slots.acquire(timeout=5))
+        await asyncio.sleep(0)
+        slots.release()  # handed to the waiter still in line
+        return timed_out, await later, slots.in_use, len(slots._waiters)
+
+    timed_out, later, in_use, waiting = asyncio.run(scenario())
+    assert (timed_out, later, in_use, waiting) == (False, True, 1, 0)
