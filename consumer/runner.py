@@ -31,15 +31,22 @@ from mailbus.errors import StorageError
 from mailbus.policies import configured_policy_book
 from mailbus.settings import Settings
 
-__all__ = ["lease_seconds", "run_consumer"]
+__all__ = ["lease_seconds", "run_consumer", "slot_wait_seconds"]
 
 log = logging.getLogger("mailbus.consumer")
 
 
+def slot_wait_seconds(settings: Settings) -> float:
+    """How long a claimed row waits for an in-flight slot before its claim is handed back."""
+    return settings.request_timeout / 2
+
+
 def lease_seconds(settings: Settings) -> float:
-    """Long enough for a claimed row's wait for a slot (at most ``request_timeout``), its
-    call and the look-up that may follow it."""
-    return settings.connect_timeout + 3 * settings.request_timeout + 5.0
+    """Long enough for a claimed row's wait for a slot, its call and the look-up that may
+    follow it."""
+    return (
+        slot_wait_seconds(settings) + settings.connect_timeout + 2 * settings.request_timeout + 5.0
+    )
 
 
 def run_consumer(settings: Settings, priorities: Sequence[str]) -> int:
@@ -80,7 +87,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         gate,
         policy,
         lease_s,
-        slot_wait_s=settings.request_timeout,
+        slot_wait_s=slot_wait_seconds(settings),
         policies=configured_policy_book(),
         fallback=fallback,
         stop_requested=stop.is_set,

@@ -164,6 +164,7 @@ class DeliveryService:
                     return None  # someone else claimed it, or it is not due yet
                 if not await self.gate.slots.acquire(timeout=self.slot_wait_s):
                     await self._durably(lambda: self.ledger.release_claim(row.id, token))
+                    log.info("no in-flight slot for send %d in time: claim handed back", row.id)
                     return None  # calls are slow: the relay publishes it again
                 try:
                     return await self._call(loaded, token, admission, route)

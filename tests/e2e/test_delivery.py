@@ -213,3 +213,20 @@ def test_sigterm_drains_in_flight_work_and_exits_zero(stack: Stack) -> None:
     stack.start_consumer(name=f"again-{uuid.uuid4().hex[:4]}")
     assert stack.wait_settled(60) == {"accepted": 5}
     assert not stack.accepted_twice()
+
+
+def test_a_claim_that_gets_no_slot_in_time_is_handed_back_uncounted(stack: Stack) -> None:
+    # One slot; the first two sends hang until the 2 s deadline, so a row claimed behind
+    # one of them waits longer than its 1 s for the slot and hands its claim back.
+    stack.set_faults({"kind": "hang_after_accept", "next": 2, "hang_seconds": 10})
+    keys = stack.seed(4)
+    stack.start_relay()
+    stack.start_consumer(MAILBUS_MAX_IN_FLIGHT="1", MAILBUS_REQUEST_TIMEOUT="2")
+    assert stack.wait_settled(90) == {"accepted": 4}
+    handed_back = (stack.logs / "consumer.log").read_text().count("claim handed back")
+    assert handed_back >= 1
+    ledger = stack.ledger()["keys"]
+    assert all(ledger[k]["requests"] == 1 and ledger[k]["accepted"] == 1 for k in keys)
+    # Every counted attempt is a call that was made: a handed-back claim is not counted.
+    assert stack.query("SELECT DISTINCT attempts FROM email_sends") == [(1,)]
+    assert stack.query("SELECT count(*) FROM email_attempts") == [(4,)]
