@@ -100,7 +100,7 @@ class KafkaSource(threading.Thread):
                 if room == 0 and not self._paused:
                     time.sleep(0.005)  # a moment for outstanding work to finish
                 else:  # when paused, polling serves rebalances and returns no message
-                    batch = self._consumer.consume(num_messages=max(room, 1), timeout=0.1)
+                    batch = self._poll(room)
                     origins = [o for o in map(self._accept, batch) if o is not None]
                     if origins:
                         self._loop.call_soon_threadsafe(self._start_deliveries, origins)
@@ -113,6 +113,17 @@ class KafkaSource(threading.Thread):
             log.exception("kafka source for %s failed", self.topic)
         finally:
             self._consumer.close()
+
+    def _poll(self, room: int) -> list[Message]:
+        """Wait (up to 0.1 s) for one message, then take what else is already fetched, up to
+        ``room``: ``consume(n, timeout)`` alone would wait for all ``n`` until the timeout,
+        adding up to 100 ms to every mail when traffic is light."""
+        first = self._consumer.poll(0.1)
+        if first is None:
+            return []
+        if room <= 1:
+            return [first]
+        return [first, *self._consumer.consume(num_messages=room - 1, timeout=0)]
 
     def _accept(self, message: Message) -> MessageOrigin | None:
         """Count a polled message as in flight; None for error events and for messages of
