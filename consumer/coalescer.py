@@ -29,7 +29,7 @@ class Coalescer(Generic[_In, _Out]):
         run_batch: Callable[[Sequence[_In]], Awaitable[Sequence[_Out]]],
         *,
         max_batch: int = 500,
-        max_running: int = 2,
+        max_running: int = 1,
     ) -> None:
         self._run_batch = run_batch
         self._max_batch = max_batch
