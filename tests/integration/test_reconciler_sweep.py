@@ -24,7 +24,7 @@ def test_only_long_published_pending_rows_of_our_priorities_are_handed_back(
         )
 
     async def sweep() -> list[int]:
-        ledger = SendLedger(database_url, max_connections=2)
+        ledger = SendLedger(database_url, max_connections=2, lease_s=30)
         await ledger.open()
         try:
             first = await ledger.republish_stale(["p1"], after_s=3600, limit=1)

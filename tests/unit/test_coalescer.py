@@ -76,7 +76,9 @@ def test_a_failed_batch_fails_each_of_its_submitters_and_not_the_next_batch() ->
 
     async def scenario() -> tuple[list[int | BaseException], int]:
         coalescer = Coalescer(recorder, max_running=1)
-        first = await asyncio.gather(*(coalescer.submit(n) for n in range(5)), return_exceptions=True)
+        first = await asyncio.gather(
+            *(coalescer.submit(n) for n in range(5)), return_exceptions=True
+        )
         return first, await coalescer.submit(8)
 
     first, after = asyncio.run(scenario())
