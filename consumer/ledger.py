@@ -13,10 +13,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from consumer.coalescer import Coalescer
@@ -186,13 +186,16 @@ class SendLedger:
     async def _claim_batch(self, claims: Sequence[_Claim]) -> list[bool]:
         won: set[uuid.UUID] = set()
         for claims_of_round in _distinct_rounds(claims, lambda claim: claim.send_id):
-            params = {
-                "ids": [c.send_id for c in claims_of_round],
-                "attempts": [c.attempt for c in claims_of_round],
-                "tokens": [c.token for c in claims_of_round],
-                "providers": [c.provider for c in claims_of_round],
-                "lease_s": self._lease_s,
-            }
+            rows = [
+                {
+                    "id": c.send_id,
+                    "attempt": c.attempt,
+                    "token": str(c.token),
+                    "provider": c.provider,
+                }
+                for c in claims_of_round
+            ]
+            params = {"claims": Jsonb(rows), "lease_s": self._lease_s}
             claimed = {send_id for (send_id,) in await self._fetchall("claim_for_send", params)}
             won.update(c.token for c in claims_of_round if c.send_id in claimed)
         return [claim.token in won for claim in claims]
@@ -200,10 +203,7 @@ class SendLedger:
     async def _settle_batch(self, settlements: Sequence[_Settlement]) -> list[bool]:
         recorded: set[int] = set()  # id() of the settlements whose guard held
         for settlements_of_round in _distinct_rounds(settlements, lambda s: s.send.id):
-            params: dict[str, list[Any]] = {name: [] for name in _SETTLE_COLUMNS}
-            for settlement in settlements_of_round:
-                for name, value in _settle_row(settlement).items():
-                    params[name].append(value)
+            params = {"decisions": Jsonb([_settle_row(s) for s in settlements_of_round])}
             done = {send_id for (send_id,) in await self._fetchall("settle", params)}
             recorded.update(id(s) for s in settlements_of_round if s.send.id in done)
         return [id(settlement) in recorded for settlement in settlements]
@@ -264,31 +264,23 @@ def _distinct_rounds(items: Sequence[_T], key: Callable[[_T], int]) -> list[list
     return [members for members, _ in rounds]
 
 
-_SETTLE_COLUMNS = (
-    "ids", "attempts", "tokens", "statuses", "next_try_ats", "last_errors", "message_ids",
-    "latencies_ms", "status_codes", "dead_letters", "dl_reasons", "dl_errors", "topics",
-    "partitions", "offsets",
-)  # fmt: skip
-
-
 def _settle_row(settlement: _Settlement) -> dict[str, Any]:
-    """One row of the ``settle`` statement's arrays."""
+    """One element of the ``settle`` statement's JSON array (its column names)."""
     decision, origin = settlement.decision, settlement.origin
-    next_try_at: datetime | None = decision.retry_at
     return {
-        "ids": settlement.send.id,
-        "attempts": settlement.send.attempts,
-        "tokens": settlement.token,
-        "statuses": decision.next_status.value,
-        "next_try_ats": next_try_at,
-        "last_errors": decision.reason or None,
-        "message_ids": decision.message_id,
-        "latencies_ms": settlement.latency_ms,
-        "status_codes": decision.status_code,
-        "dead_letters": decision.dead_letter,
-        "dl_reasons": dead_letter_reason(decision),
-        "dl_errors": decision.reason[:500],
-        "topics": origin.topic if origin else None,
-        "partitions": origin.partition if origin else None,
-        "offsets": origin.offset if origin else None,
+        "id": settlement.send.id,
+        "attempt": settlement.send.attempts,
+        "token": None if settlement.token is None else str(settlement.token),
+        "status": decision.next_status.value,
+        "next_try_at": None if decision.retry_at is None else decision.retry_at.isoformat(),
+        "last_error": decision.reason or None,
+        "message_id": decision.message_id,
+        "latency_ms": settlement.latency_ms,
+        "status_code": decision.status_code,
+        "dead_letter": decision.dead_letter,
+        "dl_reason": dead_letter_reason(decision),
+        "dl_error": decision.reason[:500],
+        "topic": origin.topic if origin else None,
+        "kafka_partition": origin.partition if origin else None,
+        "kafka_offset": origin.offset if origin else None,
     }

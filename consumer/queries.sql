@@ -12,8 +12,7 @@ WHERE s.id = ANY(%(ids)s::bigint[])
 UPDATE email_sends s
 SET status = 'sending', attempts = s.attempts + 1, lease_token = c.token,
     lease_until = now() + make_interval(secs => %(lease_s)s), provider = c.provider
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(tokens)s::uuid[], %(providers)s::text[])
-     AS c (id, attempt, token, provider)
+FROM jsonb_to_recordset(%(claims)s::jsonb) AS c (id bigint, attempt int, token uuid, provider text)
 WHERE s.id = c.id AND s.status = 'pending' AND s.attempts = c.attempt
   AND (s.next_try_at IS NULL OR s.next_try_at <= now())
 RETURNING s.id
@@ -34,14 +33,10 @@ RETURNING id
 -- The attempt's history row (when a call was made) and the dead letter (when asked) go in
 -- the same statement. Returns the ids whose decision was recorded.
 WITH decided AS (
-    SELECT * FROM unnest(
-        %(ids)s::bigint[], %(attempts)s::int[], %(tokens)s::uuid[], %(statuses)s::text[],
-        %(next_try_ats)s::timestamptz[], %(last_errors)s::text[], %(message_ids)s::text[],
-        %(latencies_ms)s::int[], %(status_codes)s::int[], %(dead_letters)s::bool[],
-        %(dl_reasons)s::text[], %(dl_errors)s::text[], %(topics)s::text[],
-        %(partitions)s::int[], %(offsets)s::bigint[])
-    AS d (id, attempt, token, status, next_try_at, last_error, message_id, latency_ms,
-          status_code, dead_letter, dl_reason, dl_error, topic, kafka_partition, kafka_offset)
+    SELECT * FROM jsonb_to_recordset(%(decisions)s::jsonb) AS d (
+        id bigint, attempt int, token uuid, status text, next_try_at timestamptz,
+        last_error text, message_id text, latency_ms int, status_code int, dead_letter bool,
+        dl_reason text, dl_error text, topic text, kafka_partition int, kafka_offset bigint)
 ), settled AS (
     UPDATE email_sends s
     SET status = d.status,
