@@ -51,13 +51,13 @@ class Bench:
         self.processes: list[subprocess.Popen[bytes]] = []
 
     def env(self, **extra: str) -> dict[str, str]:
-        return dict(
-            os.environ,
-            MAILBUS_DATABASE_URL=self.settings.database_url,
-            MAILBUS_TOPIC_PREFIX=self.settings.topic_prefix,
-            MAILBUS_LOG_LEVEL="WARNING",
+        return {
+            **os.environ,
+            "MAILBUS_DATABASE_URL": self.settings.database_url,
+            "MAILBUS_TOPIC_PREFIX": self.settings.topic_prefix,
+            "MAILBUS_LOG_LEVEL": "WARNING",
             **extra,
-        )
+        }
 
     def start(self, *args: str, **env: str) -> subprocess.Popen[bytes]:
         process = subprocess.Popen(
@@ -76,12 +76,21 @@ class Bench:
     def count(self, where: str) -> int:
         return int(self.query(f"SELECT count(*) FROM email_sends WHERE {where}")[0][0])
 
-    def wait_for(self, where: str, target: int, timeout: float = 600) -> None:
+    def wait_for(
+        self, where: str, target: int, timeout: float = 600, interval: float = 0.1
+    ) -> None:
+        """Until ``target`` rows match, counting every ``interval`` s on one connection
+        (each count scans the table: poll slowly while measuring something else)."""
         deadline = time.monotonic() + timeout
-        while self.count(where) < target:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{where}: {self.count(where)} of {target}")
-            time.sleep(0.1)
+        with psycopg.connect(self.settings.database_url, autocommit=True) as conn:
+            while True:
+                row = conn.execute(f"SELECT count(*) FROM email_sends WHERE {where}").fetchone()
+                count = int(row[0]) if row else 0
+                if count >= target:
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{where}: {count} of {target}")
+                time.sleep(interval)
 
     @staticmethod
     def stop(process: subprocess.Popen[bytes]) -> int:
