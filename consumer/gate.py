@@ -1,10 +1,11 @@
-"""What stands between a claimed mail and the provider, per consumer process:
+"""What stands between a mail and the provider, per consumer process:
 
 - the **adaptive in-flight limit** (:class:`AdaptiveSlots` sized by ``core.concurrency``)
   on provider calls, and a quarter more on claimed rows (``claims``), so the next rows are
   claimed while calls are still out but never many more than there are slots for,
-- the **circuit breaker** (``core.breaker``): while open nothing is sent and in-flight
-  slots fill, so the Kafka source's backpressure pauses the partitions,
+- the **circuit breaker** (``core.breaker``): while open nothing is sent or claimed;
+  deliveries wait holding ``claims`` permits, so the Kafka source's backpressure pauses the
+  partitions,
 - a **429 pause**: a 429 stops every send of this process for its Retry-After,
 - the **global rate limit** (``rate_limit.GlobalRateLimiter``), for sends and look-ups.
 
