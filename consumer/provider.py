@@ -224,8 +224,12 @@ class HttpProvider:
         return clip_reason(text)
 
 
+_MAX_MESSAGE_ID_CHARS = 512
+
+
 def _message_id(response: httpx.Response) -> str | None:
-    """The ``id`` of a ``{"id": "<non-empty str>"}`` body, else None."""
+    """The ``id`` of a ``{"id": "<non-empty str>"}`` body, else None. An id with control
+    characters (NUL cannot even be stored) or of more than 512 characters is not an id."""
     try:
         doc = json.loads(response.content)
     except ValueError:  # also UnicodeDecodeError
@@ -233,7 +237,12 @@ def _message_id(response: httpx.Response) -> str | None:
     if not isinstance(doc, dict):
         return None
     message_id = doc.get("id")
-    if isinstance(message_id, str) and message_id.strip():
+    if (
+        isinstance(message_id, str)
+        and message_id.strip()
+        and message_id.isprintable()
+        and len(message_id) <= _MAX_MESSAGE_ID_CHARS
+    ):
         return message_id
     return None
 

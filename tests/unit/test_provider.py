@@ -167,6 +167,9 @@ def test_no_retry_after_is_none() -> None:
         b'{"id": 5}',
         b'{"id": null}',
         b'{"message_id": "msg_1"}',
+        b'{"id": "msg_\\u0000nul"}',  # PostgreSQL text cannot hold NUL
+        b'{"id": "msg_1\\r\\nX-Injected: 1"}',
+        b'{"id": "' + b"m" * 513 + b'"}',
     ],
 )
 def test_malformed_2xx_has_no_message_id(body: bytes) -> None:
