@@ -4,10 +4,10 @@ The thread owns the confluent-kafka Consumer (which is not thread-safe) and hand
 batch it polls to the asyncio loop in one call, where each message is delivered
 concurrently. Offsets are committed per partition only below the lowest message still in
 flight (``PartitionProgress``), so a commit never runs ahead of an outcome recorded in
-PostgreSQL. Backpressure first takes
-only as many messages as there is room for (librdkafka keeps prefetching meanwhile); only
-after a second without room (an outage) does it pause the assignment, because a resume
-refetches what the pause discarded, which stalls the flow for a few hundred milliseconds.
+PostgreSQL. Backpressure first takes only as many messages as there is room for
+(librdkafka keeps prefetching meanwhile); only after a second without room (an outage)
+does it pause the assignment, because a resume refetches what the pause discarded, which
+stalls the flow for a few hundred milliseconds.
 On revoke the thread waits for the partitions' in-flight work (up to ``drain_s``), commits
 what is done, and lets go; anything unfinished is redelivered to the new owner and made
 harmless by the guarded claim.
