@@ -73,8 +73,13 @@ class Bench:
         with psycopg.connect(self.settings.database_url) as conn:
             return conn.execute(sql, params or None).fetchall()  # type: ignore[arg-type]
 
-    def count(self, where: str) -> int:
-        return int(self.query(f"SELECT count(*) FROM email_sends WHERE {where}")[0][0])
+    def count(self, where: str, conn: psycopg.Connection[tuple] | None = None) -> int:
+        """Rows of ``email_sends`` matching ``where``, on ``conn`` or a new connection."""
+        sql = f"SELECT count(*) FROM email_sends WHERE {where}"
+        if conn is None:
+            return int(self.query(sql)[0][0])
+        row = conn.execute(sql).fetchone()  # type: ignore[arg-type]
+        return int(row[0]) if row else 0
 
     def wait_for(
         self, where: str, target: int, timeout: float = 600, interval: float = 0.1
@@ -83,11 +88,7 @@ class Bench:
         (each count scans the table: poll slowly while measuring something else)."""
         deadline = time.monotonic() + timeout
         with psycopg.connect(self.settings.database_url, autocommit=True) as conn:
-            while True:
-                row = conn.execute(f"SELECT count(*) FROM email_sends WHERE {where}").fetchone()
-                count = int(row[0]) if row else 0
-                if count >= target:
-                    return
+            while (count := self.count(where, conn)) < target:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{where}: {count} of {target}")
                 time.sleep(interval)

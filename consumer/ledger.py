@@ -75,7 +75,10 @@ class SendLedger:
             kwargs={"autocommit": True, "connect_timeout": 5},
             reconnect_timeout=3600,
         )
-        self._queries = load_queries("consumer", "queries.sql")
+        self._queries = {
+            **load_queries("consumer", "queries.sql"),
+            **load_queries("consumer", "protection.sql"),  # report_health
+        }
         self._lease_s = lease_s
         self._loads = Coalescer(self._load_batch)
         self._claims = Coalescer(self._claim_batch)
@@ -101,7 +104,7 @@ class SendLedger:
     async def release_claim(self, send_id: int, token: uuid.UUID) -> None:
         """Undo a claim whose call never started: back to ``pending`` at the same attempt,
         for the relay to publish again."""
-        await self._fetchall("release_claim", {"id": send_id, "token": token})
+        await self._run("release_claim", {"id": send_id, "token": token})
 
     async def settle_gate(
         self, send: SendView, decision: Decision, origin: MessageOrigin | None
@@ -131,55 +134,35 @@ class SendLedger:
             "key": origin.key,
             "value": origin.value,
         }
-        try:
-            async with self._pool.connection() as conn:
-                await conn.execute(self._queries["insert_dead_letter"], params)
-        except psycopg.Error as exc:
-            raise StorageError(f"cannot record an undecodable message: {exc}") from exc
+        await self._run("insert_dead_letter", params)
 
     async def take_unresolved(
-        self, priorities: Sequence[str], lease_s: float, limit: int
+        self, priorities: Sequence[str], limit: int
     ) -> list[tuple[LoadedSend, uuid.UUID]]:
+        """Take (with a fresh lease) rows of ``priorities`` whose last call has no known
+        outcome."""
         token = uuid.uuid4()
         params = {
             "priorities": list(priorities),
-            "lease_s": lease_s,
+            "lease_s": self._lease_s,
             "limit": limit,
             "token": token,
         }
-        try:
-            async with self._pool.connection() as conn:
-                cursor = await conn.execute(self._queries["take_unresolved"], params)
-                return [(_loaded(row), token) for row in await cursor.fetchall()]
-        except psycopg.Error as exc:
-            raise StorageError(f"cannot take unresolved sends: {exc}") from exc
+        return [(_loaded(row), token) for row in await self._run("take_unresolved", params)]
 
     async def republish_stale(
         self, priorities: Sequence[str], after_s: float, limit: int = 1000
     ) -> int:
-        try:
-            async with self._pool.connection() as conn:
-                cursor = await conn.execute(
-                    self._queries["republish_stale"],
-                    {"priorities": list(priorities), "after_s": after_s, "limit": limit},
-                )
-                return cursor.rowcount
-        except psycopg.Error as exc:
-            raise StorageError(f"cannot republish stale sends: {exc}") from exc
+        params = {"priorities": list(priorities), "after_s": after_s, "limit": limit}
+        return len(await self._run("republish_stale", params))
 
     async def report_health(self, process: str, provider: str, state: str) -> None:
         """Publish this process's breaker state for `mailbus status` (best effort)."""
         params = {"process": process, "provider": provider, "state": state}
-        try:
-            async with self._pool.connection() as conn:
-                await conn.execute(
-                    load_queries("consumer", "protection.sql")["report_health"], params
-                )
-        except psycopg.Error as exc:
-            raise StorageError(f"cannot report provider health: {exc}") from exc
+        await self._run("report_health", params)
 
     async def _load_batch(self, send_ids: Sequence[int]) -> list[LoadedSend | None]:
-        rows = await self._fetchall("load_sends", {"ids": list(send_ids)})
+        rows = await self._run("load_sends", {"ids": list(send_ids)})
         loaded = {send.view.id: send for send in map(_loaded, rows)}
         return [loaded.get(send_id) for send_id in send_ids]
 
@@ -196,7 +179,7 @@ class SendLedger:
                 for c in claims_of_round
             ]
             params = {"claims": Jsonb(rows), "lease_s": self._lease_s}
-            claimed = {send_id for (send_id,) in await self._fetchall("claim_for_send", params)}
+            claimed = {send_id for (send_id,) in await self._run("claim_for_send", params)}
             won.update(c.token for c in claims_of_round if c.send_id in claimed)
         return [claim.token in won for claim in claims]
 
@@ -204,15 +187,16 @@ class SendLedger:
         recorded: set[int] = set()  # id() of the settlements whose guard held
         for settlements_of_round in _distinct_rounds(settlements, lambda s: s.send.id):
             params = {"decisions": Jsonb([_settle_row(s) for s in settlements_of_round])}
-            done = {send_id for (send_id,) in await self._fetchall("settle", params)}
+            done = {send_id for (send_id,) in await self._run("settle", params)}
             recorded.update(id(s) for s in settlements_of_round if s.send.id in done)
         return [id(settlement) in recorded for settlement in settlements]
 
-    async def _fetchall(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    async def _run(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """Run a named query on a pooled connection; its rows (none without RETURNING)."""
         try:
             async with self._pool.connection() as conn:
                 cursor = await conn.execute(self._queries[query], params)
-                return await cursor.fetchall()
+                return await cursor.fetchall() if cursor.description else []
         except psycopg.Error as exc:
             raise StorageError(f"{query} failed: {exc}") from exc
 

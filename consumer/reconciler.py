@@ -61,9 +61,7 @@ class Reconciler:
                 await asyncio.wait_for(self._service.stopping.wait(), self._interval_s)
 
     async def resolve_once(self) -> int:
-        taken = await self._service.ledger.take_unresolved(
-            self._priorities, self._service.lease_s, self._batch
-        )
+        taken = await self._service.ledger.take_unresolved(self._priorities, self._batch)
 
         async def resolve_one(index: int) -> None:
             loaded, token = taken[index]

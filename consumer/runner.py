@@ -58,9 +58,10 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    lease_s = lease_seconds(settings)
     ledger = SendLedger(
-        settings.database_url, max_connections=min(settings.max_in_flight, 20), lease_s=lease_s
+        settings.database_url,
+        max_connections=min(settings.max_in_flight, 20),
+        lease_s=lease_seconds(settings),
     )
     health = _HealthReporter(ledger, settings.provider_url)
     gate = ProviderGate(
@@ -86,7 +87,6 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         provider,
         gate,
         policy,
-        lease_s,
         slot_wait_s=slot_wait_seconds(settings),
         policies=configured_policy_book(),
         fallback=fallback,

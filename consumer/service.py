@@ -75,7 +75,6 @@ class DeliveryService:
         provider: HttpProvider,
         gate: ProviderGate,
         policy: RetryPolicy,
-        lease_s: float,
         slot_wait_s: float,
         *,
         policies: PolicyBook,
@@ -90,7 +89,6 @@ class DeliveryService:
         self.policies = policies
         self.gate = gate
         self.policy = policy
-        self.lease_s = lease_s
         self.slot_wait_s = slot_wait_s  # a claimed row waits this long for a slot at most
         self.clock = clock
         self.rand = rand
@@ -204,7 +202,7 @@ class DeliveryService:
 
     async def resolve(self, loaded: LoadedSend, token: uuid.UUID) -> None:
         """Settle a row whose last call has no known outcome, by looking its key up."""
-        decision = await self._look_up(loaded.view, loaded.provider)
+        decision = await self._decide_by_lookup(loaded.view, loaded.provider)
         await self._durably(lambda: self.ledger.settle_call(loaded.view, token, decision, None))
 
     async def _call(
@@ -224,7 +222,7 @@ class DeliveryService:
             self.gate.settle(admission, result, latency_s)
         decision = after_call(row, result, self.clock(), self.policy, self.rand)
         if decision.next_status is Status.UNKNOWN:
-            decision = await self._look_up(row, route)
+            decision = await self._decide_by_lookup(row, route)
         elif needs_confirmation(row, decision):
             found = await self._lookup(row.dedupe_key, route)
             if not found.failed:  # a failed look-up leaves the failure as decided
@@ -238,7 +236,7 @@ class DeliveryService:
         metrics.observe_lookup()
         return await self._provider(route).lookup(dedupe_key)
 
-    async def _look_up(self, row: SendView, route: str | None) -> Decision:
+    async def _decide_by_lookup(self, row: SendView, route: str | None) -> Decision:
         found = await self._lookup(row.dedupe_key, route)
         return after_lookup(
             row,

@@ -11,6 +11,8 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
+from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -24,6 +26,7 @@ __all__ = [
     "StackServices",
     "database_url_for",
     "find_services",
+    "run_mailbus",
     "settings_env",
     "stack_script",
 ]
@@ -99,3 +102,18 @@ def database_url_for(base_url: str, dbname: str) -> str:
     """``base_url`` pointing at another database of the same server."""
     parts = urlsplit(base_url)
     return urlunsplit(parts._replace(path=f"/{dbname}"))
+
+
+def run_mailbus(
+    *args: str, env: Mapping[str, str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``python -m mailbus ARGS`` from the repository, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "mailbus", *args],
+        cwd=REPO,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

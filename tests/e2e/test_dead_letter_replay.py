@@ -14,21 +14,13 @@ import sys
 import time
 
 from conftest import Stack
-from services import REPO
+from services import REPO, run_mailbus
 
 SUMMARY = re.compile(r"^replayed (\d+), skipped (\d+)", re.MULTILINE)
 
 
 def dlq(stack: Stack, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mailbus", "dlq", *args],
-        cwd=REPO,
-        env=stack.env(**env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_mailbus("dlq", *args, env=stack.env(**env))
 
 
 def replayed(output: str) -> int:
@@ -191,15 +183,7 @@ def test_bad_options_exit_2_with_one_line_naming_the_option() -> None:
         (["replay", "--priority", "p9"], "--priority"),
         (["show", "abc"], "ID"),
     ]:
-        run = subprocess.run(
-            [sys.executable, "-m", "mailbus", "dlq", *args],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        run = run_mailbus("dlq", *args, env=env, timeout=30)
         assert run.returncode == 2, (args, run.stderr)
         lines = run.stderr.strip().splitlines()
         assert len(lines) == 1 and option in lines[0], (args, lines)

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from typing import Any
 
 import psycopg
 import pytest
-from services import REPO
+from services import REPO, run_mailbus
 
 from mailbus.status import collect_status, render_status
 
@@ -162,15 +161,7 @@ def run_status(database_url: str, *args: str) -> subprocess.CompletedProcess[str
         "MAILBUS_DATABASE_URL": database_url,
         "PYTHONPATH": str(REPO),
     }
-    return subprocess.run(
-        [sys.executable, "-m", "mailbus", "status", *args],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_mailbus("status", *args, env=env)
 
 
 def test_cli_json(database_url: str) -> None:
