@@ -4,8 +4,8 @@
   on provider calls, and a quarter more on claimed rows (``claims``), so the next rows are
   claimed while calls are still out but never many more than there are slots for,
 - the **circuit breaker** (``core.breaker``): while open nothing is sent or claimed;
-  deliveries wait holding ``claims`` permits, so the Kafka source's backpressure pauses the
-  partitions,
+  deliveries wait before they take a ``claims`` permit (a waiting newsletter never holds
+  one a password reset needs), and the Kafka source's backpressure pauses the partitions,
 - a **429 pause**: a 429 stops every send of this process for its Retry-After,
 - the **global rate limit** (``rate_limit.GlobalRateLimiter``), for sends and look-ups.
 
@@ -121,25 +121,41 @@ class ProviderGate:
         self._paused_until = 0.0
         self._unhurried_delay_s = unhurried_delay_s
         self._recovered_at = float("-inf")
+        self._hurried_waiting = 0  # transactional sends waiting for the breaker
 
     async def admit_send(self, unhurried: bool = False) -> Admission:
         """Wait until a send may go out: breaker, 429 pause, rate limit. ``unhurried`` mail
-        (a ``pause`` policy: campaigns) also waits ``unhurried_delay_s`` after the breaker
-        closes, so transactional mail drains first."""
-        while True:
-            if unhurried and self.breaker.state is not BreakerState.CLOSED:
-                await asyncio.sleep(0.25)  # never the probe: transactional mail tests recovery
-                continue
-            breaker, allowed = admit(self.breaker, self._clock())
-            self._set_breaker(breaker)
-            if allowed:
-                break
-            wait = self.breaker.opened_at + self.breaker.cool_down_s - self._clock()
-            await asyncio.sleep(min(max(wait, 0.05), 0.25))
+        (a ``pause`` policy: campaigns) probes a recovering provider only when no
+        transactional mail is waiting to, and waits ``unhurried_delay_s`` after the breaker
+        closes, so transactional mail drains first. Without the probe a process that
+        carries only newsletters would never close its breaker."""
+        if not unhurried:
+            self._hurried_waiting += 1
+        try:
+            await self._wait_for_breaker(unhurried)
+        finally:
+            if not unhurried:
+                self._hurried_waiting -= 1
         if unhurried and (wait := self._recovered_at + self._unhurried_delay_s - self._clock()) > 0:
             await asyncio.sleep(wait)
         await self.before_request()
         return Admission()
+
+    async def _wait_for_breaker(self, unhurried: bool) -> None:
+        while True:
+            if (
+                unhurried
+                and self._hurried_waiting
+                and self.breaker.state is not BreakerState.CLOSED
+            ):
+                await asyncio.sleep(0.25)  # transactional mail tests recovery first
+                continue
+            breaker, allowed = admit(self.breaker, self._clock())
+            self._set_breaker(breaker)
+            if allowed:
+                return
+            wait = self.breaker.opened_at + self.breaker.cool_down_s - self._clock()
+            await asyncio.sleep(min(max(wait, 0.05), 0.25))
 
     async def before_request(self) -> None:
         """Every provider request, look-ups included: the 429 pause and the rate limit."""

@@ -10,9 +10,11 @@ psycopg errors become :class:`StorageError`.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 import psycopg
@@ -21,10 +23,11 @@ from psycopg_pool import AsyncConnectionPool
 
 from consumer.coalescer import Coalescer
 from consumer.core import Decision, SendView, Status
+from consumer.db_clock import DatabaseClock
 from mailbus.errors import StorageError
 from mailbus.sqlfiles import load_queries
 
-__all__ = ["LoadedSend", "MessageOrigin", "SendLedger", "dead_letter_reason"]
+__all__ = ["Claim", "LoadedSend", "MessageOrigin", "SendLedger", "dead_letter_reason"]
 
 _T = TypeVar("_T")
 
@@ -49,11 +52,21 @@ class MessageOrigin:
 
 
 @dataclass(frozen=True)
-class _Claim:
+class Claim:
+    """A claimed row: its lease token, and the monotonic time by which its call must have
+    reached the provider (the row's expiry on this process's clock; None: never)."""
+
+    token: uuid.UUID
+    send_by: float | None
+
+
+@dataclass(frozen=True)
+class _ClaimRequest:
     send_id: int
     attempt: int
     token: uuid.UUID
     provider: str | None
+    submitted: float  # monotonic, before the statement ran: the deadline errs early
 
 
 @dataclass(frozen=True)
@@ -80,6 +93,7 @@ class SendLedger:
             **load_queries("consumer", "protection.sql"),  # report_health
         }
         self._lease_s = lease_s
+        self.clock = DatabaseClock()  # advanced from every load's clock_timestamp()
         self._loads = Coalescer(self._load_batch)
         self._claims = Coalescer(self._claim_batch)
         self._settlements = Coalescer(self._settle_batch)
@@ -94,12 +108,14 @@ class SendLedger:
         return await self._loads.submit(send_id)
 
     async def claim_for_send(
-        self, send_id: int, attempt: int, provider: str | None
-    ) -> uuid.UUID | None:
-        """pending → sending for the attempt the pointer names; the lease token, or None
-        if the row is not ours to send."""
-        claim = _Claim(send_id, attempt, uuid.uuid4(), provider)
-        return claim.token if await self._claims.submit(claim) else None
+        self, send_id: int, attempt: int, provider: str | None, token: uuid.UUID
+    ) -> Claim | None:
+        """pending → sending for the attempt the pointer names, under ``token``; None if
+        the row is not ours to send (claimed elsewhere, not due, expired, or tried at
+        another provider). Claiming again with the same token (a retry after a lost
+        reply) returns the claim again without counting another attempt."""
+        request = _ClaimRequest(send_id, attempt, token, provider, time.monotonic())
+        return await self._claims.submit(request)
 
     async def release_claim(self, send_id: int, token: uuid.UUID) -> None:
         """Undo a claim whose call never started: back to ``pending`` at the same attempt,
@@ -148,7 +164,7 @@ class SendLedger:
             "limit": limit,
             "token": token,
         }
-        return [(_loaded(row), token) for row in await self._run("take_unresolved", params)]
+        return [(self._loaded(row), token) for row in await self._run("take_unresolved", params)]
 
     async def republish_stale(
         self, priorities: Sequence[str], after_s: float, limit: int = 1000
@@ -163,11 +179,11 @@ class SendLedger:
 
     async def _load_batch(self, send_ids: Sequence[int]) -> list[LoadedSend | None]:
         rows = await self._run("load_sends", {"ids": list(send_ids)})
-        loaded = {send.view.id: send for send in map(_loaded, rows)}
+        loaded = {send.view.id: send for send in map(self._loaded, rows)}
         return [loaded.get(send_id) for send_id in send_ids]
 
-    async def _claim_batch(self, claims: Sequence[_Claim]) -> list[bool]:
-        won: set[uuid.UUID] = set()
+    async def _claim_batch(self, claims: Sequence[_ClaimRequest]) -> list[Claim | None]:
+        won: dict[uuid.UUID, Claim] = {}
         for claims_of_round in _distinct_rounds(claims, lambda claim: claim.send_id):
             rows = [
                 {
@@ -179,9 +195,14 @@ class SendLedger:
                 for c in claims_of_round
             ]
             params = {"claims": Jsonb(rows), "lease_s": self._lease_s}
-            claimed = {send_id for (send_id,) in await self._run("claim_for_send", params)}
-            won.update(c.token for c in claims_of_round if c.send_id in claimed)
-        return [claim.token in won for claim in claims]
+            left = dict(await self._run("claim_for_send", params))  # id -> seconds to expiry
+            for c in claims_of_round:
+                if c.send_id in left:
+                    seconds = left[c.send_id]
+                    won[c.token] = Claim(
+                        c.token, None if seconds is None else c.submitted + seconds
+                    )
+        return [won.get(claim.token) for claim in claims]
 
     async def _settle_batch(self, settlements: Sequence[_Settlement]) -> list[bool]:
         recorded: set[int] = set()  # id() of the settlements whose guard held
@@ -191,6 +212,41 @@ class SendLedger:
             recorded.update(id(s) for s in settlements_of_round if s.send.id in done)
         return [id(settlement) in recorded for settlement in settlements]
 
+    def _loaded(self, row: tuple[Any, ...]) -> LoadedSend:
+        """A ``load_sends``/``take_unresolved`` row; its trailing ``clock_timestamp()``
+        advances :attr:`clock`."""
+        (
+            send_id,
+            key,
+            to,
+            template,
+            payload,
+            priority,
+            status,
+            attempts,
+            expires,
+            next_try,
+            in_doubt_since,
+            provider,
+            suppressed,
+            database_now,
+        ) = row
+        self.clock.observe(database_now)
+        view = SendView(
+            send_id,
+            key,
+            to,
+            template,
+            priority,
+            Status(status),
+            attempts,
+            expires,
+            next_try,
+            in_doubt_since,
+        )
+        variables = payload if isinstance(payload, dict) else {}
+        return LoadedSend(view, variables, bool(suppressed), provider)
+
     async def _run(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """Run a named query on a pooled connection; its rows (none without RETURNING)."""
         try:
@@ -199,28 +255,6 @@ class SendLedger:
                 return await cursor.fetchall() if cursor.description else []
         except psycopg.Error as exc:
             raise StorageError(f"{query} failed: {exc}") from exc
-
-
-def _loaded(row: tuple[Any, ...]) -> LoadedSend:
-    (
-        send_id,
-        key,
-        to,
-        template,
-        payload,
-        priority,
-        status,
-        attempts,
-        expires,
-        next_try,
-        provider,
-        suppressed,
-    ) = row
-    view = SendView(
-        send_id, key, to, template, priority, Status(status), attempts, expires, next_try
-    )
-    variables = payload if isinstance(payload, dict) else {}
-    return LoadedSend(view, variables, bool(suppressed), provider)
 
 
 def dead_letter_reason(decision: Decision) -> str:
@@ -256,7 +290,8 @@ def _settle_row(settlement: _Settlement) -> dict[str, Any]:
         "attempt": settlement.send.attempts,
         "token": None if settlement.token is None else str(settlement.token),
         "status": decision.next_status.value,
-        "next_try_at": None if decision.retry_at is None else decision.retry_at.isoformat(),
+        "next_try_at": _iso(decision.retry_at),
+        "in_doubt_since": _iso(settlement.send.in_doubt_since),
         "last_error": decision.reason or None,
         "message_id": decision.message_id,
         "latency_ms": settlement.latency_ms,
@@ -268,3 +303,7 @@ def _settle_row(settlement: _Settlement) -> dict[str, Any]:
         "kafka_partition": origin.partition if origin else None,
         "kafka_offset": origin.offset if origin else None,
     }
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()

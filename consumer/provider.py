@@ -47,7 +47,7 @@ from consumer.core.outcome import (
 )
 from mailbus.errors import ConfigError, InvalidSendError
 
-__all__ = ["HttpProvider", "LookupResult", "OutgoingMail"]
+__all__ = ["HttpProvider", "LookupResult", "OutgoingMail", "PreparedMail"]
 
 _NOT_SENT: tuple[type[httpx.HTTPError], ...] = (
     httpx.ConnectError,
@@ -67,6 +67,14 @@ class OutgoingMail:
     to_address: str
     template: str
     variables: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class PreparedMail:
+    """A mail encoded into its request: whatever could not be encoded failed already."""
+
+    dedupe_key: str
+    request: httpx.Request
 
 
 @dataclass(frozen=True)
@@ -128,9 +136,16 @@ class HttpProvider:
         }
         self._transport = transport if transport is not None else AiohttpTransport(max_connections)
 
-    async def send(self, mail: OutgoingMail) -> CallResult:
-        """POST the mail under its dedupe key; a reply or a transport failure, never raises
-        for network or HTTP problems (``InvalidSendError`` if the variables are not JSON)."""
+    def prepare(self, mail: OutgoingMail) -> PreparedMail:
+        """Encode ``mail`` into its request, before any row is claimed for it; raises
+        :class:`InvalidSendError` naming the field that cannot travel (a dedupe key that is
+        not printable ASCII cannot be an HTTP header; a number JSON cannot carry, such as
+        ``1e400`` stored in jsonb, cannot be a body)."""
+        key = mail.dedupe_key
+        if not (key.isascii() and key.isprintable() and key.strip()):
+            raise InvalidSendError(
+                "dedupe_key", "must be printable ASCII to travel as the Idempotency-Key header"
+            )
         try:
             body = json.dumps(
                 {"to": mail.to_address, "template": mail.template, "variables": mail.variables},
@@ -138,18 +153,26 @@ class HttpProvider:
                 allow_nan=False,
             ).encode()
         except (TypeError, ValueError) as exc:
-            raise InvalidSendError("variables", f"not JSON-serialisable: {exc}") from None
+            raise InvalidSendError(
+                "payload_json", f"not JSON the provider can read: {exc}"
+            ) from None
         request = httpx.Request(
             "POST",
             self._send_url,
             content=body,
             headers={
                 **self._headers,
-                "Idempotency-Key": mail.dedupe_key,
+                "Idempotency-Key": key,
                 "Content-Type": "application/json",
             },
             extensions=self._extensions,
         )
+        return PreparedMail(key, request)
+
+    async def send(self, mail: OutgoingMail | PreparedMail) -> CallResult:
+        """POST the mail under its dedupe key; a reply or a transport failure, never raises
+        for network or HTTP problems (``InvalidSendError`` from :meth:`prepare`)."""
+        request = (mail if isinstance(mail, PreparedMail) else self.prepare(mail)).request
         try:
             async with asyncio.timeout(self._request_timeout):
                 response = await self._exchange(request)

@@ -1,21 +1,35 @@
 -- name: load_sends
--- The rows a batch of pointers names, with whether each address is suppressed.
+-- The rows a batch of pointers names, with whether each address is suppressed (compared
+-- case-insensitively) and the database's clock, which every time decision is made on.
 SELECT s.id, s.dedupe_key, s.to_address, s.template, s.payload_json, s.priority, s.status,
-       s.attempts, s.expires_at, s.next_try_at, s.provider,
-       EXISTS (SELECT 1 FROM email_suppressions x WHERE x.address = lower(s.to_address))
+       s.attempts, s.expires_at, s.next_try_at, s.in_doubt_since, s.provider,
+       EXISTS (SELECT 1 FROM email_suppressions x WHERE lower(x.address) = lower(s.to_address)),
+       clock_timestamp()
 FROM email_sends s
 WHERE s.id = ANY(%(ids)s::bigint[])
 
 -- name: claim_for_send
--- pending -> sending for a batch of claims, each only for the attempt its pointer names and
--- only when due; each claimed row gets its claim's lease token. Returns the claimed ids.
+-- pending -> sending for a batch of claims. Every guard that decides a send is here: the
+-- attempt the pointer names, due, not expired, and the provider fixed once a row was tried
+-- (a mail one provider may have taken is never offered to another). A claim retried after
+-- its reply was lost finds the row already under its own token and gets it again,
+-- uncounted. The lease starts at the row's update (clock_timestamp(): a claim that waited
+-- on a row lock is not born lapsed). Returns the claimed ids and the seconds each has left
+-- before it expires (NULL: never).
 UPDATE email_sends s
-SET status = 'sending', attempts = s.attempts + 1, lease_token = c.token,
-    lease_until = now() + make_interval(secs => %(lease_s)s), provider = c.provider
+SET status = 'sending',
+    attempts = CASE WHEN s.status = 'pending' THEN s.attempts + 1 ELSE s.attempts END,
+    lease_token = c.token,
+    lease_until = clock_timestamp() + make_interval(secs => %(lease_s)s),
+    provider = c.provider
 FROM jsonb_to_recordset(%(claims)s::jsonb) AS c (id bigint, attempt int, token uuid, provider text)
-WHERE s.id = c.id AND s.status = 'pending' AND s.attempts = c.attempt
-  AND (s.next_try_at IS NULL OR s.next_try_at <= now())
-RETURNING s.id
+WHERE s.id = c.id
+  AND ((s.status = 'pending' AND s.attempts = c.attempt
+        AND (s.next_try_at IS NULL OR s.next_try_at <= clock_timestamp())
+        AND (s.expires_at IS NULL OR s.expires_at > clock_timestamp())
+        AND (s.attempts = 0 OR s.provider IS NOT DISTINCT FROM c.provider))
+       OR (s.status = 'sending' AND s.lease_token = c.token))
+RETURNING s.id, extract(epoch FROM s.expires_at - clock_timestamp())::float8
 
 -- name: release_claim
 -- Undoes a claim whose call never started (no slot came in time): nothing was sent, so the
@@ -35,12 +49,13 @@ RETURNING id
 WITH decided AS (
     SELECT * FROM jsonb_to_recordset(%(decisions)s::jsonb) AS d (
         id bigint, attempt int, token uuid, status text, next_try_at timestamptz,
-        last_error text, message_id text, latency_ms int, status_code int, dead_letter bool,
+        in_doubt_since timestamptz, last_error text, message_id text, latency_ms int, status_code int, dead_letter bool,
         dl_reason text, dl_error text, topic text, kafka_partition int, kafka_offset bigint)
 ), settled AS (
     UPDATE email_sends s
     SET status = d.status,
         next_try_at = d.next_try_at,
+        in_doubt_since = GREATEST(s.in_doubt_since, d.in_doubt_since),
         last_error = d.last_error,
         message_id = coalesce(d.message_id, s.message_id),
         accepted_at = CASE WHEN d.status = 'accepted' THEN now() ELSE s.accepted_at END,
@@ -68,31 +83,36 @@ WITH decided AS (
 SELECT id FROM settled
 
 -- name: insert_dead_letter
--- An undecodable Kafka message: no send row, the raw bytes kept.
+-- An undecodable Kafka message: no send row, the raw bytes kept; once per message.
 INSERT INTO email_dead_letters (
     send_id, dedupe_key, priority, template, reason, status_code, error, attempts,
     original_topic, original_partition, original_offset, original_key, original_value)
 VALUES (
     NULL, NULL, NULL, NULL, 'undecodable', NULL, %(error)s, 0,
     %(topic)s, %(partition)s, %(offset)s, %(key)s, %(value)s)
+ON CONFLICT (original_topic, original_partition, original_offset)
+    WHERE send_id IS NULL AND reason = 'undecodable' DO NOTHING
 
 -- name: take_unresolved
 -- Rows whose last call has no known outcome: `unknown` ones that are due, and `sending`
--- ones whose holder's lease ran out (it crashed or hung). Taken with a fresh lease.
+-- ones whose holder's lease ran out (it crashed or hung): their call may have started as
+-- late as the lease's end, so that is when their doubt starts. Taken with a fresh lease.
 UPDATE email_sends
 SET status = 'sending', lease_token = %(token)s,
-    lease_until = now() + make_interval(secs => %(lease_s)s)
+    lease_until = clock_timestamp() + make_interval(secs => %(lease_s)s),
+    in_doubt_since = CASE WHEN status = 'sending'
+                          THEN GREATEST(in_doubt_since, lease_until) ELSE in_doubt_since END
 WHERE id IN (
     SELECT id FROM email_sends
     WHERE priority = ANY(%(priorities)s)
-      AND ((status = 'sending' AND lease_until < now())
-           OR (status = 'unknown' AND (next_try_at IS NULL OR next_try_at <= now())))
+      AND ((status = 'sending' AND lease_until < clock_timestamp())
+           OR (status = 'unknown' AND (next_try_at IS NULL OR next_try_at <= clock_timestamp())))
     ORDER BY priority, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
 RETURNING id, dedupe_key, to_address, template, payload_json, priority, status, attempts,
-          expires_at, next_try_at, provider, false
+          expires_at, next_try_at, in_doubt_since, provider, false, clock_timestamp()
 
 -- name: republish_stale
 -- A pending row whose pointer was published long ago but never handled (a pointer lost

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 
 from consumer.gate import AdaptiveSlots
-from consumer.service import DeliveryService
+from consumer.service import DeliveryService, Stopping
 from mailbus.errors import StorageError
 
 __all__ = ["Reconciler"]
@@ -42,6 +42,9 @@ class Reconciler:
         self.resolved = 0
 
     async def run(self) -> None:
+        """Pass after pass until the service stops. A failed pass is logged and the next
+        one runs: nothing ends the reconciler but the stop (a bug in one pass must not
+        leave unknown outcomes unresolved for the life of the process)."""
         last_republish = 0.0
         while not self._service.stopping.is_set():
             try:
@@ -55,8 +58,12 @@ class Reconciler:
                             "handed %d long-published pending rows back to the relay", count
                         )
                     last_republish = time.monotonic()
+            except Stopping:
+                return  # a resolution abandoned by the stop: its lease lapses, it is taken again
             except StorageError as exc:
                 log.warning("reconciler pass failed: %s", exc)
+            except Exception:
+                log.exception("reconciler pass failed unexpectedly")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._service.stopping.wait(), self._interval_s)
 

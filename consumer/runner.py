@@ -76,7 +76,9 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
     )
     slots = gate.slots
     provider = _http_provider(settings, settings.provider_url, settings.provider_api_key)
-    policy = RetryPolicy(settings.max_attempts, settings.backoff_base, settings.backoff_cap)
+    policy = RetryPolicy(
+        settings.max_attempts, settings.backoff_base, settings.backoff_cap, settings.late_accept_s
+    )
     fallback = None
     if settings.fallback_provider_url:
         fallback = _http_provider(

@@ -1,14 +1,17 @@
 """Delivery of one send pointer: the core's decisions applied through the adapters.
 
-    pointer → load row → (expired/suppressed/invalid | [in-flight slot: provider gate →
-    guarded claim → provider call → look-up?] → settle)
+    pointer → load row → route (the row's provider once tried) → gate verdict
+    (expired / suppressed / cannot be encoded → settled, confirmed by look-up if the row
+    was tried) | [provider gate → claim permit → guarded claim → in-flight slot →
+    provider call → look-up?] → settle
 
 Only the provider's part holds one of the process's in-flight slots; loading and
 settling, which the ledger batches, do not. A pointer is done when
 :meth:`DeliveryService.handle` returns: its outcome is recorded in PostgreSQL (or there
 was nothing to do), so its offset may be committed. Storage failures are retried until
 they succeed or the service stops; a stop leaves the pointer undone (its offset
-uncommitted) and a ``sending`` row for the reconciler to resolve.
+uncommitted) and a ``sending`` row for the reconciler to resolve. Every time decision is
+made on the database's clock (:class:`~consumer.db_clock.DatabaseClock`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TypeVar
 
 from consumer.core import (
@@ -28,19 +31,22 @@ from consumer.core import (
     RetryPolicy,
     SendView,
     Status,
+    TransportFailure,
     after_call,
     after_lookup,
     before_send,
     classify,
-    confirm_failure,
+    confirm_final,
     needs_confirmation,
+    unsendable,
+    wait_for_provider,
 )
 from consumer.core.breaker import BreakerState
 from consumer.gate import Admission, ProviderGate
-from consumer.ledger import LoadedSend, MessageOrigin, SendLedger, dead_letter_reason
-from consumer.provider import HttpProvider, LookupResult, OutgoingMail
+from consumer.ledger import Claim, LoadedSend, MessageOrigin, SendLedger, dead_letter_reason
+from consumer.provider import HttpProvider, LookupResult, OutgoingMail, PreparedMail
 from mailbus import metrics
-from mailbus.errors import CodecError, StorageError
+from mailbus.errors import CodecError, InvalidSendError, StorageError
 from mailbus.policies import PolicyBook
 from schemas.codec import send_pointer_codec
 
@@ -80,7 +86,7 @@ class DeliveryService:
         policies: PolicyBook,
         fallback: HttpProvider | None = None,
         stop_requested: Callable[[], bool] = lambda: False,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Callable[[], datetime] | None = None,
         rand: Callable[[], float] = random.random,
     ) -> None:
         self.ledger = ledger
@@ -90,7 +96,7 @@ class DeliveryService:
         self.gate = gate
         self.policy = policy
         self.slot_wait_s = slot_wait_s  # a claimed row waits this long for a slot at most
-        self.clock = clock
+        self.clock = clock if clock is not None else ledger.clock.now  # the database's
         self.rand = rand
         self.stop_requested = stop_requested  # no new call starts once it is True
         self.stopping = asyncio.Event()  # and storage retries give up once this is set
@@ -119,9 +125,12 @@ class DeliveryService:
         row = loaded.view
         if row.status is not Status.PENDING or row.attempts != pointer["attempt"]:
             return  # a duplicate or stale pointer: the row moved on without it
-        if await self._settled_without_call(loaded, origin):
+        route = self._route(loaded)
+        verdict = self._verdict(loaded, route)
+        if isinstance(verdict, Decision):
+            await self._settle_without_call(loaded, verdict, origin)
             return
-        attempt = await self._attempt(loaded, origin)
+        attempt = await self._attempt(loaded, origin, route, verdict)
         if attempt is None:
             return
         row, decision = attempt.row, attempt.decision
@@ -138,67 +147,135 @@ class DeliveryService:
         if not settled:
             log.warning("lease on send %d was taken over before its outcome was recorded", row.id)
 
-    async def _attempt(self, loaded: LoadedSend, origin: MessageOrigin) -> _Attempt | None:
-        """Wait at the gate, claim, then call (and look up when the call leaves doubt) in an
-        in-flight slot. The row is claimed before its slot comes, so the claim's round trip
-        is not spent holding one; if no slot comes in time the claim is handed back.
-        None if no call was made."""
-        async with self.gate.claims:
-            if self.stop_requested():
-                raise Stopping()  # not started: left for redelivery
-            row = loaded.view
-            when_down = self.policies.for_template(row.template).when_provider_down
-            route = self._route(row, when_down)
-            admission = (
-                None if route == FALLBACK else await self.gate.admit_send(when_down == "pause")
-            )
-            try:
-                if admission is not None and await self._settled_without_call(loaded, origin):
-                    return None  # it expired while the provider was down
-                token = await self._durably(
-                    lambda: self.ledger.claim_for_send(row.id, row.attempts, route)
-                )
-                if token is None:
-                    return None  # someone else claimed it, or it is not due yet
-                if not await self.gate.slots.acquire(timeout=self.slot_wait_s):
-                    await self._durably(lambda: self.ledger.release_claim(row.id, token))
-                    log.info("no in-flight slot for send %d in time: claim handed back", row.id)
-                    return None  # calls are slow: the relay publishes it again
-                try:
-                    return await self._call(loaded, token, admission, route)
-                finally:
-                    self.gate.slots.release()
-            finally:
-                if admission is not None:
-                    self.gate.release(admission)
-
-    async def _settled_without_call(self, loaded: LoadedSend, origin: MessageOrigin) -> bool:
-        """Expired, suppressed or invalid: settle it with no call and say so."""
+    def _route(self, loaded: LoadedSend) -> str | None:
+        """Which provider takes the call. A row's provider is fixed once it was tried: a
+        mail one provider may have accepted is never offered to another. A first attempt
+        goes to the fallback only if its policy allows it and the primary's breaker is not
+        closed."""
         row = loaded.view
-        verdict = before_send(row, self.clock(), loaded.suppressed)
-        if verdict is None:
-            return False
-        if await self._durably(lambda: self.ledger.settle_gate(row, verdict, origin)):
-            metrics.observe_call(row.priority, verdict.next_status.value, 0.0, None)
-            if verdict.dead_letter:
-                metrics.observe_dead_letter(dead_letter_reason(verdict))
-        return True
-
-    def _route(self, row: SendView, when_down: str) -> str | None:
-        """The fallback provider only for mail whose policy allows it, while the primary's
-        breaker is not closed, and only for a first attempt: a mail the primary may have
-        taken is never offered to a second provider."""
+        if row.attempts > 0:
+            return loaded.provider
+        when_down = self.policies.for_template(row.template).when_provider_down
         if (
             when_down == "fallback"
             and self.fallback is not None
-            and row.attempts == 0
             and self.gate.breaker.state is not BreakerState.CLOSED
         ):
             return FALLBACK
         return None
 
-    def _provider(self, route: str | None) -> HttpProvider:
-        return self.fallback if route == FALLBACK and self.fallback is not None else self.provider
+    def _provider(self, route: str | None) -> HttpProvider | None:
+        """The provider for ``route``; None when it is the fallback and this process has
+        none configured."""
+        return self.fallback if route == FALLBACK else self.provider
+
+    def _verdict(self, loaded: LoadedSend, route: str | None) -> Decision | PreparedMail:
+        """What happens without a call (expired, suppressed, invalid, cannot be encoded,
+        or its provider is not here), else the encoded request to send."""
+        row = loaded.view
+        now = self.clock()
+        verdict = before_send(row, now, loaded.suppressed)
+        if verdict is not None:
+            return verdict
+        provider = self._provider(route)
+        if provider is None:
+            return wait_for_provider(row, str(route), now, self.policy)
+        mail = OutgoingMail(row.dedupe_key, row.to_address, row.template, loaded.variables)
+        try:
+            return provider.prepare(mail)
+        except InvalidSendError as exc:
+            return unsendable(exc.field, exc.problem)
+
+    async def _settle_without_call(
+        self, loaded: LoadedSend, verdict: Decision, origin: MessageOrigin | None
+    ) -> None:
+        """Record a decision taken with no call, on a row still ``pending``; a final one for
+        a row that was tried stands only after a look-up at the provider that took it."""
+        row = loaded.view
+        if needs_confirmation(verdict, earlier_calls=row.attempts):
+            found = await self._lookup(row.dedupe_key, loaded.provider)
+            verdict = confirm_final(
+                row,
+                verdict,
+                found.message_id,
+                found.failed,
+                self.clock(),
+                self.policy,
+                self.rand,
+                detail=found.detail,
+            )
+        if await self._durably(lambda: self.ledger.settle_gate(row, verdict, origin)):
+            metrics.observe_call(row.priority, verdict.next_status.value, 0.0, None)
+            if verdict.dead_letter:
+                metrics.observe_dead_letter(dead_letter_reason(verdict))
+
+    async def _attempt(
+        self, loaded: LoadedSend, origin: MessageOrigin, route: str | None, mail: PreparedMail
+    ) -> _Attempt | None:
+        """Wait at the gate, then claim, then call (and look up when the call leaves doubt)
+        in an in-flight slot. The gate is passed before a claim permit is taken, so mail
+        waiting for a recovering provider never holds one. The row is claimed before its
+        slot comes, so the claim's round trip is not spent holding one; if no slot comes in
+        time, or the row would reach the provider after it expired, the claim is handed
+        back. None if no call was made."""
+        if self.stop_requested():
+            raise Stopping()  # not started: left for redelivery
+        row = loaded.view
+        unhurried = self.policies.for_template(row.template).when_provider_down == "pause"
+        admission = None if route == FALLBACK else await self.gate.admit_send(unhurried)
+        try:
+            async with self.gate.claims:
+                if self.stop_requested():
+                    raise Stopping()
+                if admission is not None and (
+                    expired := before_send(row, self.clock(), loaded.suppressed)
+                ):
+                    await self._settle_without_call(loaded, expired, origin)
+                    return None  # it expired while the provider was down
+                token = uuid.uuid4()  # one token for every try: a lost reply is claimed again
+                claim = await self._durably(
+                    lambda: self.ledger.claim_for_send(row.id, row.attempts, route, token)
+                )
+                if claim is None:
+                    await self._recheck(row.id, origin)  # e.g. it expired a moment ago
+                    return None
+                return await self._call_in_slot(loaded, claim, admission, route, mail, origin)
+        finally:
+            if admission is not None:
+                self.gate.release(admission)
+
+    async def _call_in_slot(
+        self,
+        loaded: LoadedSend,
+        claim: Claim,
+        admission: Admission | None,
+        route: str | None,
+        mail: PreparedMail,
+        origin: MessageOrigin,
+    ) -> _Attempt | None:
+        row = loaded.view
+        if not await self.gate.slots.acquire(timeout=self.slot_wait_s):
+            await self._durably(lambda: self.ledger.release_claim(row.id, claim.token))
+            log.info("no in-flight slot for send %d in time: claim handed back", row.id)
+            return None  # calls are slow: the relay publishes it again
+        try:
+            if claim.send_by is not None and time.monotonic() >= claim.send_by:
+                await self._durably(lambda: self.ledger.release_claim(row.id, claim.token))
+                log.info("send %d expired while it waited for a slot: not sent", row.id)
+                await self._recheck(row.id, origin)
+                return None
+            return await self._call(loaded, claim.token, admission, route, mail)
+        finally:
+            self.gate.slots.release()
+
+    async def _recheck(self, send_id: int, origin: MessageOrigin) -> None:
+        """A row this pointer could not claim: settle it if it needs no call any more."""
+        fresh = await self._durably(lambda: self.ledger.load(send_id))
+        if fresh is None or fresh.view.status is not Status.PENDING:
+            return
+        verdict = before_send(fresh.view, self.clock(), fresh.suppressed)
+        if verdict is not None:
+            await self._settle_without_call(fresh, verdict, origin)
 
     async def resolve(self, loaded: LoadedSend, token: uuid.UUID) -> None:
         """Settle a row whose last call has no known outcome, by looking its key up."""
@@ -211,30 +288,49 @@ class DeliveryService:
         token: uuid.UUID,
         admission: Admission | None,
         route: str | None,
+        mail: PreparedMail,
     ) -> _Attempt:
         row = replace(loaded.view, status=Status.SENDING, attempts=loaded.view.attempts + 1)
-        mail = OutgoingMail(row.dedupe_key, row.to_address, row.template, loaded.variables)
+        provider = self._provider(route)
+        assert provider is not None  # _verdict prepared the mail with it
         log.debug("sending %s to %s, attempt %d", row.dedupe_key, row.to_address, row.attempts)
+        called_at = self.clock()
         started = time.monotonic()
-        result = classify(await self._provider(route).send(mail))
+        try:
+            result = classify(await provider.send(mail))
+        except Exception as exc:  # a bug, not an outage: the request may have left
+            log.exception("send %d: the call failed unexpectedly", row.id)
+            result = classify(TransportFailure(True, f"internal error: {type(exc).__name__}"))
         latency_s = time.monotonic() - started
         if admission is not None:
             self.gate.settle(admission, result, latency_s)
         decision = after_call(row, result, self.clock(), self.policy, self.rand)
         if decision.next_status is Status.UNKNOWN:
+            row = replace(row, in_doubt_since=called_at)
             decision = await self._decide_by_lookup(row, route)
-        elif needs_confirmation(row, decision):
+        elif needs_confirmation(decision, earlier_calls=row.attempts - 1):
             found = await self._lookup(row.dedupe_key, route)
-            if not found.failed:  # a failed look-up leaves the failure as decided
-                decision = confirm_failure(decision, found.message_id)
+            decision = confirm_final(
+                row,
+                decision,
+                found.message_id,
+                found.failed,
+                self.clock(),
+                self.policy,
+                self.rand,
+                detail=found.detail,
+            )
         return _Attempt(row, token, decision, latency_s, result.status_code)
 
     async def _lookup(self, dedupe_key: str, route: str | None) -> LookupResult:
-        """Ask the provider that took the call whether it accepted the key."""
+        """Ask the provider that took the calls whether it accepted the key."""
+        provider = self._provider(route)
+        if provider is None:
+            return LookupResult(None, True, f"the {route} provider is not configured here")
         if route != FALLBACK:
             await self.gate.before_request()
         metrics.observe_lookup()
-        return await self._provider(route).lookup(dedupe_key)
+        return await provider.lookup(dedupe_key)
 
     async def _decide_by_lookup(self, row: SendView, route: str | None) -> Decision:
         found = await self._lookup(row.dedupe_key, route)

@@ -42,6 +42,7 @@ class Settings:
     max_attempts: int = 8
     backoff_base: float = 2.0
     backoff_cap: float = 300.0
+    late_accept_window: float | None = None  # None: twice the request timeout
     partitions: int = 6
     replication_factor: int = 1
     metrics_port: int | None = None
@@ -61,6 +62,13 @@ class Settings:
     @property
     def dlq_topic(self) -> str:
         return f"{self.topic_prefix}.send.dlq"
+
+    @property
+    def late_accept_s(self) -> float:
+        """How long after a call with no known outcome the provider may still accept it."""
+        if self.late_accept_window is not None:
+            return self.late_accept_window
+        return 2 * self.request_timeout
 
 
 def load_env_file(path: Path, environ: dict[str, str]) -> None:
@@ -97,6 +105,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         max_attempts=reader.integer("MAILBUS_MAX_ATTEMPTS", Settings.max_attempts, 1, 1000),
         backoff_base=reader.number("MAILBUS_BACKOFF_BASE", Settings.backoff_base),
         backoff_cap=reader.number("MAILBUS_BACKOFF_CAP", Settings.backoff_cap),
+        late_accept_window=reader.optional_number("MAILBUS_LATE_ACCEPT_WINDOW"),
         partitions=reader.integer("MAILBUS_PARTITIONS", Settings.partitions, 1, 1000),
         replication_factor=reader.integer(
             "MAILBUS_REPLICATION_FACTOR", Settings.replication_factor, 1, 7

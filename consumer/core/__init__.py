@@ -14,10 +14,12 @@ from consumer.core.decide import (
     after_call,
     after_lookup,
     before_send,
-    confirm_failure,
+    confirm_final,
     lease_expired,
     needs_confirmation,
     needs_lookup,
+    unsendable,
+    wait_for_provider,
 )
 from consumer.core.outcome import (
     MAX_REASON_CHARS,
@@ -57,10 +59,12 @@ __all__ = [
     "claimable_from",
     "classify",
     "clip_reason",
-    "confirm_failure",
+    "confirm_final",
     "lease_expired",
     "needs_confirmation",
     "needs_lookup",
     "parse_retry_after",
     "retry_delay",
+    "unsendable",
+    "wait_for_provider",
 ]

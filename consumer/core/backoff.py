@@ -28,11 +28,15 @@ _MAX_EXPONENT = 1000
 class RetryPolicy:
     """``max_attempts`` provider calls before a row is failed; ``base_s`` is the ceiling of
     the first retry delay, doubling up to ``cap_s`` (MAILBUS_MAX_ATTEMPTS,
-    MAILBUS_BACKOFF_BASE, MAILBUS_BACKOFF_CAP)."""
+    MAILBUS_BACKOFF_BASE, MAILBUS_BACKOFF_CAP). ``late_accept_s``
+    (MAILBUS_LATE_ACCEPT_WINDOW): how long after a call with no known outcome the provider
+    may still accept it; a "not found" look-up ends such a mail in a final state other than
+    ``accepted`` only once that window has passed."""
 
     max_attempts: int = 8
     base_s: float = 2.0
     cap_s: float = 300.0
+    late_accept_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -41,6 +45,8 @@ class RetryPolicy:
             raise ConfigError("MAILBUS_BACKOFF_BASE", "must be a positive number of seconds")
         if not (math.isfinite(self.cap_s) and self.cap_s >= self.base_s):
             raise ConfigError("MAILBUS_BACKOFF_CAP", "must be a number of seconds >= the base")
+        if not (math.isfinite(self.late_accept_s) and self.late_accept_s >= 0):
+            raise ConfigError("MAILBUS_LATE_ACCEPT_WINDOW", "must be a number of seconds >= 0")
 
 
 def backoff_ceiling(attempts: int, policy: RetryPolicy) -> float:

@@ -9,13 +9,22 @@ The delivery service loads a row as a :class:`SendView` and, for a claimable row
    row (``pending → sending``), call the provider, count the call in ``attempts``, classify
    the result and apply :func:`after_call`.
 
+**Doubt is resolved by look-up.** A row the provider has seen may have been accepted
+without our knowing. So whenever :func:`needs_confirmation` says so (a final state other
+than ``accepted`` for a row tried before), the service looks the key up at the provider
+that took the calls and applies :func:`confirm_final`: found → ``accepted``; look-up failed
+→ ``unknown``; not found → the final state, but only once ``late_accept_s`` has passed
+since the last call whose outcome was never known (``in_doubt_since``): a provider still
+working on a timed-out call says 404 now and accepts a moment later.
+
 Each function returns a :class:`Decision`; the service writes it with one guarded update
 from the status the row is in, and publishes a dead letter when ``dead_letter`` is set.
 Every ``next_status`` these functions produce is an allowed transition from the status
-they are documented to start from (see ``states.TRANSITIONS``), with one exception that is
-not a transition: :func:`after_lookup` on an ``unknown`` row whose look-up failed answers
-``unknown`` again, i.e. keep the status and write only ``next_try_at`` and ``last_error``.
-Times must be timezone-aware.
+they are documented to start from (see ``states.TRANSITIONS``), with two stays that are
+not transitions: an ``unknown`` row whose look-up failed stays ``unknown`` (only
+``next_try_at`` and ``last_error`` change), and :func:`wait_for_provider` keeps a
+``pending`` row pending for later. Times must be timezone-aware and come from the
+database's clock.
 """
 
 from __future__ import annotations
@@ -36,10 +45,12 @@ __all__ = [
     "after_call",
     "after_lookup",
     "before_send",
-    "confirm_failure",
+    "confirm_final",
     "lease_expired",
     "needs_confirmation",
     "needs_lookup",
+    "unsendable",
+    "wait_for_provider",
 ]
 
 Rand = Callable[[], float]
@@ -58,6 +69,7 @@ class SendView:
     attempts: int
     expires_at: datetime | None = None
     next_try_at: datetime | None = None
+    in_doubt_since: datetime | None = None  # start of the latest call with no known outcome
 
 
 @dataclass(frozen=True)
@@ -75,7 +87,8 @@ class Decision:
 
 def before_send(row: SendView, now: datetime, suppressed: bool) -> Decision | None:
     """The gates before a call, for a ``pending`` row: expired, suppressed, or an address
-    that must never reach the provider. None means: claim it and send.
+    that must never reach the provider. None means: claim it and send. For a row tried
+    before, a verdict stands only through :func:`confirm_final`.
 
     Raises ValueError for any other status: an ``unknown`` row may already have been
     accepted, so it is resolved with :func:`after_lookup`, never gated and resent.
@@ -89,9 +102,17 @@ def before_send(row: SendView, now: datetime, suppressed: bool) -> Decision | No
     try:
         validate_address(row.to_address)
     except InvalidSendError as exc:
-        reason = clip_reason(f"invalid {exc.field}: {exc.problem}")
-        return Decision(Status.FAILED, reason=reason, dead_letter=True)
+        return unsendable(exc.field, exc.problem)
     return None
+
+
+def unsendable(field: str, problem: str) -> Decision:
+    """A mail that cannot travel as it is (``field`` is what is wrong): failed at once, with
+    a dead letter naming the field; never claimed, so no offset is committed over a row
+    left ``sending``."""
+    return Decision(
+        Status.FAILED, reason=clip_reason(f"invalid {field}: {problem}"), dead_letter=True
+    )
 
 
 def after_call(
@@ -126,22 +147,48 @@ def after_call(
     return _retry_or_stop(row, result.reason, now, policy, rand, result.retry_after_s, code)
 
 
-def needs_confirmation(row: SendView, decision: Decision) -> bool:
-    """Whether a ``failed`` decision must be checked against the provider first.
-
-    An earlier attempt of this row may have been accepted without our knowing (a timeout
-    resolved as "not found" while the provider was still working on it); a later 4xx or
-    a run of 5xx then says nothing about that acceptance. So a row that was tried before
-    is looked up before it is failed.
-    """
-    return decision.next_status is Status.FAILED and row.attempts > 1
+_FINAL_NOT_ACCEPTED = frozenset({Status.FAILED, Status.EXPIRED, Status.SUPPRESSED})
 
 
-def confirm_failure(decision: Decision, found_message_id: str | None) -> Decision:
-    """The failed decision stands unless the look-up found an acceptance."""
+def needs_confirmation(decision: Decision, earlier_calls: int) -> bool:
+    """Whether ``decision`` must be checked against the provider before it is written: a
+    final state other than ``accepted`` for a row with ``earlier_calls`` calls before the
+    one (if any) that led to it. One of them may have been accepted unseen (a timeout
+    resolved as "not found" while the provider was still working on it); a later 4xx, a
+    run of 5xx or the clock passing ``expires_at`` says nothing about that acceptance."""
+    return decision.next_status in _FINAL_NOT_ACCEPTED and earlier_calls > 0
+
+
+def confirm_final(
+    row: SendView,
+    final: Decision,
+    found_message_id: str | None,
+    lookup_failed: bool,
+    now: datetime,
+    policy: RetryPolicy,
+    rand: Rand,
+    *,
+    detail: str = "",
+) -> Decision:
+    """The look-up's verdict on a ``final`` decision that :func:`needs_confirmation`:
+    found → ``accepted``; the look-up failed → ``unknown`` (retried later); not found →
+    ``final``, once the late-acceptance window has passed."""
     if found_message_id:
         return Decision(Status.ACCEPTED, reason="accepted per look-up", message_id=found_message_id)
-    return decision
+    if lookup_failed:
+        return _lookup_failed(row, detail, now, policy, rand)
+    return _unless_in_doubt(row, final, now, policy)
+
+
+def wait_for_provider(row: SendView, provider: str, now: datetime, policy: RetryPolicy) -> Decision:
+    """A ``pending`` row whose earlier calls went to ``provider``, which this process cannot
+    call: it stays pending, visibly, for a process that can (a row's provider is fixed once
+    it was tried, so it is never offered to another)."""
+    return Decision(
+        Status.PENDING,
+        retry_at=now + timedelta(seconds=policy.cap_s),
+        reason=clip_reason(f"tried at the {provider} provider, which this process cannot call"),
+    )
 
 
 def after_lookup(
@@ -161,15 +208,16 @@ def after_lookup(
     so a retry with the same Idempotency-Key is safe: ``pending`` with a ``retry_at``,
     unless attempts are spent or the mail expires first. The look-up itself failed (or
     its reply was malformed, which the adapter reports as failed): stay ``unknown`` with a
-    ``retry_at``; the row stays visible and is resolved on a later pass.
+    ``retry_at``; the row stays visible and is resolved on a later pass. A final state
+    (out of attempts, or expiring first) waits out the late-acceptance window as
+    ``unknown``.
     """
     if found_message_id:
         return Decision(Status.ACCEPTED, reason="accepted per look-up", message_id=found_message_id)
     if lookup_failed:
-        head = "look-up failed, outcome unknown"
-        reason = clip_reason(f"{head}: {detail}" if detail.strip() else head)
-        return Decision(Status.UNKNOWN, retry_at=_retry_at(row, now, policy, rand), reason=reason)
-    return _retry_or_stop(row, "not accepted per look-up", now, policy, rand, None, None)
+        return _lookup_failed(row, detail, now, policy, rand)
+    decision = _retry_or_stop(row, "not accepted per look-up", now, policy, rand, None, None)
+    return _unless_in_doubt(row, decision, now, policy)
 
 
 def lease_expired(row_status: Status, lease_until: datetime | None, now: datetime) -> bool:
@@ -183,6 +231,32 @@ def lease_expired(row_status: Status, lease_until: datetime | None, now: datetim
 def needs_lookup(row_status: Status, lease_until: datetime | None, now: datetime) -> bool:
     """Whether the row's last call must be resolved by a look-up before anything else."""
     return row_status == Status.UNKNOWN or lease_expired(row_status, lease_until, now)
+
+
+def _lookup_failed(
+    row: SendView, detail: str, now: datetime, policy: RetryPolicy, rand: Rand
+) -> Decision:
+    head = "look-up failed, outcome unknown"
+    reason = clip_reason(f"{head}: {detail}" if detail.strip() else head)
+    return Decision(Status.UNKNOWN, retry_at=_retry_at(row, now, policy, rand), reason=reason)
+
+
+def _unless_in_doubt(
+    row: SendView, decision: Decision, now: datetime, policy: RetryPolicy
+) -> Decision:
+    """``decision``, unless it is final and a call with no known outcome is recent enough
+    that the provider may still accept it: then ``unknown`` until the window has passed."""
+    if decision.next_status not in _FINAL_NOT_ACCEPTED or row.in_doubt_since is None:
+        return decision
+    window_ends = row.in_doubt_since + timedelta(seconds=policy.late_accept_s)
+    if now >= window_ends:
+        return decision
+    return Decision(
+        Status.UNKNOWN,
+        retry_at=window_ends,
+        reason=clip_reason(f"look-up again before {decision.next_status.value}: {decision.reason}"),
+        status_code=decision.status_code,
+    )
 
 
 def _retry_or_stop(

@@ -6,6 +6,8 @@
        │           ├──────► unknown ──► sending | accepted | pending | failed | expired
        │           └──────► pending   (a retryable failure, with a later next_try_at)
        ├──► expired | suppressed | failed   (decided before any call, see decide.before_send)
+       ├──► accepted | unknown    (a row tried before: that verdict awaits a look-up, whose
+       │                           answer may be an earlier acceptance, see confirm_final)
        └──► sending
 
 Every transition is applied by a guarded SQL update (``WHERE status = ANY(<allowed
@@ -59,7 +61,14 @@ TERMINAL: frozenset[Status] = frozenset(
 TRANSITIONS: Mapping[Status, frozenset[Status]] = MappingProxyType(
     {
         Status.PENDING: frozenset(
-            {Status.SENDING, Status.EXPIRED, Status.SUPPRESSED, Status.FAILED}
+            {
+                Status.SENDING,
+                Status.EXPIRED,
+                Status.SUPPRESSED,
+                Status.FAILED,
+                Status.ACCEPTED,
+                Status.UNKNOWN,
+            }
         ),
         Status.SENDING: frozenset(
             {Status.ACCEPTED, Status.FAILED, Status.PENDING, Status.UNKNOWN, Status.EXPIRED}

@@ -42,7 +42,8 @@ CREATE TABLE email_suppressions (
 );
 
 -- One NOTIFY per statement, not per row: a 10,000-row INSERT wakes the relay once.
--- Fires for inserts and for rows put back to pending (retries, replays).
+-- Fires for inserts only: rows put back to pending (retries, replays) are found when the
+-- relay wakes for the earliest next_try_at or its poll interval, whichever comes first.
 CREATE FUNCTION mailbus_notify_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_notify('mailbus_outbox', '');

@@ -126,14 +126,7 @@ class Stack:
         return self.statuses()
 
     def control(self, path: str, body: dict[str, Any] | None = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            f"{self.sandbox.url}/_sandbox/{path}",
-            data=data,
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=10) as reply:
-            return json.load(reply)
+        return control(self.sandbox.url, path, body)
 
     def ledger(self) -> dict[str, Any]:
         return self.control("ledger")  # type: ignore[no-any-return]
@@ -143,6 +136,39 @@ class Stack:
 
     def accepted_twice(self) -> list[str]:
         return [k for k, v in self.ledger()["keys"].items() if v["accepted"] > 1]
+
+    def assert_table_agrees_with_providers(self, fallback_url: str | None = None) -> None:
+        """The invariant every e2e test ends with (ARCHITECTURE.md): a key is ``accepted``
+        exactly when a provider accepted it, with that provider's id, recorded as the
+        provider that took it; no key is accepted twice or by two providers."""
+        providers = {None: self.sandbox.url}
+        if fallback_url is not None:
+            providers["fallback"] = fallback_url
+        held: dict[str, tuple[str | None, str]] = {}  # key -> (provider, message id)
+        for name, url in providers.items():
+            for key, entry in control(url, "ledger")["keys"].items():
+                if not entry["accepted"]:
+                    continue
+                assert entry["accepted"] == 1, f"{key} accepted {entry['accepted']}x by {name}"
+                assert key not in held, f"{key} accepted by two providers"
+                held[key] = (name, entry["id"])
+        rows = self.query("SELECT dedupe_key, status, message_id, provider FROM email_sends")
+        table = {
+            key: (provider, message_id)
+            for key, status, message_id, provider in rows
+            if status == "accepted"
+        }
+        assert table == held, "the table disagrees with what the providers accepted"
+
+
+def control(sandbox_url: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    """A sandbox control endpoint (``/_sandbox/PATH``): GET, or POST with a JSON body."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        f"{sandbox_url}/_sandbox/{path}", data=data, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return json.load(reply)
 
 
 @pytest.fixture

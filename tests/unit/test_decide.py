@@ -17,8 +17,12 @@ from consumer.core.decide import (
     after_call,
     after_lookup,
     before_send,
+    confirm_final,
     lease_expired,
+    needs_confirmation,
     needs_lookup,
+    unsendable,
+    wait_for_provider,
 )
 from consumer.core.outcome import Classification, Outcome, ProviderReply, TransportFailure, classify
 from consumer.core.states import TERMINAL, Status, can_transition, claimable_from
@@ -297,22 +301,26 @@ def rand_of(value: float) -> Callable[[], float]:
 
 def views(status: Status) -> st.SearchStrategy[SendView]:
     return st.builds(
-        lambda attempts, expires_in, address: row(
+        lambda attempts, expires_in, address, doubt_in: row(
             status=status,
             attempts=attempts,
             expires_at=None if expires_in is None else at(expires_in),
             to_address=address,
+            in_doubt_since=None if doubt_in is None else at(doubt_in),
         ),
         st.integers(min_value=0, max_value=12),
         offsets,
         st.sampled_from(["ada@example.com", "bad", "a@b.co\r\nBcc: x@y.zz"]),
+        offsets,
     )
 
 
 def check(src: Status, decision: Decision, now: datetime = NOW) -> None:
     if decision.next_status is src:
-        # The one stay: an unknown row whose look-up failed is rescheduled, not moved.
-        assert src is S.UNKNOWN and decision.reason.startswith("look-up failed"), decision
+        # The one stay: an unknown row whose look-up failed, or whose final state waits out
+        # the late-acceptance window, is rescheduled, not moved.
+        assert src is S.UNKNOWN, decision
+        assert decision.reason.startswith(("look-up failed", "look-up again before")), decision
     else:
         assert can_transition(src, decision.next_status), (src, decision)
     if decision.next_status in {S.PENDING, S.UNKNOWN}:
@@ -364,19 +372,66 @@ def test_unknown_classification_is_never_terminal() -> None:
     assert after_call(sending(100), result, NOW, POLICY, rand_half).next_status not in TERMINAL
 
 
-def test_a_failure_after_earlier_attempts_is_confirmed_by_a_look_up() -> None:
-    from consumer.core import Decision, SendView, Status, confirm_failure, needs_confirmation
+def test_a_final_state_needs_a_look_up_only_after_earlier_calls() -> None:
+    failed = Decision(S.FAILED, reason="http 422", dead_letter=True, status_code=422)
+    for final in (failed, Decision(S.EXPIRED, reason="x"), Decision(S.SUPPRESSED, reason="x")):
+        assert not needs_confirmation(final, earlier_calls=0)
+        assert needs_confirmation(final, earlier_calls=1)
+    assert not needs_confirmation(Decision(S.PENDING), earlier_calls=3)
+    assert not needs_confirmation(Decision(S.ACCEPTED, message_id="m"), earlier_calls=3)
 
-    failed = Decision(Status.FAILED, reason="http 422", dead_letter=True, status_code=422)
-    first_try = SendView(1, "k", "a@example.com", "t", "p1", Status.SENDING, attempts=1)
-    retried = SendView(1, "k", "a@example.com", "t", "p1", Status.SENDING, attempts=3)
-    assert not needs_confirmation(first_try, failed)
-    assert needs_confirmation(retried, failed)
-    assert not needs_confirmation(retried, Decision(Status.PENDING))
-    assert confirm_failure(failed, None) == failed
-    confirmed = confirm_failure(failed, "msg_1")
-    assert (confirmed.next_status, confirmed.message_id, confirmed.dead_letter) == (
-        Status.ACCEPTED,
-        "msg_1",
-        False,
+
+FAILED_422 = Decision(S.FAILED, reason="http 422", dead_letter=True, status_code=422)
+
+
+def test_confirm_final_found_is_accepted() -> None:
+    got = confirm_final(sending(3), FAILED_422, "msg_1", False, NOW, POLICY, rand_half)
+    assert (got.next_status, got.message_id, got.dead_letter) == (S.ACCEPTED, "msg_1", False)
+
+
+def test_confirm_final_with_a_failed_look_up_stays_unknown() -> None:
+    # Before: a failed confirming look-up left the failure standing.
+    got = confirm_final(sending(3), FAILED_422, None, True, NOW, POLICY, rand_half, detail="503")
+    assert got.next_status is S.UNKNOWN and not got.dead_letter
+    assert got.reason == "look-up failed, outcome unknown: 503"
+
+
+def test_confirm_final_not_found_stands_when_no_call_is_in_doubt() -> None:
+    assert confirm_final(sending(3), FAILED_422, None, False, NOW, POLICY, rand_half) == FAILED_422
+
+
+@pytest.mark.parametrize(
+    "final", [FAILED_422, Decision(S.EXPIRED, reason="expired before sending")]
+)
+def test_a_not_found_inside_the_late_accept_window_waits_as_unknown(final: Decision) -> None:
+    # A call timed out 10 s ago; the provider may still be working on it for 20 s more.
+    policy = replace(POLICY, late_accept_s=30.0)
+    view = sending(3, in_doubt_since=at(-10))
+    got = confirm_final(view, final, None, False, NOW, policy, rand_half)
+    assert got.next_status is S.UNKNOWN and got.retry_at == at(20)
+    assert got.reason.startswith(f"look-up again before {final.next_status.value}")
+    later = confirm_final(view, final, None, False, at(20), policy, rand_half)
+    assert later == final
+
+
+def test_after_lookup_final_waits_out_the_window_but_a_retry_does_not() -> None:
+    policy = replace(POLICY, late_accept_s=30.0)
+    spent = unknown(5, in_doubt_since=at(-1))
+    assert after_lookup(spent, None, False, NOW, policy, rand_half).next_status is S.UNKNOWN
+    expiring = unknown(1, in_doubt_since=at(-1), expires_at=at(0.5))
+    assert after_lookup(expiring, None, False, NOW, policy, rand_half).next_status is S.UNKNOWN
+    retry = after_lookup(unknown(2, in_doubt_since=at(-1)), None, False, NOW, policy, rand_half)
+    assert retry.next_status is S.PENDING  # the same Idempotency-Key again is safe
+
+
+def test_a_mail_that_cannot_be_encoded_fails_naming_the_field() -> None:
+    got = unsendable("dedupe_key", "must be printable ASCII")
+    assert got == Decision(
+        S.FAILED, reason="invalid dedupe_key: must be printable ASCII", dead_letter=True
     )
+
+
+def test_a_row_whose_provider_is_not_here_stays_pending_visibly() -> None:
+    got = wait_for_provider(row(attempts=2), "fallback", NOW, POLICY)
+    assert got.next_status is S.PENDING and got.retry_at == at(POLICY.cap_s)
+    assert "fallback" in got.reason

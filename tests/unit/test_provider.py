@@ -260,20 +260,37 @@ def test_api_key_never_appears(handler: Handler, fn: str) -> None:
     assert API_KEY[:8] not in text  # not even a clipped prefix
 
 
-def test_variables_that_are_not_json_are_an_invalid_send() -> None:
-    mail = OutgoingMail("k", "ana@example.com", "t", {"when": datetime(2026, 1, 1)})
+@pytest.mark.parametrize(
+    ("mail", "field"),
+    [
+        (OutgoingMail("k", "ana@example.com", "t", {"when": datetime(2026, 1, 1)}), "payload_json"),
+        (OutgoingMail("k", "ana@example.com", "t", {"n": float("inf")}), "payload_json"),
+        (OutgoingMail("ключ-1", "ana@example.com", "t", {}), "dedupe_key"),
+        (OutgoingMail("k\r\nX-Evil: 1", "ana@example.com", "t", {}), "dedupe_key"),
+    ],
+)
+def test_a_mail_that_cannot_be_encoded_is_refused_before_any_request(
+    mail: OutgoingMail, field: str
+) -> None:
+    requests: list[httpx.Request] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        return httpx.Response(200, json={"id": "m"})
 
     async def main() -> CallResult:
         provider = HttpProvider(
-            BASE_URL, API_KEY, 1.0, 5.0, 1, transport=httpx.MockTransport(reply(200))
+            BASE_URL, API_KEY, 1.0, 5.0, 1, transport=httpx.MockTransport(record)
         )
         try:
             return await provider.send(mail)
         finally:
             await provider.aclose()
 
-    with pytest.raises(InvalidSendError, match="variables"):
+    with pytest.raises(InvalidSendError) as refused:
         asyncio.run(main())
+    assert refused.value.field == field
+    assert requests == []
 
 
 @pytest.mark.parametrize(

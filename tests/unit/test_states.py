@@ -9,7 +9,8 @@ from consumer.core.states import TERMINAL, TRANSITIONS, Status, can_transition, 
 S = Status
 
 EXPECTED = {
-    S.PENDING: {S.SENDING, S.EXPIRED, S.SUPPRESSED, S.FAILED},
+    # accepted/unknown: a tried row's gate verdict, overturned or deferred by a look-up
+    S.PENDING: {S.SENDING, S.EXPIRED, S.SUPPRESSED, S.FAILED, S.ACCEPTED, S.UNKNOWN},
     S.SENDING: {S.ACCEPTED, S.FAILED, S.PENDING, S.UNKNOWN, S.EXPIRED},
     S.UNKNOWN: {S.SENDING, S.ACCEPTED, S.PENDING, S.FAILED, S.EXPIRED},
     S.FAILED: {S.PENDING},
