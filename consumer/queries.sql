@@ -13,17 +13,23 @@ WHERE s.id = ANY(%(ids)s::bigint[])
 -- attempt the pointer names, due, not expired, and the provider fixed once a row was tried
 -- (a mail one provider may have taken is never offered to another). A claim retried after
 -- its reply was lost finds the row already under its own token and gets it again,
--- uncounted. The lease starts at the row's update (clock_timestamp(): a claim that waited
--- on a row lock is not born lapsed). Returns the claimed ids and the seconds each has left
--- before it expires (NULL: never).
+-- uncounted. Rows are locked first (`locked`), so the lease and the guards' clock are read
+-- once the row is ours: a claim that waited on the relay's lock is not born lapsed.
+-- Returns the claimed ids and the seconds each has left before it expires (NULL: never).
+WITH claims AS (
+    SELECT * FROM jsonb_to_recordset(%(claims)s::jsonb)
+        AS c (id bigint, attempt int, token uuid, provider text)
+), locked AS (
+    SELECT s.id FROM email_sends s WHERE s.id IN (SELECT id FROM claims) ORDER BY s.id FOR UPDATE
+)
 UPDATE email_sends s
 SET status = 'sending',
     attempts = CASE WHEN s.status = 'pending' THEN s.attempts + 1 ELSE s.attempts END,
     lease_token = c.token,
     lease_until = clock_timestamp() + make_interval(secs => %(lease_s)s),
     provider = c.provider
-FROM jsonb_to_recordset(%(claims)s::jsonb) AS c (id bigint, attempt int, token uuid, provider text)
-WHERE s.id = c.id
+FROM claims c, locked
+WHERE s.id = c.id AND locked.id = s.id
   AND ((s.status = 'pending' AND s.attempts = c.attempt
         AND (s.next_try_at IS NULL OR s.next_try_at <= clock_timestamp())
         AND (s.expires_at IS NULL OR s.expires_at > clock_timestamp())

@@ -110,6 +110,7 @@ def test_replay_of_100_poison_rows_accepts_each_once_even_run_twice_at_once(
     assert stack.statuses() == {"accepted": 100}
     assert stack.query("SELECT count(*) FROM email_replays") == [(100,)]
     assert all(entry["accepted"] == 1 for entry in stack.ledger()["keys"].values())
+    stack.assert_table_agrees_with_providers()
 
 
 def test_a_priority_filter_replays_only_that_priority(stack: Stack) -> None:
@@ -127,6 +128,7 @@ def test_a_priority_filter_replays_only_that_priority(stack: Stack) -> None:
     assert letters == [("p0", 4), ("p1", 0), ("p2", 0)]
     listed = json.loads(dlq(stack, "list", "--json").stdout)
     assert sorted({x["priority"] for x in listed}) == ["p1", "p2"]
+    stack.assert_table_agrees_with_providers()
 
 
 def test_list_filters_by_reason_and_show_prints_the_attempt_history(stack: Stack) -> None:
@@ -172,6 +174,7 @@ def test_list_filters_by_reason_and_show_prints_the_attempt_history(stack: Stack
     missing = dlq(stack, "show", "999999")
     assert missing.returncode == 1
     assert missing.stderr.strip() == "mailbus: no dead letter with id 999999"
+    stack.assert_table_agrees_with_providers()
 
 
 def test_bad_options_exit_2_with_one_line_naming_the_option() -> None:

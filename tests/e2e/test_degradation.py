@@ -47,6 +47,7 @@ def test_policies_during_an_outage(stack: Stack) -> None:
         time.sleep(4)  # the password resets expire meanwhile
         stack.set_faults()
         assert stack.wait_settled(90) == {"accepted": 11, "expired": 2}
+        stack.assert_table_agrees_with_providers(fallback.url)
     finally:
         fallback.stop()
     rows = stack.query(
@@ -77,6 +78,7 @@ def test_metrics_and_logs(stack: Stack) -> None:
         exposition = reply.read().decode()
     assert re.search(r'mailbus_sends_total\{outcome="accepted",priority="p1"\} 18', exposition)
     assert re.search(r'mailbus_dead_letters_total\{reason="rejected"\} 2', exposition)
+    stack.assert_table_agrees_with_providers()
     assert "mailbus_provider_latency_seconds_bucket" in exposition
     assert "mailbus_in_flight_limit" in exposition
     stack.stop_all()

@@ -39,6 +39,7 @@ def test_every_row_is_accepted_once_with_the_providers_id(stack: Stack) -> None:
         assert ledger[key]["requests"] == 1
         assert rows[key] == ledger[key]["id"]
     assert stack.terminate("consumer") == 0
+    stack.assert_table_agrees_with_providers()
 
 
 def test_the_same_kafka_message_twice_makes_one_request(stack: Stack) -> None:
@@ -53,6 +54,7 @@ def test_the_same_kafka_message_twice_makes_one_request(stack: Stack) -> None:
     stack.wait_settled(60)
     time.sleep(2)  # give the second copy every chance to cause a second request
     assert stack.ledger()["keys"][key]["requests"] == 1
+    stack.assert_table_agrees_with_providers()
 
 
 def test_sigkill_after_the_provider_accepted_and_before_the_update(stack: Stack) -> None:
@@ -72,6 +74,7 @@ def test_sigkill_after_the_provider_accepted_and_before_the_update(stack: Stack)
     entry = stack.ledger()["keys"][key]
     assert stack.query("SELECT status, message_id FROM email_sends") == [("accepted", entry["id"])]
     assert entry["accepted"] == 1
+    stack.assert_table_agrees_with_providers()
 
 
 def test_accepted_then_hanging_ends_accepted_once(stack: Stack) -> None:
@@ -83,6 +86,7 @@ def test_accepted_then_hanging_ends_accepted_once(stack: Stack) -> None:
     ledger = stack.ledger()["keys"]
     rows = dict(stack.query("SELECT dedupe_key, message_id FROM email_sends"))
     assert all(ledger[k]["accepted"] == 1 and rows[k] == ledger[k]["id"] for k in keys)
+    stack.assert_table_agrees_with_providers()
 
 
 def test_malformed_2xx_is_resolved_by_look_up(stack: Stack) -> None:
@@ -96,6 +100,7 @@ def test_malformed_2xx_is_resolved_by_look_up(stack: Stack) -> None:
         ("accepted", entry["id"], 1)
     ]
     assert entry["requests"] == 1
+    stack.assert_table_agrees_with_providers()
 
 
 def test_422_fails_after_one_attempt_with_one_dead_letter(stack: Stack) -> None:
@@ -120,6 +125,7 @@ def test_422_fails_after_one_attempt_with_one_dead_letter(stack: Stack) -> None:
     assert "mailbus.dlq.original.offset" in headers
     assert landed[0].key == key.encode()
     assert stack.ledger()["keys"][key]["requests"] == 1
+    stack.assert_table_agrees_with_providers()
 
 
 def test_429_retry_after_is_honoured(stack: Stack) -> None:
@@ -130,6 +136,7 @@ def test_429_retry_after_is_honoured(stack: Stack) -> None:
     assert stack.wait_settled(60) == {"accepted": 1}
     first, second = sends_by_key(stack)[key]
     assert second - first >= 3.0
+    stack.assert_table_agrees_with_providers()
 
 
 def test_always_503_fails_after_max_attempts_with_growing_gaps(stack: Stack) -> None:
@@ -156,6 +163,7 @@ def test_always_503_fails_after_max_attempts_with_growing_gaps(stack: Stack) -> 
     # relay's polling and Kafka's hop, which add up to a few hundred milliseconds.
     assert all(later >= earlier - 0.5 for earlier, later in itertools.pairwise(gaps)), gaps
     assert gaps[-1] > 2 * gaps[0], gaps
+    stack.assert_table_agrees_with_providers()
 
 
 def test_in_flight_requests_never_exceed_the_bound(stack: Stack) -> None:
@@ -165,6 +173,7 @@ def test_in_flight_requests_never_exceed_the_bound(stack: Stack) -> None:
     stack.start_consumer(MAILBUS_MAX_IN_FLIGHT="8")
     assert stack.wait_settled(120) == {"accepted": 300}
     assert 1 < stack.ledger()["max_concurrent"] <= 8
+    stack.assert_table_agrees_with_providers()
 
 
 def test_a_garbage_message_goes_to_the_dlq_and_the_next_is_delivered(stack: Stack) -> None:
@@ -186,6 +195,7 @@ def test_a_garbage_message_goes_to_the_dlq_and_the_next_is_delivered(stack: Stac
     assert [dict(m.headers)["mailbus.dlq.reason"] for m in landed] == [b"undecodable"]
     [(original,)] = stack.query("SELECT original_value FROM email_dead_letters")
     assert bytes(original) == b"\x00not avro at all"
+    stack.assert_table_agrees_with_providers()
 
 
 def test_expired_and_suppressed_rows_are_never_sent(stack: Stack) -> None:
@@ -199,6 +209,7 @@ def test_expired_and_suppressed_rows_are_never_sent(stack: Stack) -> None:
     stack.start_consumer()
     assert stack.wait_settled(60) == {"expired": 2, "suppressed": 1}
     assert stack.ledger()["totals"]["sends"] == 0
+    stack.assert_table_agrees_with_providers()
 
 
 def test_sigterm_drains_in_flight_work_and_exits_zero(stack: Stack) -> None:
@@ -213,6 +224,7 @@ def test_sigterm_drains_in_flight_work_and_exits_zero(stack: Stack) -> None:
     stack.start_consumer(name=f"again-{uuid.uuid4().hex[:4]}")
     assert stack.wait_settled(60) == {"accepted": 5}
     assert not stack.accepted_twice()
+    stack.assert_table_agrees_with_providers()
 
 
 def test_a_claim_that_gets_no_slot_in_time_is_handed_back_uncounted(stack: Stack) -> None:
@@ -230,3 +242,4 @@ def test_a_claim_that_gets_no_slot_in_time_is_handed_back_uncounted(stack: Stack
     # Every counted attempt is a call that was made: a handed-back claim is not counted.
     assert stack.query("SELECT DISTINCT attempts FROM email_sends") == [(1,)]
     assert stack.query("SELECT count(*) FROM email_attempts") == [(4,)]
+    stack.assert_table_agrees_with_providers()

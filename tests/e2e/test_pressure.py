@@ -41,6 +41,7 @@ def test_global_rate_limit_holds_across_processes_and_a_crash(stack: Stack) -> N
     print(f"average {average:.1f}/s, busiest second {busiest_second(times)}")
     assert average <= 40 * 1.05
     assert busiest_second(times) <= 60
+    stack.assert_table_agrees_with_providers()
 
 
 def test_breaker_opens_on_an_outage_and_everything_is_delivered_after(stack: Stack) -> None:
@@ -61,6 +62,7 @@ def test_breaker_opens_on_an_outage_and_everything_is_delivered_after(stack: Sta
     print(f"{len(during)} requests reached the sandbox in 20 s with the breaker open")
     assert len(during) <= 5  # single probes after each cool-down (5 s, then 10 s, ...)
     assert stack.query("SELECT state FROM provider_health") == [("closed",)]
+    stack.assert_table_agrees_with_providers()
 
 
 def test_in_flight_limit_falls_with_latency_and_recovers(stack: Stack) -> None:
@@ -85,6 +87,7 @@ def test_in_flight_limit_falls_with_latency_and_recovers(stack: Stack) -> None:
     print(f"in-flight limit: 32 → {lowest} at 500 ms → {recovered} back at 20 ms")
     assert lowest <= 8
     assert recovered >= 2 * lowest
+    stack.assert_table_agrees_with_providers()
 
 
 def _epoch(ts: str) -> float:
@@ -135,3 +138,4 @@ def test_a_p2_flood_never_delays_p0(stack: Stack) -> None:
     )
     assert p2_left["pending"] > 0, "the flood was over before P0 arrived; the test proves nothing"
     assert p99 <= 1.0
+    stack.assert_table_agrees_with_providers()

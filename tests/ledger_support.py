@@ -1,0 +1,60 @@
+"""Helpers of the ledger's integration tests: rows seeded by SQL, a ledger for one scenario."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import psycopg
+
+from consumer.ledger import MessageOrigin, SendLedger
+
+__all__ = ["ORIGIN", "claim", "rows", "seed", "with_ledger"]
+
+ORIGIN = MessageOrigin("mailbus.send.p1", 0, 42)
+
+
+def seed(database_url: str, count: int) -> list[int]:
+    with psycopg.connect(database_url) as conn:
+        return [
+            row_id
+            for (row_id,) in conn.execute(
+                "INSERT INTO email_sends (dedupe_key, to_address, template)"
+                " SELECT 'batch-' || n, 'u' || n || '@example.com', 'welcome'"
+                " FROM generate_series(1, %s) n RETURNING id",
+                (count,),
+            )
+        ]
+
+
+def rows(database_url: str) -> dict[int, tuple[Any, ...]]:
+    with psycopg.connect(database_url) as conn:
+        return {
+            row[0]: row[1:]
+            for row in conn.execute("SELECT id, status, attempts, message_id FROM email_sends")
+        }
+
+
+def with_ledger(database_url: str, scenario: Any, lease_s: float = 30) -> Any:
+    async def main() -> Any:
+        ledger = SendLedger(database_url, max_connections=4, lease_s=lease_s)
+        await ledger.open()
+        try:
+            return await scenario(ledger)
+        finally:
+            await ledger.close()
+
+    return asyncio.run(main())
+
+
+async def claim(
+    ledger: SendLedger,
+    send_id: int,
+    attempt: int,
+    provider: str | None,
+    token: uuid.UUID | None = None,
+) -> uuid.UUID | None:
+    """Claim under ``token`` (a fresh one by default); the lease token, or None."""
+    claimed = await ledger.claim_for_send(send_id, attempt, provider, token or uuid.uuid4())
+    return None if claimed is None else claimed.token

@@ -1,0 +1,58 @@
+"""Who probes a recovering provider: transactional mail first, newsletters when alone."""
+
+from __future__ import annotations
+
+import asyncio
+
+from consumer.core.breaker import BreakerPolicy, BreakerState
+from consumer.core.outcome import Classification, Outcome
+from consumer.gate import ProviderGate
+
+FAILED = Classification(Outcome.RETRY, status_code=503)
+OK = Classification(Outcome.ACCEPTED, message_id="m", status_code=200)
+
+
+def open_gate() -> ProviderGate:
+    gate = ProviderGate(
+        4,
+        BreakerPolicy(failure_threshold=1, cool_down_s=0.05, max_cool_down_s=0.05),
+        None,
+        on_breaker_change=lambda _state: None,
+        on_limit_change=lambda _limit: None,
+        unhurried_delay_s=0.0,
+    )
+    gate.settle(asyncio.run(gate.admit_send()), FAILED, 0.1)
+    assert gate.breaker.state is BreakerState.OPEN
+    return gate
+
+
+def test_a_newsletter_alone_probes_the_open_breaker_and_closes_it() -> None:
+    # Before: it waited for transactional mail to probe, forever in a p2-only process.
+    gate = open_gate()
+
+    async def newsletter() -> None:
+        admission = await asyncio.wait_for(gate.admit_send(unhurried=True), 5)
+        assert gate.breaker.state is BreakerState.HALF_OPEN  # it carries the probe
+        gate.settle(admission, OK, 0.1)
+
+    asyncio.run(newsletter())
+    assert gate.breaker.state is BreakerState.CLOSED
+
+
+def test_transactional_mail_waiting_takes_the_probe_before_a_newsletter() -> None:
+    gate = open_gate()
+    order: list[str] = []
+
+    async def send(name: str, unhurried: bool) -> None:
+        admission = await gate.admit_send(unhurried=unhurried)
+        order.append(name)
+        await asyncio.sleep(0.05)  # the call
+        gate.settle(admission, OK, 0.05)
+
+    async def scenario() -> None:
+        newsletter = asyncio.create_task(send("newsletter", True))
+        await asyncio.sleep(0)  # the newsletter is waiting first
+        await asyncio.wait_for(asyncio.gather(newsletter, send("password_reset", False)), 5)
+
+    asyncio.run(scenario())
+    assert order == ["password_reset", "newsletter"]

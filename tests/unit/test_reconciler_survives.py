@@ -1,0 +1,43 @@
+"""The reconciler runs until the stop, whatever one pass raises."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from consumer.gate import AdaptiveSlots
+from consumer.reconciler import Reconciler
+
+
+class _Ledger:
+    def __init__(self) -> None:
+        self.passes = 0
+
+    async def take_unresolved(self, _priorities: list[str], _limit: int) -> list[Any]:
+        self.passes += 1
+        if self.passes == 1:
+            raise RuntimeError("a bug in the first pass")
+        return []
+
+    async def republish_stale(self, _priorities: list[str], _after_s: float) -> int:
+        return 0
+
+
+class _Service:
+    def __init__(self) -> None:
+        self.ledger = _Ledger()
+        self.stopping = asyncio.Event()
+
+
+def test_a_pass_that_raises_is_logged_and_the_next_pass_runs() -> None:
+    async def scenario() -> int:
+        service = _Service()
+        reconciler = Reconciler(service, ["p1"], AdaptiveSlots(1), interval_s=0.01)  # type: ignore[arg-type]
+        running = asyncio.create_task(reconciler.run())
+        while service.ledger.passes < 3 and not running.done():
+            await asyncio.sleep(0.01)
+        service.stopping.set()
+        await asyncio.wait_for(running, 5)  # and it ends at the stop, without raising
+        return service.ledger.passes
+
+    assert asyncio.run(scenario()) >= 3
