@@ -93,8 +93,8 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
         MAILBUS_KAFKA_BOOTSTRAP=settings.kafka_bootstrap,
         MAILBUS_TOPIC_PREFIX=settings.topic_prefix,
         MAILBUS_PARTITIONS=str(settings.partitions),
-        **extra,
     )
+    env.update(extra)  # may replace any of the above
     return env
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from consumer.gate import AdaptiveSlots
 from consumer.reconciler import Reconciler
+from consumer.service import Stopping
 
 
 class _Ledger:
@@ -41,3 +42,29 @@ def test_a_pass_that_raises_is_logged_and_the_next_pass_runs() -> None:
         return service.ledger.passes
 
     assert asyncio.run(scenario()) >= 3
+
+
+class _StoppingService(_Service):
+    """A resolution abandoned because the service stops (storage down at SIGTERM)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ledger.take_unresolved = _one_row  # type: ignore[method-assign]
+
+    async def resolve(self, _loaded: object, _token: object) -> None:
+        self.stopping.set()
+        raise Stopping()
+
+
+def test_a_resolution_abandoned_at_the_stop_ends_the_reconciler_quietly() -> None:
+    # Before: Stopping escaped run(), and `mailbus consume` exited non-zero on SIGTERM.
+    async def scenario() -> None:
+        service = _StoppingService()
+        reconciler = Reconciler(service, ["p1"], AdaptiveSlots(1), interval_s=0.01)  # type: ignore[arg-type]
+        await asyncio.wait_for(reconciler.run(), 5)
+
+    asyncio.run(scenario())
+
+
+async def _one_row(_priorities: list[str], _limit: int) -> list[Any]:
+    return [(object(), object())]  # every pass finds one unresolved row
