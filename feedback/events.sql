@@ -1,41 +1,64 @@
--- name: record_event
--- One delivery event in one statement. The event row is inserted once per (provider,
--- event id); only when it was new does anything else change: the sends with its
--- message_id take its status unless they already show a later event (a tie at the same
--- instant goes to the higher rank, see feedback/events.py), and a hard bounce or a
--- complaint suppresses their addresses, lower-cased. Returns one row:
--- (inserted, matched, updated, suppressed).
-WITH target AS (
-    SELECT id, to_address FROM email_sends WHERE message_id = %(message_id)s
-), event AS (
+-- name: record_events
+-- A batch of delivery events in one statement (the receiver coalesces concurrent requests;
+-- the caller has removed repeats of a (provider, event id) within the batch). Each event
+-- row is inserted once per (provider, event id); only the events that were new change
+-- anything else:
+-- * each send with their message_id takes the latest of them (by occurred_at, a tie at
+--   the same instant to the higher rank, see feedback/events.py), unless the send already
+--   shows a later event: the guard on last_event_at, evaluated again on the current row
+--   version when a concurrent statement changed it first;
+-- * a hard bounce or a complaint suppresses the sends' addresses, lower-cased.
+-- Returns one row per event, in batch order: (n, new, matched, updated, suppressed).
+WITH batch AS (
+    SELECT * FROM jsonb_to_recordset(%(events)s::jsonb) AS e (
+        n int, provider text, event_id text, type text, bounce text, message_id text,
+        occurred_at timestamptz, rank int, suppress bool, reason text, source text)
+), target AS (
+    SELECT b.n, s.id, s.to_address
+    FROM batch b JOIN email_sends s ON s.message_id = b.message_id
+), inserted AS (
     INSERT INTO delivery_events (provider, event_id, type, bounce, message_id, occurred_at, matched)
-    SELECT %(provider)s, %(event_id)s, %(type)s, %(bounce)s, %(message_id)s, %(occurred_at)s,
-           EXISTS (SELECT 1 FROM target)
+    SELECT b.provider, b.event_id, b.type, b.bounce, b.message_id, b.occurred_at,
+           EXISTS (SELECT 1 FROM target t WHERE t.n = b.n)
+    FROM batch b
+    ORDER BY b.n
     ON CONFLICT (provider, event_id) DO NOTHING
-    RETURNING matched
+    RETURNING provider, event_id
+), fresh AS (
+    SELECT b.* FROM batch b JOIN inserted i USING (provider, event_id)
+), latest AS (
+    SELECT DISTINCT ON (t.id) t.id, f.n, f.type, f.occurred_at, f.rank
+    FROM fresh f JOIN target t ON t.n = f.n
+    ORDER BY t.id, f.occurred_at DESC, f.rank DESC
 ), updated AS (
     UPDATE email_sends s
-    SET delivery_status = %(type)s, last_event_at = %(occurred_at)s
-    FROM target t
-    WHERE s.id = t.id
-      AND EXISTS (SELECT 1 FROM event)
+    SET delivery_status = l.type, last_event_at = l.occurred_at
+    FROM latest l
+    WHERE s.id = l.id
       AND (s.last_event_at IS NULL
-           OR s.last_event_at < %(occurred_at)s
-           OR (s.last_event_at = %(occurred_at)s
-               AND coalesce(array_position(%(ranks)s::text[], s.delivery_status), 0) < %(rank)s))
-    RETURNING s.id
+           OR s.last_event_at < l.occurred_at
+           OR (s.last_event_at = l.occurred_at
+               AND coalesce(array_position(%(ranks)s::text[], s.delivery_status), 0) < l.rank))
+    RETURNING l.n
+), to_suppress AS (
+    SELECT DISTINCT ON (lower(t.to_address)) lower(t.to_address) AS address, f.n, f.reason,
+           f.source
+    FROM fresh f JOIN target t ON t.n = f.n
+    WHERE f.suppress
+    ORDER BY lower(t.to_address), f.n
 ), suppressed AS (
     INSERT INTO email_suppressions (address, reason, source)
-    SELECT DISTINCT lower(t.to_address), %(reason)s, %(source)s
-    FROM target t
-    WHERE %(suppress)s AND EXISTS (SELECT 1 FROM event)
+    SELECT address, reason, source FROM to_suppress
     ON CONFLICT (address) DO NOTHING
     RETURNING address
 )
-SELECT EXISTS (SELECT 1 FROM event),
-       coalesce((SELECT matched FROM event), EXISTS (SELECT 1 FROM target)),
-       (SELECT count(*) FROM updated),
-       (SELECT count(*) FROM suppressed)
+SELECT b.n,
+       EXISTS (SELECT 1 FROM fresh f WHERE f.n = b.n),
+       EXISTS (SELECT 1 FROM target t WHERE t.n = b.n),
+       (SELECT count(*) FROM updated u WHERE u.n = b.n),
+       (SELECT count(*) FROM suppressed x JOIN to_suppress c USING (address) WHERE c.n = b.n)
+FROM batch b
+ORDER BY b.n
 
 -- name: ready
 SELECT 1

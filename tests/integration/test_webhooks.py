@@ -20,7 +20,7 @@ import aiohttp
 import psycopg
 from services import REPO, run_mailbus
 
-from feedback.events import STATUS_RANK
+from feedback.events import STATUS_RANK, parse_event
 from feedback.server import RunningReceiver, start
 from feedback.signature import signature_header
 from feedback.store import EventStore
@@ -409,3 +409,53 @@ def test_the_command_serves_until_sigterm_and_refuses_bad_configuration(
                 stream.close()
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT delivery_status FROM email_sends").fetchone() == ("delivered",)
+
+
+def test_events_coalesced_into_one_batch_keep_their_meaning(database_url: str) -> None:
+    """Submitted in one event-loop turn, these go to PostgreSQL as one statement."""
+    seed(
+        database_url,
+        [("m-1", "a@example.com"), ("m-2", "Dup@Example.com"), ("m-3", "DUP@example.COM")],
+    )
+    t1, t2 = T0, T0 + timedelta(minutes=1)
+
+    async def scenario() -> list[tuple[str, int, int]]:
+        store = EventStore(database_url)
+        await store.open()
+        try:
+            batch = [
+                ("e1", "delivered", "m-1", t2, None),
+                ("e2", "deferred", "m-1", t1, None),  # older, same batch
+                ("e1", "delivered", "m-1", t2, None),  # repeat within the batch
+                ("e3", "bounced", "m-2", t1, "hard"),
+                ("e4", "complained", "m-3", t1, None),  # the same address, other case
+                ("e5", "delivered", "unknown", t1, None),
+            ]
+            events = [
+                parse_event(event(i, kind, m, at, bounce)) for i, kind, m, at, bounce in batch
+            ]
+            results = await asyncio.gather(*(store.record("p", e) for e in events))
+        finally:
+            await store.close()
+        return [(r.result, r.updated, r.suppressed) for r in results]
+
+    assert asyncio.run(scenario()) == [
+        ("stored", 1, 0),
+        ("stored", 0, 0),
+        ("duplicate", 0, 0),
+        ("stored", 1, 1),
+        ("stored", 1, 0),  # its address was suppressed by e3 in the same statement
+        ("unmatched", 0, 0),
+    ]
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute(
+            "SELECT message_id, delivery_status, last_event_at FROM email_sends ORDER BY id"
+        ).fetchall() == [
+            ("m-1", "delivered", t2),
+            ("m-2", "bounced", t1),
+            ("m-3", "complained", t1),
+        ]
+        assert conn.execute("SELECT address, reason FROM email_suppressions").fetchall() == [
+            ("dup@example.com", "hard_bounce")
+        ]
+        assert conn.execute("SELECT count(*) FROM delivery_events").fetchone() == (5,)
