@@ -459,3 +459,32 @@ def test_events_coalesced_into_one_batch_keep_their_meaning(database_url: str) -
             ("dup@example.com", "hard_bounce")
         ]
         assert conn.execute("SELECT count(*) FROM delivery_events").fetchone() == (5,)
+
+
+def test_a_storage_failure_is_503_and_the_retry_is_recorded(database_url: str) -> None:
+    seed(database_url, [("msg-1", "ana@example.com")])
+    body = event("evt-1", "bounced", "msg-1", T0, bounce="hard")
+
+    def rename(old: str, new: str) -> None:
+        with psycopg.connect(database_url) as conn:
+            conn.execute(f"ALTER TABLE {old} RENAME TO {new}")
+
+    async def scenario(client: Client) -> None:
+        rename("delivery_events", "delivery_events_away")
+        try:
+            async with client.session.post(
+                f"{client.url}/webhooks/sandbox",
+                data=body,
+                headers={"Mailbus-Signature": signature_header(SECRET, body, int(time.time()))},
+            ) as response:
+                assert response.status == 503
+                assert response.headers["Retry-After"] == "5"
+        finally:
+            rename("delivery_events_away", "delivery_events")
+        with psycopg.connect(database_url) as conn:
+            assert conn.execute("SELECT delivery_status FROM email_sends").fetchone() == (None,)
+            assert conn.execute("SELECT count(*) FROM email_suppressions").fetchone() == (0,)
+        status, answer = await client.post(body)  # the sender's retry
+        assert (status, answer["result"], answer["suppressed"]) == (200, "stored", 1)
+
+    run(database_url, scenario)
