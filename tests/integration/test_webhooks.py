@@ -213,6 +213,13 @@ def test_malformed_bodies_are_400_and_unknown_message_ids_are_stored(database_ur
             status, answer = await client.post(body)
             assert status == 400, answer
         assert (await client.post(b"x", provider="bad%20name"))[0] == 404
+        huge = b'{"padding": "' + b"x" * 300_000 + b'"}'
+        async with client.session.post(
+            f"{client.url}/webhooks/sandbox",
+            data=huge,
+            headers={"Mailbus-Signature": signature_header(SECRET, huge, int(time.time()))},
+        ) as response:
+            assert response.status == 413
         assert snapshot(database_url) == before
         status, answer = await client.post(event("evt-u", "bounced", "nope", T0, bounce="hard"))
         assert (status, answer) == (202, {"result": "unmatched", "updated": 0, "suppressed": 0})
