@@ -62,3 +62,53 @@ ORDER BY b.n
 
 -- name: ready
 SELECT 1
+
+-- name: apply_late_events
+-- Events stored unmatched (no send had their message_id yet) whose send has it now,
+-- received within the last day, at most 1,000 a pass: marked matched and applied as
+-- record_events applies new events (the same guard, the same suppressions). SKIP LOCKED
+-- lets several receivers sweep at once. Returns (applied, updated, suppressed).
+WITH picked AS (
+    SELECT e.provider, e.event_id
+    FROM delivery_events e
+    WHERE NOT e.matched AND e.received_at > now() - interval '1 day'
+      AND EXISTS (SELECT 1 FROM email_sends s WHERE s.message_id = e.message_id)
+    ORDER BY e.received_at
+    LIMIT 1000
+    FOR UPDATE OF e SKIP LOCKED
+), late AS (
+    UPDATE delivery_events e SET matched = true
+    FROM picked p
+    WHERE e.provider = p.provider AND e.event_id = p.event_id
+    RETURNING e.provider, e.event_id, e.type, e.bounce, e.message_id, e.occurred_at,
+              array_position(%(ranks)s::text[], e.type) AS rank
+), target AS (
+    SELECT l.*, s.id, s.to_address
+    FROM late l JOIN email_sends s ON s.message_id = l.message_id
+), latest AS (
+    SELECT DISTINCT ON (t.id) t.id, t.type, t.occurred_at, t.rank
+    FROM target t
+    ORDER BY t.id, t.occurred_at DESC, t.rank DESC
+), updated AS (
+    UPDATE email_sends s
+    SET delivery_status = l.type, last_event_at = l.occurred_at
+    FROM latest l
+    WHERE s.id = l.id
+      AND (s.last_event_at IS NULL
+           OR s.last_event_at < l.occurred_at
+           OR (s.last_event_at = l.occurred_at
+               AND coalesce(array_position(%(ranks)s::text[], s.delivery_status), 0) < l.rank))
+    RETURNING s.id
+), suppressed AS (
+    INSERT INTO email_suppressions (address, reason, source)
+    SELECT DISTINCT ON (lower(t.to_address)) lower(t.to_address),
+           CASE WHEN t.type = 'complained' THEN 'complaint' ELSE 'hard_bounce' END,
+           'webhook:' || t.provider
+    FROM target t
+    WHERE t.type = 'complained' OR (t.type = 'bounced' AND t.bounce = 'hard')
+    ORDER BY lower(t.to_address), t.occurred_at
+    ON CONFLICT (address) DO NOTHING
+    RETURNING address
+)
+SELECT (SELECT count(*) FROM late), (SELECT count(*) FROM updated),
+       (SELECT count(*) FROM suppressed)

@@ -9,6 +9,9 @@ statement (:mod:`feedback.store`). Answers: 200 ``{"result": "stored"}`` or
 but no send has that message_id), 503 with ``Retry-After`` when PostgreSQL fails (the
 sender retries; the event id makes the retry safe).
 
+Every ``sweep_s`` seconds (10) the receiver applies events that had come before their
+send recorded its ``message_id`` (:meth:`feedback.store.EventStore.apply_late_events`).
+
 ``GET /healthz`` is 200 while the process serves; ``GET /readyz`` is 200 when PostgreSQL
 answers, else 503. SIGTERM/SIGINT: stop listening, let requests in flight finish (up to
 5 s), close the pool, exit 0.
@@ -17,6 +20,7 @@ answers, else 503. SIGTERM/SIGINT: stop listening, let requests in flight finish
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import signal
@@ -29,7 +33,7 @@ from aiohttp import web
 
 from feedback.events import DeliveryEvent, InvalidEventError, parse_event
 from feedback.signature import HEADER, verify
-from feedback.store import EventStore, Recorded
+from feedback.store import EventStore, LateEvents, Recorded
 from mailbus import metrics
 from mailbus.errors import ConfigError, StorageError
 from mailbus.settings import Settings
@@ -52,6 +56,8 @@ class Store(Protocol):
     async def record(self, provider: str, event: DeliveryEvent) -> Recorded: ...
 
     async def ready(self) -> bool: ...
+
+    async def apply_late_events(self) -> LateEvents: ...
 
 
 def make_app(store: Store, secret: str, clock: Callable[[], float] = time.time) -> web.Application:
@@ -114,6 +120,7 @@ class RunningReceiver:
     runner: web.AppRunner
     host: str
     port: int
+    sweeping: asyncio.Task[None] | None = None
 
     @property
     def url(self) -> str:
@@ -121,6 +128,10 @@ class RunningReceiver:
         return f"http://{host}:{self.port}"
 
     async def stop(self) -> None:
+        if self.sweeping is not None:
+            self.sweeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.sweeping
         await self.runner.cleanup()
 
 
@@ -132,8 +143,10 @@ async def start(
     port: int = 0,
     clock: Callable[[], float] = time.time,
     shutdown_timeout: float = 5.0,
+    sweep_s: float | None = 10.0,
 ) -> RunningReceiver:
-    """Serve on ``host:port`` (0: any free port, see ``.port``)."""
+    """Serve on ``host:port`` (0: any free port, see ``.port``); sweep late events every
+    ``sweep_s`` seconds (None: never)."""
     app = make_app(store, secret, clock)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
@@ -142,7 +155,26 @@ async def start(
     except BaseException:
         await runner.cleanup()
         raise
-    return RunningReceiver(runner, host, runner.addresses[0][1])
+    sweeping = None if sweep_s is None else asyncio.create_task(_sweep(store, sweep_s))
+    return RunningReceiver(runner, host, runner.addresses[0][1], sweeping)
+
+
+async def _sweep(store: Store, every_s: float) -> None:
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            late = await store.apply_late_events()
+        except StorageError as exc:
+            log.warning("%s", exc)
+            continue
+        if late.applied:
+            metrics.observe_webhook_late(late.applied, late.suppressed)
+            log.info(
+                "applied %d late delivery events: %d sends updated, %d addresses suppressed",
+                late.applied,
+                late.updated,
+                late.suppressed,
+            )
 
 
 def run_webhooks(settings: Settings) -> int:

@@ -9,6 +9,11 @@ updates the sends with their ``message_id`` (guarded by ``last_event_at``: an ol
 arriving late does not overwrite a newer one) and suppresses their addresses after a hard
 bounce or a complaint. A repeat of an event id within one batch is answered as a
 duplicate without reaching the statement, exactly as if it had come a moment later.
+
+An event stored before its send recorded its ``message_id`` (the provider's first event
+can race the consumer's settle) is applied later by :meth:`EventStore.apply_late_events`,
+which the receiver runs every few seconds.
+
 psycopg errors become :class:`StorageError` for every event of the batch (the receiver
 answers 503 and the sender retries; the event id makes the retry safe); a deadlock with
 another receiver process is retried once first.
@@ -29,7 +34,7 @@ from feedback.events import STATUS_RANK, DeliveryEvent
 from mailbus.errors import StorageError
 from mailbus.sqlfiles import load_queries
 
-__all__ = ["EventStore", "Recorded"]
+__all__ = ["EventStore", "LateEvents", "Recorded"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,16 @@ class Recorded:
         if not self.new:
             return "duplicate"
         return "stored" if self.matched else "unmatched"
+
+
+@dataclass(frozen=True)
+class LateEvents:
+    """One sweep: events ``applied`` now that their send has its message_id, sends
+    ``updated``, addresses ``suppressed``."""
+
+    applied: int
+    updated: int
+    suppressed: int
 
 
 class EventStore:
@@ -76,6 +91,19 @@ class EventStore:
 
     async def record(self, provider: str, event: DeliveryEvent) -> Recorded:
         return await self._batches.submit((provider, event))
+
+    async def apply_late_events(self) -> LateEvents:
+        """Apply up to 1,000 events that came before their send recorded its message_id."""
+        try:
+            async with self._pool.connection(timeout=10) as conn:
+                cursor = await conn.execute(
+                    self._queries["apply_late_events"], {"ranks": list(STATUS_RANK)}
+                )
+                row = await cursor.fetchone()
+        except psycopg.Error as exc:
+            raise StorageError(f"applying late delivery events failed: {exc}") from exc
+        assert row is not None
+        return LateEvents(int(row[0]), int(row[1]), int(row[2]))
 
     async def ready(self) -> bool:
         """Whether PostgreSQL answers within a second or two."""

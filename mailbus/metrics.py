@@ -40,6 +40,7 @@ __all__ = [
     "observe_lookup",
     "observe_published",
     "observe_webhook_event",
+    "observe_webhook_late",
     "observe_webhook_rejected",
     "record_librdkafka_stats",
     "set_breaker_state",
@@ -133,6 +134,10 @@ WEBHOOK_SUPPRESSIONS = Counter(
     "mailbus_webhook_suppressions",
     "Addresses added to email_suppressions by hard bounces and complaints.",
 )
+WEBHOOK_LATE = Counter(
+    "mailbus_webhook_late_matched",
+    "Unmatched delivery events applied later, once their send had recorded its message_id.",
+)
 WEBHOOK_REJECTED = Counter(
     "mailbus_webhook_rejected",
     "Webhook requests refused, by reason (missing, malformed, mismatch, stale: 401; "
@@ -190,6 +195,14 @@ def observe_webhook_event(
         WEBHOOK_BOUNCES.labels(bounce).inc()
     elif event_type == "complained":
         WEBHOOK_COMPLAINTS.inc()
+    if suppressed > 0:
+        WEBHOOK_SUPPRESSIONS.inc(suppressed)
+
+
+def observe_webhook_late(applied: int, suppressed: int) -> None:
+    """One sweep of events that came before their send's message_id."""
+    if applied > 0:
+        WEBHOOK_LATE.inc(applied)
     if suppressed > 0:
         WEBHOOK_SUPPRESSIONS.inc(suppressed)
 

@@ -18,8 +18,12 @@ CREATE TABLE IF NOT EXISTS delivery_events (
     PRIMARY KEY (provider, event_id)
 );
 
--- Events of a message, e.g. those that came before the send recorded its message_id.
+-- Events of a message.
 CREATE INDEX IF NOT EXISTS delivery_events_message_id_idx ON delivery_events (message_id);
+-- What the receiver's sweep scans: events that came before their send recorded its
+-- message_id (the provider's answer and the consumer's settle race the first event).
+CREATE INDEX IF NOT EXISTS delivery_events_unmatched_idx ON delivery_events (received_at)
+    WHERE NOT matched;
 
 -- Who put an address on the list: 'manual' (SQL), 'cli', 'import', 'webhook:<provider>'.
 ALTER TABLE email_suppressions ADD COLUMN IF NOT EXISTS source text NOT NULL DEFAULT 'manual';

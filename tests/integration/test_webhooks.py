@@ -495,3 +495,58 @@ def test_a_storage_failure_is_503_and_the_retry_is_recorded(database_url: str) -
         assert (status, answer["result"], answer["suppressed"]) == (200, "stored", 1)
 
     run(database_url, scenario)
+
+
+def test_events_that_came_before_the_message_id_are_applied_by_the_sweep(
+    database_url: str,
+) -> None:
+    """The provider's first event can race the consumer's settle of `accepted`."""
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template, status) VALUES"
+            " ('a', 'Early@Example.com', 't', 'sending'), ('b', 'b@example.com', 't', 'sending')"
+        )
+    t1, t2 = T0, T0 + timedelta(minutes=1)
+
+    async def scenario() -> None:
+        store = EventStore(database_url)
+        await store.open()
+        server = await start(store, SECRET, port=0, sweep_s=0.2)
+        try:
+            async with aiohttp.ClientSession() as session:
+                client = Client(session, server)
+                for body in (
+                    event("e1", "deferred", "late-a", t1),
+                    event("e2", "bounced", "late-a", t2, "hard"),
+                    event("e3", "delivered", "late-b", t1),
+                ):
+                    assert (await client.post(body))[0] == 202
+                # `b` takes a newer event in the meantime; e3 must not overwrite it.
+                with psycopg.connect(database_url) as conn:
+                    conn.execute(
+                        "UPDATE email_sends"
+                        " SET status = 'accepted', message_id = 'late-' || dedupe_key"
+                    )
+                assert (await client.post(event("e4", "complained", "late-b", t2)))[0] == 200
+                for _ in range(100):
+                    await asyncio.sleep(0.1)
+                    with psycopg.connect(database_url) as conn:
+                        row = conn.execute(
+                            "SELECT count(*) FROM delivery_events WHERE NOT matched"
+                        ).fetchone()
+                    if row == (0,):
+                        break
+                assert row == (0,)
+            assert (await store.apply_late_events()).applied == 0  # nothing left twice
+        finally:
+            await server.stop()
+            await store.close()
+
+    asyncio.run(scenario())
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute(
+            "SELECT dedupe_key, delivery_status, last_event_at FROM email_sends ORDER BY id"
+        ).fetchall() == [("a", "bounced", t2), ("b", "complained", t2)]
+        assert conn.execute(
+            "SELECT address, reason FROM email_suppressions ORDER BY address"
+        ).fetchall() == [("b@example.com", "complaint"), ("early@example.com", "hard_bounce")]
