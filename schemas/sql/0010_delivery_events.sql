@@ -18,6 +18,8 @@ CREATE TABLE IF NOT EXISTS delivery_events (
     PRIMARY KEY (provider, event_id)
 );
 
+-- What `mailbus status` counts: events of the last hour and day.
+CREATE INDEX IF NOT EXISTS delivery_events_received_at_idx ON delivery_events (received_at);
 -- Events of a message.
 CREATE INDEX IF NOT EXISTS delivery_events_message_id_idx ON delivery_events (message_id);
 -- What the receiver's sweep scans: events that came before their send recorded its
