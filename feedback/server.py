@@ -3,11 +3,12 @@
 ``POST /webhooks/{provider}`` takes one event. In this order: the raw body is read (at
 most 256 KiB, else 413); the ``Mailbus-Signature`` header is verified against it (401 when
 missing, malformed, not matching or more than 300 s from now: nothing is parsed, nothing
-changes); the body is parsed (400 naming the field); the event is recorded in one
-statement (:mod:`feedback.store`). Answers: 200 ``{"result": "stored"}`` or
-``"duplicate"`` (the event id was seen before; nothing changed), 202 ``"unmatched"`` (stored,
-but no send has that message_id), 503 with ``Retry-After`` when PostgreSQL fails (the
-sender retries; the event id makes the retry safe).
+changes); the body is parsed (400 naming the field); the event is recorded
+(:mod:`feedback.store`: one statement for each batch of concurrent requests). Answers:
+200 ``{"result": "stored"}`` or ``"duplicate"`` (the event id was seen before; nothing
+changed), 202 ``"unmatched"`` (stored, but no send has that message_id), 503 with
+``Retry-After`` when PostgreSQL fails (the sender retries; the event id makes the retry
+safe).
 
 Every ``sweep_s`` seconds (10) the receiver applies events that had come before their
 send recorded its ``message_id`` (:meth:`feedback.store.EventStore.apply_late_events`).
