@@ -27,6 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings()
         register_secret(settings.provider_api_key)
         register_secret(settings.fallback_provider_api_key)
+        register_secret(settings.webhook_secret)
         return int(args.handler(settings, args))
     except ConfigError as exc:
         print(f"mailbus: configuration error: {exc}", file=sys.stderr)
@@ -130,6 +131,24 @@ def _dlq_replay(settings: Settings, args: argparse.Namespace) -> int:
     )
 
 
+def _webhooks(settings: Settings, _args: argparse.Namespace) -> int:
+    from feedback.server import run_webhooks
+
+    return run_webhooks(settings)
+
+
+def _suppress(settings: Settings, args: argparse.Namespace) -> int:
+    from feedback import suppressions
+
+    if args.suppress_command == "add":
+        return suppressions.run_add(settings, args.address, args.reason, args.source or "cli")
+    if args.suppress_command == "remove":
+        return suppressions.run_remove(settings, args.address)
+    if args.suppress_command == "list":
+        return suppressions.run_list(settings, as_json=args.json)
+    return suppressions.run_import(settings, args.file, args.reason, args.source or "import")
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mailbus", description="Exactly-once email over a PostgreSQL outbox and Kafka."
@@ -155,6 +174,7 @@ def _build_parser() -> argparse.ArgumentParser:
     status = command("status", _status, "queue depth, oldest pending age, failures")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     _add_dlq_commands(commands)
+    _add_feedback_commands(commands)
     sandbox = command("sandbox", _sandbox, "run the fault-injectable sandbox email API")
     from sandbox.server import add_arguments as add_sandbox_arguments
 
@@ -205,6 +225,62 @@ def _add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "--why", default="manual replay", help="reason recorded in the audit (email_replays)"
     )
     replay.add_argument("--limit", type=_count, default=None, help="replay at most this many")
+
+
+def _environment(pairs: Sequence[tuple[str, str]]) -> str:
+    return "environment:\n" + "\n".join(f"  {name:<30} {text}" for name, text in pairs)
+
+
+def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from feedback.environment import SUPPRESS_ENVIRONMENT, WEBHOOKS_ENVIRONMENT
+
+    text = "receive signed delivery events at POST /webhooks/{provider} (long-running)"
+    webhooks = commands.add_parser(
+        "webhooks",
+        help=text,
+        description=text + "; /healthz and /readyz beside it",
+        epilog=_environment(WEBHOOKS_ENVIRONMENT),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    webhooks.set_defaults(handler=_webhooks)
+    text = "manage email_suppressions (addresses stored lower-cased, compared case-insensitively)"
+    epilog = _environment(SUPPRESS_ENVIRONMENT)
+    suppress = commands.add_parser(
+        "suppress",
+        help=text,
+        description=text,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = suppress.add_subparsers(dest="suppress_command", required=True, metavar="ACTION")
+
+    def action(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = actions.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        sub.set_defaults(handler=_suppress)
+        return sub
+
+    add = action("add", "suppress one address (again: its reason is updated)")
+    add.add_argument("address", metavar="ADDRESS")
+    add.add_argument("--reason", default="manual", help="why (default: manual)")
+    add.add_argument("--source", default=None, help="who (default: cli)")
+    remove = action("remove", "take an address off the list (every capitalisation of it)")
+    remove.add_argument("address", metavar="ADDRESS")
+    listing = action("list", "every suppressed address with reason, source and time")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    imports = action(
+        "import",
+        "add the addresses of a CSV with a header row email[,reason]; invalid lines are"
+        " reported with their line numbers and skipped",
+    )
+    imports.add_argument("file", metavar="FILE.csv")
+    imports.add_argument("--reason", default="manual", help="for rows without one (manual)")
+    imports.add_argument("--source", default=None, help="who (default: import)")
 
 
 def _count(text: str) -> int:

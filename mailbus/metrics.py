@@ -39,6 +39,9 @@ __all__ = [
     "observe_dead_letter",
     "observe_lookup",
     "observe_published",
+    "observe_webhook_event",
+    "observe_webhook_late",
+    "observe_webhook_rejected",
     "record_librdkafka_stats",
     "set_breaker_state",
     "set_in_flight",
@@ -112,6 +115,43 @@ OUTBOX_SCRAPE_ERRORS = Counter(
     "Scrapes whose outbox query failed or timed out (their outbox samples are missing).",
 )
 
+WEBHOOK_EVENTS = Counter(
+    "mailbus_webhook_events",
+    "Delivery events received, by type (delivered, deferred, bounced, complained) and "
+    "result (stored, duplicate, unmatched = stored but no send has its message_id).",
+    ["type", "result"],
+)
+WEBHOOK_BOUNCES = Counter(
+    "mailbus_webhook_bounces",
+    "Bounces received (each event id once), by kind (hard, soft).",
+    ["kind"],
+)
+WEBHOOK_COMPLAINTS = Counter(
+    "mailbus_webhook_complaints",
+    "Complaints received (each event id once).",
+)
+WEBHOOK_SUPPRESSIONS = Counter(
+    "mailbus_webhook_suppressions",
+    "Addresses added to email_suppressions by hard bounces and complaints.",
+)
+WEBHOOK_LATE = Counter(
+    "mailbus_webhook_late_matched",
+    "Unmatched delivery events applied later, once their send had recorded its message_id.",
+)
+WEBHOOK_REJECTED = Counter(
+    "mailbus_webhook_rejected",
+    "Webhook requests refused, by reason (missing, malformed, mismatch, stale: 401; "
+    "invalid: 400).",
+    ["reason"],
+)
+
+for _type in ("delivered", "deferred", "bounced", "complained"):
+    for _result in ("stored", "duplicate", "unmatched"):
+        WEBHOOK_EVENTS.labels(_type, _result)
+for _kind in ("hard", "soft"):
+    WEBHOOK_BOUNCES.labels(_kind)
+for _reason in ("missing", "malformed", "mismatch", "stale", "invalid"):
+    WEBHOOK_REJECTED.labels(_reason)
 for _priority in PRIORITIES:
     for _outcome in OUTCOMES:
         SENDS.labels(_priority, _outcome)
@@ -142,6 +182,33 @@ def observe_published(priority: str, n: int) -> None:
     """``n`` send pointers of ``priority`` acknowledged by Kafka."""
     if n > 0:
         RELAY_PUBLISHED.labels(priority).inc(n)
+
+
+def observe_webhook_event(
+    event_type: str, bounce: str | None, result: str, suppressed: int
+) -> None:
+    """One delivery event handled; bounces and complaints count only when new."""
+    WEBHOOK_EVENTS.labels(event_type, result).inc()
+    if result == "duplicate":
+        return
+    if event_type == "bounced" and bounce is not None:
+        WEBHOOK_BOUNCES.labels(bounce).inc()
+    elif event_type == "complained":
+        WEBHOOK_COMPLAINTS.inc()
+    if suppressed > 0:
+        WEBHOOK_SUPPRESSIONS.inc(suppressed)
+
+
+def observe_webhook_late(applied: int, suppressed: int) -> None:
+    """One sweep of events that came before their send's message_id."""
+    if applied > 0:
+        WEBHOOK_LATE.inc(applied)
+    if suppressed > 0:
+        WEBHOOK_SUPPRESSIONS.inc(suppressed)
+
+
+def observe_webhook_rejected(reason: str) -> None:
+    WEBHOOK_REJECTED.labels(reason).inc()
 
 
 def set_breaker_state(provider: str, state: str) -> None:

@@ -52,6 +52,8 @@ class Settings:
     policy_file: str | None = None  # degradation policies; None: the shipped ones
     queue_cap: int | None = None  # open rows; None: unbounded
     queue_cap_shares: tuple[float, float, float] = DEFAULT_CAP_SHARES  # p2, p1, p0
+    webhook_secret: str = ""  # `mailbus webhooks` refuses to start without one
+    webhook_listen: tuple[str, int] = ("127.0.0.1", 8026)
 
     def __repr__(self) -> str:  # never print the API key
         return f"Settings(database={_redact_url(self.database_url)}, kafka={self.kafka_bootstrap})"
@@ -121,6 +123,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         policy_file=reader.policy_file("MAILBUS_POLICY_FILE"),
         queue_cap=parse_queue_cap(env.get("MAILBUS_QUEUE_CAP")),
         queue_cap_shares=parse_cap_shares(env.get("MAILBUS_QUEUE_CAP_SHARES")),
+        webhook_secret=reader.secret("MAILBUS_WEBHOOK_SECRET"),
+        webhook_listen=reader.listen("MAILBUS_WEBHOOK_LISTEN", Settings.webhook_listen),
     )
     if settings.backoff_cap < settings.backoff_base:
         raise ConfigError("MAILBUS_BACKOFF_CAP", "must be at least MAILBUS_BACKOFF_BASE")
@@ -158,6 +162,17 @@ class _Reader:
         if not all(ch.isalnum() or ch in "._-" for ch in value) or len(value) > 200:
             raise ConfigError(name, "may contain only letters, digits, '.', '_' and '-'")
         return value
+
+    def listen(self, name: str, default: tuple[str, int]) -> tuple[str, int]:
+        """``host:port`` (``[::1]:8026`` for IPv6); port 0 binds any free port."""
+        raw = self._raw(name)
+        if raw is None:
+            return default
+        host, sep, port = raw.rpartition(":")
+        host = host.removeprefix("[").removesuffix("]")
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
+            raise ConfigError(name, f"expected host:port, got {raw!r}")
+        return host, int(port)
 
     def secret(self, name: str) -> str:
         file_name = self._raw(f"{name}_FILE")

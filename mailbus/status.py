@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 
+from feedback.figures import delivery_figures, render_delivery_figures
 from mailbus.errors import StorageError
 from mailbus.settings import Settings
 
@@ -69,6 +70,7 @@ def collect_status(database_url: str) -> dict[str, Any]:
             attempts_row = conn.execute(_ATTEMPT_RATES).fetchone()
             dead_letters = {reason: n for reason, n in conn.execute(_DEAD_LETTERS)}
             breakers = _breakers(conn)
+            delivery_events = delivery_figures(conn)
     except psycopg.Error as exc:
         raise StorageError(f"cannot read status: {exc}") from exc
     five = attempts_row[0:3] if attempts_row else (0, 0, 0)
@@ -84,6 +86,7 @@ def collect_status(database_url: str) -> dict[str, Any]:
             "by_reason": dead_letters,
         },
         "breakers": breakers,
+        "delivery_events": delivery_events,
     }
 
 
@@ -162,6 +165,8 @@ def render_status(status: dict[str, Any]) -> list[str]:
                 f"  {b['provider']:<12} {b['state']:<10} for {_age(b['since_s']):>7}"
                 f"   process {b['process']} (reported {_age(b['updated_s_ago'])} ago)"
             )
+    lines.append("")
+    lines.extend(render_delivery_figures(status.get("delivery_events")))
     return lines
 
 

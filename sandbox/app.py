@@ -9,7 +9,11 @@ Provider endpoints (``Authorization: Bearer <api_key>``):
 
 Control endpoints (no auth; loopback clients only unless ``open_control``):
 ``GET /_sandbox/health``, ``GET /_sandbox/ledger``, ``GET /_sandbox/requests[?since=T]``,
-``GET|POST /_sandbox/faults`` (read or replace the plan), ``POST /_sandbox/reset``.
+``GET|POST /_sandbox/faults`` (read or replace the plan), ``POST /_sandbox/reset``,
+``GET /_sandbox/events`` (what the delivery-event emitter sent, when there is one).
+
+With an emitter (:mod:`sandbox.emitter`), every newly accepted message gets signed
+delivery events posted to the receiver.
 
 Order of checks for a send: auth (401), Idempotency-Key (400), body (400), then the fault
 is chosen and the delay slept. A send that is slow is still accepted after its delay even
@@ -28,6 +32,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from sandbox.emitter import EventEmitter
 from sandbox.faults import Fault, FaultPlan, FaultSpecError, choose_fault, plan_from_dict
 from sandbox.ledger import Ledger, RequestRecord
 
@@ -46,7 +51,9 @@ class SandboxState:
         seed: int | None = None,
         *,
         open_control: bool = False,
+        emitter: EventEmitter | None = None,
     ) -> None:
+        self.emitter = emitter
         self.authorization = f"Bearer {api_key}"
         self.plan = plan if plan is not None else FaultPlan()
         self.seed = seed
@@ -148,6 +155,8 @@ async def _handle_send(
             return _error(422, "unprocessable", "the message was rejected")
         return _drop(request)  # drop_before_accept
     message_id, minted = ledger.accept(key, to=parsed[0], template=parsed[1])
+    if minted and state.emitter is not None:
+        state.emitter.accepted(message_id)
     if kind is None:
         ledger.settle(record, "accepted" if minted else "replayed")
         return web.json_response({"id": message_id})
@@ -233,6 +242,12 @@ async def _set_faults(request: web.Request, state: SandboxState) -> web.Response
     return web.json_response(state.plan.to_dict())
 
 
+async def _events(request: web.Request, state: SandboxState) -> web.Response:
+    if state.emitter is None:
+        return _error(404, "not_found", "no delivery events configured (--events-to)")
+    return web.json_response(state.emitter.snapshot())
+
+
 async def _reset(request: web.Request, state: SandboxState) -> web.Response:
     state.reset()
     return web.json_response({"status": "reset"})
@@ -250,4 +265,5 @@ def make_app(state: SandboxState) -> web.Application:
     app.router.add_get("/_sandbox/faults", _control(_get_faults))
     app.router.add_post("/_sandbox/faults", _control(_set_faults))
     app.router.add_post("/_sandbox/reset", _control(_reset))
+    app.router.add_get("/_sandbox/events", _control(_events))
     return app

@@ -29,6 +29,7 @@ from aiohttp import web
 
 from mailbus.errors import ConfigError
 from sandbox.app import DEFAULT_API_KEY, SandboxState, make_app
+from sandbox.emitter import EventEmitter, add_event_arguments, emitter_from_args
 from sandbox.faults import Fault, FaultPlan, FaultSpecError, parse_fault
 
 __all__ = [
@@ -63,6 +64,8 @@ class RunningSandbox:
         """Stop listening, end hangs, give other handlers ``shutdown_timeout``, close."""
         self.state.closing = True
         await self.runner.cleanup()
+        if self.state.emitter is not None:
+            await self.state.emitter.close()
 
 
 async def start(
@@ -74,9 +77,11 @@ async def start(
     seed: int | None = None,
     open_control: bool = False,
     shutdown_timeout: float = 2.0,
+    emitter: EventEmitter | None = None,
 ) -> RunningSandbox:
-    """Start serving on ``host:port``; in-flight handlers get ``shutdown_timeout`` at stop."""
-    state = SandboxState(api_key, plan, seed, open_control=open_control)
+    """Start serving on ``host:port``; in-flight handlers get ``shutdown_timeout`` at stop.
+    With ``emitter``, accepted mail gets signed delivery events (closed at stop)."""
+    state = SandboxState(api_key, plan, seed, open_control=open_control, emitter=emitter)
     runner = web.AppRunner(make_app(state), access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
     try:
@@ -184,16 +189,29 @@ def run_sandbox(
     seed: int | None = None,
     *,
     open_control: bool = False,
+    emitter: EventEmitter | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT, then stop cleanly; raises ``OSError`` if it cannot bind."""
-    asyncio.run(_serve(host, port, api_key, plan, seed, open_control))
+    asyncio.run(_serve(host, port, api_key, plan, seed, open_control, emitter))
 
 
 async def _serve(
-    host: str, port: int, api_key: str, plan: FaultPlan | None, seed: int | None, open_control: bool
+    host: str,
+    port: int,
+    api_key: str,
+    plan: FaultPlan | None,
+    seed: int | None,
+    open_control: bool,
+    emitter: EventEmitter | None,
 ) -> None:
     server = await start(
-        host=host, port=port, api_key=api_key, plan=plan, seed=seed, open_control=open_control
+        host=host,
+        port=port,
+        api_key=api_key,
+        plan=plan,
+        seed=seed,
+        open_control=open_control,
+        emitter=emitter,
     )
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
@@ -204,6 +222,8 @@ async def _serve(
         print(f"mailbus sandbox listening on {server.url}", flush=True)
         if server.state.plan.faults or server.state.plan.latency_ms:
             print(f"mailbus sandbox fault plan: {server.state.plan.to_dict()}", flush=True)
+        if emitter is not None:
+            print(f"mailbus sandbox delivery events to {emitter.url}: {emitter.plan}", flush=True)
         await stopping.wait()
     finally:
         for sig in signals:
@@ -271,6 +291,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "hang_after_accept, malformed; e.g. 429:share=0.2:retry_after=3",
     )
     parser.add_argument("--seed", type=int, default=None, help="seed of the fault dice")
+    add_event_arguments(parser)
     parser.add_argument(
         "--open-control",
         action="store_true",
@@ -285,7 +306,16 @@ def main(args: argparse.Namespace) -> int:
         if not 0 <= args.port <= 65535:
             raise ConfigError("--port", "must be within 0..65535")
         plan = FaultPlan(latency_ms=args.latency_ms, faults=tuple(args.fault or ()))
-        run_sandbox(args.host, args.port, api_key, plan, args.seed, open_control=args.open_control)
+        emitter = emitter_from_args(args)
+        run_sandbox(
+            args.host,
+            args.port,
+            api_key,
+            plan,
+            args.seed,
+            open_control=args.open_control,
+            emitter=emitter,
+        )
     except ConfigError as exc:
         print(f"mailbus sandbox: {exc}", file=sys.stderr)
         return 2

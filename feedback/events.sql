@@ -1,0 +1,114 @@
+-- name: record_events
+-- A batch of delivery events in one statement (the receiver coalesces concurrent requests;
+-- the caller has removed repeats of a (provider, event id) within the batch). Each event
+-- row is inserted once per (provider, event id); only the events that were new change
+-- anything else:
+-- * each send with their message_id takes the latest of them (by occurred_at, a tie at
+--   the same instant to the higher rank, see feedback/events.py), unless the send already
+--   shows a later event: the guard on last_event_at, evaluated again on the current row
+--   version when a concurrent statement changed it first;
+-- * a hard bounce or a complaint suppresses the sends' addresses, lower-cased.
+-- Returns one row per event, in batch order: (n, new, matched, updated, suppressed).
+WITH batch AS (
+    SELECT * FROM jsonb_to_recordset(%(events)s::jsonb) AS e (
+        n int, provider text, event_id text, type text, bounce text, message_id text,
+        occurred_at timestamptz, rank int, suppress bool, reason text, source text)
+), target AS (
+    SELECT b.n, s.id, s.to_address
+    FROM batch b JOIN email_sends s ON s.message_id = b.message_id
+), inserted AS (
+    INSERT INTO delivery_events (provider, event_id, type, bounce, message_id, occurred_at, matched)
+    SELECT b.provider, b.event_id, b.type, b.bounce, b.message_id, b.occurred_at,
+           EXISTS (SELECT 1 FROM target t WHERE t.n = b.n)
+    FROM batch b
+    ORDER BY b.n
+    ON CONFLICT (provider, event_id) DO NOTHING
+    RETURNING provider, event_id
+), fresh AS (
+    SELECT b.* FROM batch b JOIN inserted i USING (provider, event_id)
+), latest AS (
+    SELECT DISTINCT ON (t.id) t.id, f.n, f.type, f.occurred_at, f.rank
+    FROM fresh f JOIN target t ON t.n = f.n
+    ORDER BY t.id, f.occurred_at DESC, f.rank DESC
+), updated AS (
+    UPDATE email_sends s
+    SET delivery_status = l.type, last_event_at = l.occurred_at
+    FROM latest l
+    WHERE s.id = l.id
+      AND (s.last_event_at IS NULL
+           OR s.last_event_at < l.occurred_at
+           OR (s.last_event_at = l.occurred_at
+               AND coalesce(array_position(%(ranks)s::text[], s.delivery_status), 0) < l.rank))
+    RETURNING l.n
+), to_suppress AS (
+    SELECT DISTINCT ON (lower(t.to_address)) lower(t.to_address) AS address, f.n, f.reason,
+           f.source
+    FROM fresh f JOIN target t ON t.n = f.n
+    WHERE f.suppress
+    ORDER BY lower(t.to_address), f.n
+), suppressed AS (
+    INSERT INTO email_suppressions (address, reason, source)
+    SELECT address, reason, source FROM to_suppress
+    ON CONFLICT (address) DO NOTHING
+    RETURNING address
+)
+SELECT b.n,
+       EXISTS (SELECT 1 FROM fresh f WHERE f.n = b.n),
+       EXISTS (SELECT 1 FROM target t WHERE t.n = b.n),
+       (SELECT count(*) FROM updated u WHERE u.n = b.n),
+       (SELECT count(*) FROM suppressed x JOIN to_suppress c USING (address) WHERE c.n = b.n)
+FROM batch b
+ORDER BY b.n
+
+-- name: ready
+SELECT 1
+
+-- name: apply_late_events
+-- Events stored unmatched (no send had their message_id yet) whose send has it now,
+-- received within the last day, at most 1,000 a pass: marked matched and applied as
+-- record_events applies new events (the same guard, the same suppressions). SKIP LOCKED
+-- lets several receivers sweep at once. Returns (applied, updated, suppressed).
+WITH picked AS (
+    SELECT e.provider, e.event_id
+    FROM delivery_events e
+    WHERE NOT e.matched AND e.received_at > now() - interval '1 day'
+      AND EXISTS (SELECT 1 FROM email_sends s WHERE s.message_id = e.message_id)
+    ORDER BY e.received_at
+    LIMIT 1000
+    FOR UPDATE OF e SKIP LOCKED
+), late AS (
+    UPDATE delivery_events e SET matched = true
+    FROM picked p
+    WHERE e.provider = p.provider AND e.event_id = p.event_id
+    RETURNING e.provider, e.event_id, e.type, e.bounce, e.message_id, e.occurred_at,
+              array_position(%(ranks)s::text[], e.type) AS rank
+), target AS (
+    SELECT l.*, s.id, s.to_address
+    FROM late l JOIN email_sends s ON s.message_id = l.message_id
+), latest AS (
+    SELECT DISTINCT ON (t.id) t.id, t.type, t.occurred_at, t.rank
+    FROM target t
+    ORDER BY t.id, t.occurred_at DESC, t.rank DESC
+), updated AS (
+    UPDATE email_sends s
+    SET delivery_status = l.type, last_event_at = l.occurred_at
+    FROM latest l
+    WHERE s.id = l.id
+      AND (s.last_event_at IS NULL
+           OR s.last_event_at < l.occurred_at
+           OR (s.last_event_at = l.occurred_at
+               AND coalesce(array_position(%(ranks)s::text[], s.delivery_status), 0) < l.rank))
+    RETURNING s.id
+), suppressed AS (
+    INSERT INTO email_suppressions (address, reason, source)
+    SELECT DISTINCT ON (lower(t.to_address)) lower(t.to_address),
+           CASE WHEN t.type = 'complained' THEN 'complaint' ELSE 'hard_bounce' END,
+           'webhook:' || t.provider
+    FROM target t
+    WHERE t.type = 'complained' OR (t.type = 'bounced' AND t.bounce = 'hard')
+    ORDER BY lower(t.to_address), t.occurred_at
+    ON CONFLICT (address) DO NOTHING
+    RETURNING address
+)
+SELECT (SELECT count(*) FROM late), (SELECT count(*) FROM updated),
+       (SELECT count(*) FROM suppressed)

@@ -1,0 +1,215 @@
+"""`mailbus webhooks`: the delivery-event receiver, an aiohttp adapter over the pure parts.
+
+``POST /webhooks/{provider}`` takes one event. In this order: the raw body is read (at
+most 256 KiB, else 413); the ``Mailbus-Signature`` header is verified against it (401 when
+missing, malformed, not matching or more than 300 s from now: nothing is parsed, nothing
+changes); the body is parsed (400 naming the field); the event is recorded
+(:mod:`feedback.store`: one statement for each batch of concurrent requests). Answers:
+200 ``{"result": "stored"}`` or ``"duplicate"`` (the event id was seen before; nothing
+changed), 202 ``"unmatched"`` (stored, but no send has that message_id), 503 with
+``Retry-After`` when PostgreSQL fails (the sender retries; the event id makes the retry
+safe).
+
+Every ``sweep_s`` seconds (10) the receiver applies events that had come before their
+send recorded its ``message_id`` (:meth:`feedback.store.EventStore.apply_late_events`).
+
+``GET /healthz`` is 200 while the process serves; ``GET /readyz`` is 200 when PostgreSQL
+answers, else 503. SIGTERM/SIGINT: stop listening, let requests in flight finish (up to
+5 s), close the pool, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from aiohttp import web
+
+from feedback.events import DeliveryEvent, InvalidEventError, parse_event
+from feedback.signature import HEADER, verify
+from feedback.store import EventStore, LateEvents, Recorded
+from mailbus import metrics
+from mailbus.errors import ConfigError, StorageError
+from mailbus.settings import Settings
+
+__all__ = ["RunningReceiver", "Store", "make_app", "run_webhooks", "start"]
+
+log = logging.getLogger("mailbus.webhooks")
+
+MAX_BODY = 256 * 1024
+_PROVIDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_REFUSED = {
+    "missing": "no Mailbus-Signature header",
+    "malformed": "Mailbus-Signature is not t=<unix seconds>,v1=<hex>",
+    "mismatch": "signature does not match",
+    "stale": "timestamp more than 300 s from now",
+}
+
+
+class Store(Protocol):
+    async def record(self, provider: str, event: DeliveryEvent) -> Recorded: ...
+
+    async def ready(self) -> bool: ...
+
+    async def apply_late_events(self) -> LateEvents: ...
+
+
+def make_app(store: Store, secret: str, clock: Callable[[], float] = time.time) -> web.Application:
+    """The receiver's routes over ``store``; ``clock`` gives unix seconds."""
+    key = secret.encode()
+
+    async def receive(request: web.Request) -> web.Response:
+        provider = request.match_info["provider"]
+        if not _PROVIDER.fullmatch(provider):
+            return _answer(404, error="unknown provider path")
+        body = await request.read()
+        verdict = verify(request.headers.get(HEADER), body, key, clock())
+        if not verdict.ok:
+            metrics.observe_webhook_rejected(verdict.reason)
+            log.warning("webhook from %s refused: %s", provider, verdict.reason)
+            return _answer(401, error=_REFUSED[verdict.reason])
+        try:
+            event = parse_event(body)
+        except InvalidEventError as exc:
+            metrics.observe_webhook_rejected("invalid")
+            return _answer(400, error=str(exc))
+        try:
+            recorded = await store.record(provider, event)
+        except StorageError as exc:
+            log.error("delivery event %s not recorded: %s", event.event_id, exc)
+            return _answer(503, {"Retry-After": "5"}, error="storage unavailable, retry")
+        metrics.observe_webhook_event(
+            event.type, event.bounce, recorded.result, recorded.suppressed
+        )
+        return _answer(
+            202 if recorded.result == "unmatched" else 200,
+            result=recorded.result,
+            updated=recorded.updated,
+            suppressed=recorded.suppressed,
+        )
+
+    async def healthz(_request: web.Request) -> web.Response:
+        return _answer(200, status="ok")
+
+    async def readyz(_request: web.Request) -> web.Response:
+        if await store.ready():
+            return _answer(200, status="ready")
+        return _answer(503, status="database unavailable")
+
+    app = web.Application(client_max_size=MAX_BODY)
+    app.router.add_post("/webhooks/{provider}", receive)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+def _answer(code: int, headers: dict[str, str] | None = None, /, **fields: object) -> web.Response:
+    return web.json_response(fields, status=code, headers=headers)
+
+
+@dataclass
+class RunningReceiver:
+    """A receiver serving on the current loop; ``await stop()`` shuts it down."""
+
+    runner: web.AppRunner
+    host: str
+    port: int
+    sweeping: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def stop(self) -> None:
+        if self.sweeping is not None:
+            self.sweeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.sweeping
+        await self.runner.cleanup()
+
+
+async def start(
+    store: Store,
+    secret: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    clock: Callable[[], float] = time.time,
+    shutdown_timeout: float = 5.0,
+    sweep_s: float | None = 10.0,
+) -> RunningReceiver:
+    """Serve on ``host:port`` (0: any free port, see ``.port``); sweep late events every
+    ``sweep_s`` seconds (None: never)."""
+    app = make_app(store, secret, clock)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    sweeping = None if sweep_s is None else asyncio.create_task(_sweep(store, sweep_s))
+    return RunningReceiver(runner, host, runner.addresses[0][1], sweeping)
+
+
+async def _sweep(store: Store, every_s: float) -> None:
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            late = await store.apply_late_events()
+        except StorageError as exc:
+            log.warning("%s", exc)
+            continue
+        if late.applied:
+            metrics.observe_webhook_late(late.applied, late.suppressed)
+            log.info(
+                "applied %d late delivery events: %d sends updated, %d addresses suppressed",
+                late.applied,
+                late.updated,
+                late.suppressed,
+            )
+
+
+def run_webhooks(settings: Settings) -> int:
+    """Serve until SIGTERM/SIGINT; 0 after a clean stop."""
+    if not settings.webhook_secret:
+        raise ConfigError("MAILBUS_WEBHOOK_SECRET", "must be set (or MAILBUS_WEBHOOK_SECRET_FILE)")
+    return asyncio.run(_serve(settings))
+
+
+async def _serve(settings: Settings) -> int:
+    store = EventStore(settings.database_url)
+    await store.open()
+    host, port = settings.webhook_listen
+    try:
+        receiver = await start(store, settings.webhook_secret, host=host, port=port)
+    except OSError as exc:
+        await store.close()
+        raise ConfigError(
+            "MAILBUS_WEBHOOK_LISTEN", f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+        ) from None
+    if settings.metrics_port is not None:
+        metrics.start_metrics_server(settings.metrics_port)
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for signum in signals:
+        loop.add_signal_handler(signum, stopping.set)
+    try:
+        print(f"mailbus webhooks listening on {receiver.url}", flush=True)
+        await stopping.wait()
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
+        await receiver.stop()
+        await store.close()
+    print("mailbus webhooks stopped", flush=True)
+    return 0

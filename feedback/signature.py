@@ -1,0 +1,102 @@
+"""The ``Mailbus-Signature`` header of delivery events: signing and verifying, pure.
+
+    Mailbus-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>">
+
+The digest is compared in constant time before anything else is looked at; only a
+request whose signature holds has its timestamp checked against the tolerance (300 s
+either way), so a forged request learns nothing but "401". Several ``v1`` entries are
+allowed (a sender rotating secrets signs with both); one match is enough. Time is passed
+in; :func:`verify` returns a :class:`Verdict`, never raises.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+
+__all__ = [
+    "HEADER",
+    "TOLERANCE_S",
+    "Verdict",
+    "sign",
+    "signature_header",
+    "verify",
+]
+
+HEADER = "Mailbus-Signature"
+TOLERANCE_S = 300
+_MAX_HEADER = 2048
+_HEX_DIGITS = frozenset("0123456789abcdef")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """``ok``, or why not: ``missing``, ``malformed``, ``mismatch`` or ``stale``."""
+
+    ok: bool
+    reason: str = ""
+
+
+def sign(secret: str | bytes, body: bytes, timestamp: int) -> str:
+    """The hex digest of ``"<timestamp>.<body>"`` under ``secret``."""
+    key = secret.encode() if isinstance(secret, str) else secret
+    message = str(timestamp).encode() + b"." + body
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def signature_header(secret: str | bytes, body: bytes, timestamp: int) -> str:
+    """The full header value a sender puts on ``body`` at ``timestamp``."""
+    return f"t={timestamp},v1={sign(secret, body, timestamp)}"
+
+
+def verify(
+    header: str | None,
+    body: bytes,
+    secret: str | bytes,
+    now: float,
+    tolerance_s: float = TOLERANCE_S,
+) -> Verdict:
+    """Check ``header`` for ``body`` at time ``now`` (unix seconds)."""
+    if not header:
+        return Verdict(False, "missing")
+    parsed = _parse(header)
+    if parsed is None:
+        return Verdict(False, "malformed")
+    timestamp, digests = parsed
+    expected = sign(secret, body, timestamp).encode()
+    matched = False
+    for digest in digests:  # every entry compared, in constant time each
+        matched |= hmac.compare_digest(expected, digest.encode())
+    if not matched:
+        return Verdict(False, "mismatch")
+    if abs(now - timestamp) > tolerance_s:
+        return Verdict(False, "stale")
+    return Verdict(True)
+
+
+def _parse(header: str) -> tuple[int, list[str]] | None:
+    """``(t, [v1 digests])``, or None when the header is not of the documented form."""
+    if len(header) > _MAX_HEADER:
+        return None
+    timestamp: int | None = None
+    digests: list[str] = []
+    for part in header.split(","):
+        key, sep, value = part.strip().partition("=")
+        if not sep:
+            return None
+        if key == "t":
+            if timestamp is not None or not value.isascii() or not value.isdigit():
+                return None
+            if len(value) > 12:  # beyond year 33658: not a timestamp
+                return None
+            timestamp = int(value)
+        elif key == "v1":
+            digest = value.lower()
+            if len(digest) != 64 or not set(digest) <= _HEX_DIGITS:
+                return None
+            digests.append(digest)
+        # Other schemes (v0, a future v2) are ignored, as Stripe's receivers do.
+    if timestamp is None or not digests:
+        return None
+    return timestamp, digests

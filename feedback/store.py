@@ -1,0 +1,164 @@
+"""PostgreSQL side of delivery events: concurrent events recorded in one statement per
+batch (``feedback/events.sql``, ``record_events``).
+
+Requests arriving while a batch runs are coalesced into the next one (group commit,
+:class:`consumer.coalescer.Coalescer`), so a busy receiver pays one round trip and one
+commit per batch, not per event, and a quiet one runs each event alone at once. The
+statement stores each event once per (provider, event id) and, only for the new ones,
+updates the sends with their ``message_id`` (guarded by ``last_event_at``: an older event
+arriving late does not overwrite a newer one) and suppresses their addresses after a hard
+bounce or a complaint. A repeat of an event id within one batch is answered as a
+duplicate without reaching the statement, exactly as if it had come a moment later.
+
+An event stored before its send recorded its ``message_id`` (the provider's first event
+can race the consumer's settle) is applied later by :meth:`EventStore.apply_late_events`,
+which the receiver runs every few seconds.
+
+psycopg errors become :class:`StorageError` for every event of the batch (the receiver
+answers 503 and the sender retries; the event id makes the retry safe); a deadlock with
+another receiver process is retried once first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from consumer.coalescer import Coalescer
+from feedback.events import STATUS_RANK, DeliveryEvent
+from mailbus.errors import StorageError
+from mailbus.sqlfiles import load_queries
+
+__all__ = ["EventStore", "LateEvents", "Recorded"]
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What one event did: ``new`` (False: a duplicate, nothing changed), ``matched`` (a
+    send has its message_id), ``updated`` sends, ``suppressed`` addresses added."""
+
+    new: bool
+    matched: bool
+    updated: int
+    suppressed: int
+
+    @property
+    def result(self) -> str:
+        """``stored``, ``duplicate`` or ``unmatched`` (stored, no send has its message_id)."""
+        if not self.new:
+            return "duplicate"
+        return "stored" if self.matched else "unmatched"
+
+
+@dataclass(frozen=True)
+class LateEvents:
+    """One sweep: events ``applied`` now that their send has its message_id, sends
+    ``updated``, addresses ``suppressed``."""
+
+    applied: int
+    updated: int
+    suppressed: int
+
+
+class EventStore:
+    def __init__(self, database_url: str, max_connections: int = 4, max_batch: int = 500) -> None:
+        self._pool = AsyncConnectionPool(
+            database_url,
+            min_size=1,
+            max_size=max_connections,
+            open=False,
+            kwargs={"autocommit": True, "connect_timeout": 5},
+            reconnect_timeout=3600,
+        )
+        self._queries = load_queries("feedback", "events.sql")
+        self._batches: Coalescer[tuple[str, DeliveryEvent], Recorded] = Coalescer(
+            self._record_batch, max_batch=max_batch
+        )
+
+    async def open(self) -> None:
+        try:
+            await self._pool.open(wait=True, timeout=10)
+        except psycopg.Error as exc:  # psycopg_pool.PoolTimeout is one too
+            raise StorageError(f"cannot reach PostgreSQL: {exc}") from exc
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    async def record(self, provider: str, event: DeliveryEvent) -> Recorded:
+        return await self._batches.submit((provider, event))
+
+    async def apply_late_events(self) -> LateEvents:
+        """Apply up to 1,000 events that came before their send recorded its message_id."""
+        try:
+            async with self._pool.connection(timeout=10) as conn:
+                cursor = await conn.execute(
+                    self._queries["apply_late_events"], {"ranks": list(STATUS_RANK)}
+                )
+                row = await cursor.fetchone()
+        except psycopg.Error as exc:
+            raise StorageError(f"applying late delivery events failed: {exc}") from exc
+        assert row is not None
+        return LateEvents(int(row[0]), int(row[1]), int(row[2]))
+
+    async def ready(self) -> bool:
+        """Whether PostgreSQL answers within a second or two."""
+        try:
+            async with self._pool.connection(timeout=2) as conn:
+                await conn.execute(self._queries["ready"])
+        except (psycopg.Error, TimeoutError):
+            return False
+        return True
+
+    async def _record_batch(self, items: Sequence[tuple[str, DeliveryEvent]]) -> list[Recorded]:
+        rows: list[dict[str, Any]] = []
+        first: dict[tuple[str, str], int] = {}
+        for n, (provider, event) in enumerate(items):
+            key = (provider, event.event_id)
+            if key in first:
+                continue
+            first[key] = n
+            rows.append(_row(n, provider, event))
+        params = {"events": json.dumps(rows), "ranks": list(STATUS_RANK)}
+        for attempt in (1, 2):
+            try:
+                async with self._pool.connection(timeout=10) as conn:
+                    cursor = await conn.execute(self._queries["record_events"], params)
+                    answers = await cursor.fetchall()
+                break
+            except psycopg.errors.DeadlockDetected as exc:
+                if attempt == 2:
+                    raise StorageError(f"recording delivery events failed: {exc}") from exc
+            except psycopg.Error as exc:
+                raise StorageError(f"recording delivery events failed: {exc}") from exc
+        recorded = {
+            int(n): Recorded(bool(new), bool(matched), int(updated), int(suppressed))
+            for n, new, matched, updated, suppressed in answers
+        }
+        results = []
+        for n, (provider, event) in enumerate(items):
+            own = recorded.get(n)
+            if own is None:  # a repeat within the batch: the first one's duplicate
+                own = Recorded(False, recorded[first[(provider, event.event_id)]].matched, 0, 0)
+            results.append(own)
+        return results
+
+
+def _row(n: int, provider: str, event: DeliveryEvent) -> dict[str, Any]:
+    return {
+        "n": n,
+        "provider": provider,
+        "event_id": event.event_id,
+        "type": event.type,
+        "bounce": event.bounce,
+        "message_id": event.message_id,
+        "occurred_at": event.occurred_at.isoformat(),
+        "rank": event.rank,
+        "suppress": event.suppresses,
+        "reason": event.suppression_reason if event.suppresses else None,
+        "source": f"webhook:{provider}",
+    }

@@ -1,0 +1,182 @@
+"""`mailbus suppress add | remove | list | import`: the ``email_suppressions`` list.
+
+Every address is stored lower-cased and compared as ``lower()`` on both sides, so
+``Ana@Example.com`` and ``ana@example.com`` are one entry. ``import`` streams its CSV
+(:mod:`feedback.suppression_file`) in batches of 5,000, one transaction each: an import
+stopped half-way keeps the batches it committed, and running it again adds only what is
+missing. Invalid lines are reported on stderr with their line numbers and skipped; the
+summary goes to stdout. psycopg errors become :class:`StorageError`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import psycopg
+
+from feedback.suppression_file import (
+    BadLine,
+    Entry,
+    InvalidFileError,
+    batches,
+    normalise_address,
+    read_entries,
+)
+from mailbus.errors import ConfigError, InvalidSendError, StorageError
+from mailbus.settings import Settings
+from mailbus.sqlfiles import load_queries
+
+__all__ = [
+    "ImportSummary",
+    "import_file",
+    "run_add",
+    "run_import",
+    "run_list",
+    "run_remove",
+]
+
+BATCH_SIZE = 5000
+MAX_REPORTED_LINES = 100
+
+
+@contextmanager
+def _connect(settings: Settings) -> Iterator[psycopg.Connection[Any]]:
+    try:
+        with psycopg.connect(settings.database_url, connect_timeout=10) as conn:
+            yield conn
+    except psycopg.Error as exc:
+        raise StorageError(f"suppression list: {exc}") from exc
+
+
+def _queries() -> dict[str, str]:
+    return load_queries("feedback", "suppressions.sql")
+
+
+def run_add(settings: Settings, address: str, reason: str, source: str = "cli") -> int:
+    try:
+        normalised = normalise_address(address)
+    except InvalidSendError as exc:
+        raise ConfigError("ADDRESS", f"{address!r} {exc.problem}") from None
+    with _connect(settings) as conn:
+        row = conn.execute(
+            _queries()["add"], {"address": normalised, "reason": reason, "source": source}
+        ).fetchone()
+    new = bool(row and row[0])
+    print(f"{normalised}: {'suppressed' if new else 'already suppressed'} (reason: {reason})")
+    return 0
+
+
+def run_remove(settings: Settings, address: str) -> int:
+    with _connect(settings) as conn:
+        removed = [r[0] for r in conn.execute(_queries()["remove"], {"address": address.strip()})]
+    if removed:
+        print(f"{address.strip().lower()}: removed from the suppression list")
+    else:
+        print(f"{address.strip().lower()}: was not suppressed; nothing removed")
+    return 0
+
+
+def run_list(settings: Settings, as_json: bool, out: TextIO = sys.stdout) -> int:
+    """Every entry, by address, streamed through a server-side cursor."""
+    with _connect(settings) as conn, conn.cursor(name="mailbus_suppressions") as cursor:
+        cursor.itersize = 2000
+        cursor.execute(_queries()["list"])
+        if as_json:
+            out.write("[")
+            for number, row in enumerate(cursor):
+                out.write(("," if number else "") + "\n" + json.dumps(_entry(row)))
+            out.write("\n]\n")
+        else:
+            out.write("address\treason\tsource\tcreated_at\n")
+            for row in cursor:
+                entry = _entry(row)
+                out.write(
+                    f"{entry['address']}\t{entry['reason']}\t{entry['source']}"
+                    f"\t{entry['created_at']}\n"
+                )
+    return 0
+
+
+def _entry(row: tuple[Any, ...]) -> dict[str, Any]:
+    address, reason, source, created_at = row
+    created = created_at.isoformat() if isinstance(created_at, datetime) else created_at
+    return {"address": address, "reason": reason, "source": source, "created_at": created}
+
+
+class ImportSummary:
+    def __init__(self) -> None:
+        self.read = 0
+        self.added = 0
+        self.invalid = 0
+
+    @property
+    def already(self) -> int:
+        return self.read - self.invalid - self.added
+
+    def __str__(self) -> str:
+        return (
+            f"{self.read} addresses read, {self.added} added, {self.already} already"
+            f" suppressed, {self.invalid} invalid (skipped)"
+        )
+
+
+def import_file(
+    conn: psycopg.Connection[Any],
+    lines: TextIO,
+    *,
+    reason: str,
+    source: str,
+    errors: TextIO,
+    batch_size: int = BATCH_SIZE,
+) -> ImportSummary:
+    """Import the CSV ``lines`` over ``conn``; each batch commits on its own."""
+    summary = ImportSummary()
+    query = _queries()["add_batch"]
+    for batch in batches(read_entries(lines), batch_size):
+        entries: list[Entry] = []
+        for item in batch:
+            summary.read += 1
+            if isinstance(item, BadLine):
+                summary.invalid += 1
+                if summary.invalid <= MAX_REPORTED_LINES:
+                    errors.write(f"line {item.line}: {item.text!r} {item.problem}; skipped\n")
+            else:
+                entries.append(item)
+        if entries:
+            with conn.transaction():
+                cursor = conn.execute(
+                    query,
+                    {
+                        "addresses": [entry.address for entry in entries],
+                        "reasons": [entry.reason for entry in entries],
+                        "default_reason": reason,
+                        "source": source,
+                    },
+                )
+                summary.added += cursor.rowcount
+    if summary.invalid > MAX_REPORTED_LINES:
+        errors.write(f"... and {summary.invalid - MAX_REPORTED_LINES} more invalid lines\n")
+    return summary
+
+
+def run_import(settings: Settings, path: str, reason: str, source: str = "import") -> int:
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError("FILE.csv", f"no such file: {path}")
+    with (
+        file.open(newline="", encoding="utf-8-sig", errors="replace") as lines,
+        _connect(settings) as conn,
+    ):
+        conn.autocommit = True  # each batch is its own transaction
+        try:
+            summary = import_file(conn, lines, reason=reason, source=source, errors=sys.stderr)
+        except InvalidFileError as exc:
+            raise ConfigError("FILE.csv", f"{path}: {exc}") from None
+    print(f"imported {path}: {summary}")
+    return 0

@@ -1,0 +1,25 @@
+-- Addresses are stored lower-cased and compared as lower() on both sides, so an entry
+-- suppresses every capitalisation of its address.
+
+-- name: add
+-- Returns whether the address was new (xmax = 0: inserted, not updated).
+INSERT INTO email_suppressions (address, reason, source)
+VALUES (lower(%(address)s), %(reason)s, %(source)s)
+ON CONFLICT (address) DO UPDATE SET reason = EXCLUDED.reason, source = EXCLUDED.source
+RETURNING xmax = 0
+
+-- name: remove
+DELETE FROM email_suppressions WHERE lower(address) = lower(%(address)s)
+RETURNING address
+
+-- name: list
+SELECT address, reason, source, created_at FROM email_suppressions ORDER BY address
+
+-- name: add_batch
+-- One batch of an import; addresses already on the list (or twice in the batch) are kept
+-- as they are. Returns one row per address added.
+INSERT INTO email_suppressions (address, reason, source)
+SELECT lower(a.address), coalesce(a.reason, %(default_reason)s), %(source)s
+FROM unnest(%(addresses)s::text[], %(reasons)s::text[]) AS a (address, reason)
+ON CONFLICT (address) DO NOTHING
+RETURNING address

@@ -1,0 +1,55 @@
+"""The sandbox's delivery outcomes: shares, ids derived from the message id, order."""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import UTC, datetime
+
+import pytest
+
+from feedback.events import parse_event
+from sandbox.outcomes import OutcomePlan, outcome_events
+
+NOW = datetime(2026, 12, 1, 6, 0, tzinfo=UTC)
+
+
+def test_everything_delivered_by_default() -> None:
+    events = outcome_events("m1", OutcomePlan(), random.Random(1), NOW)
+    assert events == [
+        {
+            "id": "sandbox-m1-1",
+            "type": "delivered",
+            "message_id": "m1",
+            "occurred_at": NOW.isoformat(),
+        }
+    ]
+
+
+def test_shares_over_many_messages() -> None:
+    plan = OutcomePlan(bounce_share=0.2, hard_share=0.5, complaint_share=0.1)
+    rng = random.Random(7)
+    kinds: dict[str, int] = {}
+    for n in range(10_000):
+        events = outcome_events(f"m{n}", plan, rng, NOW)
+        for event in events:
+            key = event["type"] + (f":{event['bounce']}" if "bounce" in event else "")
+            kinds[key] = kinds.get(key, 0) + 1
+        if events[-1]["type"] == "complained":
+            assert [e["type"] for e in events] == ["delivered", "complained"]
+            assert events[1]["occurred_at"] > events[0]["occurred_at"]
+        for event in events:  # every body is one the receiver takes
+            assert parse_event(json.dumps(event).encode()).message_id == f"m{n}"
+    assert kinds["bounced:hard"] == pytest.approx(1000, rel=0.15)
+    assert kinds["bounced:soft"] == pytest.approx(1000, rel=0.15)
+    assert kinds["delivered"] == pytest.approx(8000, rel=0.05)
+    assert kinds["complained"] == pytest.approx(800, rel=0.15)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"bounce_share": 1.5}, {"hard_share": -0.1}, {"complaint_share": 2}, {"delay_ms": -1}],
+)
+def test_bad_plans_are_refused(fields: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        OutcomePlan(**fields)
