@@ -3,7 +3,7 @@
 Every state change is guarded (``… WHERE id = … AND status = … RETURNING``): a row not
 returned is owned by someone else and the caller moves on. Dead letters are written in
 the same statement as the ``failed`` status; the relay publishes them. The methods take
-one row each, but concurrent calls are coalesced (:mod:`consumer.coalescer`) into one
+one row each, but concurrent calls are coalesced (:mod:`mailbus.coalescer`) into one
 statement per batch, so a busy consumer pays a round trip per batch, not per row.
 psycopg errors become :class:`StorageError`.
 """
@@ -21,9 +21,9 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from consumer.coalescer import Coalescer
 from consumer.core import Decision, SendView, Status
 from consumer.db_clock import DatabaseClock
+from mailbus.coalescer import Coalescer
 from mailbus.errors import StorageError
 from mailbus.sqlfiles import load_queries
 

@@ -2,7 +2,7 @@
 batch (``feedback/events.sql``, ``record_events``).
 
 Requests arriving while a batch runs are coalesced into the next one (group commit,
-:class:`consumer.coalescer.Coalescer`), so a busy receiver pays one round trip and one
+:class:`mailbus.coalescer.Coalescer`), so a busy receiver pays one round trip and one
 commit per batch, not per event, and a quiet one runs each event alone at once. The
 statement stores each event once per (provider, event id) and, only for the new ones,
 updates the sends with their ``message_id`` (guarded by ``last_event_at``: an older event
@@ -29,8 +29,8 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from consumer.coalescer import Coalescer
 from feedback.events import STATUS_RANK, DeliveryEvent
+from mailbus.coalescer import Coalescer
 from mailbus.errors import StorageError
 from mailbus.sqlfiles import load_queries
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from consumer.coalescer import Coalescer
+from mailbus.coalescer import Coalescer
 
 
 class Recorder:
