@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Offline validators of the deployment files: no cluster, no Docker engine, no Prometheus
+# server. Run by `make validate` (and so by `make test` and CI).
+#   - Kubernetes: every manifest under k8s/, checked by kubernetes-validate --strict
+#     (stack/check_manifests.py; CRD kinds are listed and skipped)
+#   - Compose: check-jsonschema --builtin-schema vendor.compose-spec docker-compose.yml
+#   - Alerts: promtool check rules ops/alerts.yml; promtool test rules ops/alerts_test.yml
+# Tools missing on a fresh machine are fetched once into ~/.cache/mailbus: promtool is
+# unpacked from Debian's prometheus package (downloaded, never installed, so no server
+# starts); the Python validators come from the test extra of pyproject.toml.
+set -euo pipefail
+
+REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${MAILBUS_CACHE_DIR:-$HOME/.cache/mailbus}"
+PYTHON="${PYTHON:-python3}"
+
+log() { echo "[validate] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# promtool from Debian's prometheus package, unpacked under $CACHE/prometheus-<version>.
+promtool_path() {
+  local found
+  found="$(ls -d "$CACHE"/prometheus-*/usr/bin/promtool 2>/dev/null | sort -V | tail -n1 || true)"
+  if [ -z "$found" ]; then
+    local tmp; tmp="$(mktemp -d)"
+    log "fetching promtool (Debian package prometheus, unpacked only)"
+    if ! (cd "$tmp" && apt-get download -q prometheus >&2 2>&1); then
+      apt-get update -q >&2
+      (cd "$tmp" && apt-get download -q prometheus >&2) || die "apt-get download prometheus failed"
+    fi
+    local deb version
+    deb="$(ls "$tmp"/prometheus_*.deb)"
+    version="$(dpkg-deb -f "$deb" Version | tr ':+~' '___')"
+    rm -rf "$CACHE/prometheus-$version.tmp"
+    mkdir -p "$CACHE/prometheus-$version.tmp"
+    dpkg-deb -x "$deb" "$CACHE/prometheus-$version.tmp"
+    rm -rf "$CACHE/prometheus-$version"
+    mv "$CACHE/prometheus-$version.tmp" "$CACHE/prometheus-$version"
+    rm -rf "$tmp"
+    found="$CACHE/prometheus-$version/usr/bin/promtool"
+  fi
+  "$found" --version >/dev/null 2>&1 || die "$found does not run"
+  echo "$found"
+}
+
+need_python_tool() {
+  command -v "$1" >/dev/null || "$PYTHON" -m pip install --quiet --disable-pip-version-check \
+    -e "$REPO_DIR[test]" >&2
+  command -v "$1" >/dev/null || die "$1 missing after installing the test extra"
+}
+
+main() {
+  cd "$REPO_DIR"
+  mkdir -p "$CACHE"
+  need_python_tool kubernetes-validate
+  need_python_tool check-jsonschema
+  PROMTOOL="$(promtool_path)"
+  export PROMTOOL
+  local failed=0
+
+  log "kubernetes manifests"
+  "$PYTHON" stack/check_manifests.py k8s k8s/*.yaml || failed=1
+
+  log "docker-compose.yml against the compose-spec schema"
+  check-jsonschema --builtin-schema vendor.compose-spec docker-compose.yml || failed=1
+
+  log "alert rules ($("$PROMTOOL" --version 2>&1 | head -n1))"
+  "$PROMTOOL" check rules ops/alerts.yml || failed=1
+  (cd ops && "$PROMTOOL" test rules alerts_test.yml) || failed=1
+
+  [ "$failed" = 0 ] || die "validation failed"
+  log "all deployment files valid"
+}
+
+main "$@"
