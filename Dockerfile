@@ -8,5 +8,6 @@ COPY consumer consumer
 COPY schemas schemas
 COPY sandbox sandbox
 RUN pip install --no-cache-dir .
-USER nobody
+# A numeric, non-root user: Kubernetes can check runAsNonRoot against it (k8s/ runs 10001).
+USER 10001:10001
 ENTRYPOINT ["mailbus"]

@@ -127,7 +127,7 @@ class _Reader:
         return None if value is None or value.strip() == "" else value.strip()
 
     def url(self, name: str, default: str, schemes: tuple[str, ...]) -> str:
-        value = self._raw(name) or default
+        value = self.secret(name) or default  # a URL may carry a password: _FILE too
         parts = urlsplit(value)
         if parts.scheme not in schemes or not (parts.hostname or parts.path):
             raise ConfigError(name, f"expected a {schemes[0]}:// URL, got {_redact_url(value)!r}")

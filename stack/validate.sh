@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Offline validators of the deployment files: no cluster, no Docker engine, no Prometheus
 # server. Run by `make validate` (and so by `make test` and CI).
-#   - Kubernetes: every manifest under k8s/, checked by kubernetes-validate --strict
-#     (stack/check_manifests.py; CRD kinds are listed and skipped)
+#   - Kubernetes: every overlay under k8s/overlays rendered by kustomize, each manifest
+#     checked by kubernetes-validate --strict (stack/check_manifests.py; CRD kinds are
+#     listed and skipped) and house rules (labels, pod security, probes, no inline secrets)
 #   - Compose: check-jsonschema --builtin-schema vendor.compose-spec docker-compose.yml
 #   - Alerts: promtool check rules ops/alerts.yml; promtool test rules ops/alerts_test.yml
 # Tools missing on a fresh machine are fetched once into ~/.cache/mailbus: promtool is
 # unpacked from Debian's prometheus package (downloaded, never installed, so no server
-# starts); the Python validators come from the test extra of pyproject.toml.
+# starts); kustomize is built from the Go module proxy with the machine's Go (`go install`,
+# about a minute once); the Python validators come from the test extra of pyproject.toml.
 set -euo pipefail
 
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${MAILBUS_CACHE_DIR:-$HOME/.cache/mailbus}"
 PYTHON="${PYTHON:-python3}"
+KUSTOMIZE_VERSION=v5.7.1  # v5.8 needs Go 1.27; the machines have 1.26
 
 log() { echo "[validate] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -43,6 +46,20 @@ promtool_path() {
   echo "$found"
 }
 
+# kustomize, built once into $CACHE/kustomize-<version>.
+kustomize_path() {
+  local dir="$CACHE/kustomize-$KUSTOMIZE_VERSION"
+  if [ ! -x "$dir/kustomize" ]; then
+    command -v go >/dev/null || die "kustomize needs Go to build (go install); none on PATH"
+    log "building kustomize $KUSTOMIZE_VERSION (go install, once)"
+    rm -rf "$dir.tmp"
+    GOBIN="$dir.tmp" GOTOOLCHAIN=local GOFLAGS=-mod=mod \
+      go install "sigs.k8s.io/kustomize/kustomize/v5@$KUSTOMIZE_VERSION" >&2
+    rm -rf "$dir"; mv "$dir.tmp" "$dir"
+  fi
+  echo "$dir/kustomize"
+}
+
 need_python_tool() {
   command -v "$1" >/dev/null || "$PYTHON" -m pip install --quiet --disable-pip-version-check \
     -e "$REPO_DIR[test]" >&2
@@ -56,10 +73,20 @@ main() {
   need_python_tool check-jsonschema
   PROMTOOL="$(promtool_path)"
   export PROMTOOL
-  local failed=0
+  local kustomize failed=0 overlay rendered
+  kustomize="$(kustomize_path)"
+  rendered="$(mktemp -d)"
+  trap "rm -rf '$rendered'" EXIT
 
-  log "kubernetes manifests"
-  "$PYTHON" stack/check_manifests.py k8s k8s/*.yaml || failed=1
+  for overlay in k8s/overlays/*/; do
+    overlay="$(basename "$overlay")"
+    log "kubernetes: kustomize build k8s/overlays/$overlay"
+    if "$kustomize" build "k8s/overlays/$overlay" >"$rendered/$overlay.yaml"; then
+      "$PYTHON" stack/check_manifests.py "$overlay" "$rendered/$overlay.yaml" || failed=1
+    else
+      failed=1
+    fi
+  done
 
   log "docker-compose.yml against the compose-spec schema"
   check-jsonschema --builtin-schema vendor.compose-spec docker-compose.yml || failed=1
