@@ -2,6 +2,7 @@
 
     python stack/check_manifests.py NAME RENDERED.yaml [...]
     python stack/check_manifests.py --write-prometheusrule   # after editing ops/alerts.yml
+    python stack/check_manifests.py --dashboard-rules DASHBOARD.json  # its PromQL as rules
 
 Every document of a built-in kind is checked by ``kubernetes-validate --strict`` (the
 Kubernetes OpenAPI schemas it ships, unexpected properties rejected) against
@@ -15,6 +16,7 @@ other kind without a shipped schema fails: a typo in ``kind`` must not pass as a
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -25,7 +27,7 @@ from typing import Any
 import yaml
 from kubernetes_validate import utils as kv
 
-__all__ = ["CUSTOM_KINDS", "check", "main", "prometheus_rule"]
+__all__ = ["CUSTOM_KINDS", "check", "dashboard_rules", "main", "prometheus_rule"]
 
 # (apiVersion, kind) of the custom resources we ship; the CRDs come with KEDA and the
 # Prometheus Operator, not with Kubernetes, so kubernetes-validate has no schema for them.
@@ -159,9 +161,23 @@ def _check_custom(name: str, ident: str, doc: dict[str, Any]) -> list[str]:
     return []
 
 
+def dashboard_rules(path: Path) -> str:
+    """A Grafana dashboard's queries as recording rules, for ``promtool check rules``."""
+    dashboard = json.loads(path.read_text())
+    rules = [
+        {"record": f"dashboard:panel{panel['id']}:{target['refId']}", "expr": target["expr"]}
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+    ]
+    return str(yaml.safe_dump({"groups": [{"name": path.stem, "rules": rules}]}, sort_keys=False))
+
+
 def main(argv: list[str]) -> int:
     if argv == ["--write-prometheusrule"]:
         PROMETHEUS_RULE.write_text(prometheus_rule())
+        return 0
+    if len(argv) == 2 and argv[0] == "--dashboard-rules":
+        print(dashboard_rules(Path(argv[1])), end="")
         return 0
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)

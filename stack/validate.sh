@@ -5,7 +5,8 @@
 #     checked by kubernetes-validate --strict (stack/check_manifests.py; CRD kinds are
 #     listed and skipped) and house rules (labels, pod security, probes, no inline secrets)
 #   - Compose: check-jsonschema --builtin-schema vendor.compose-spec docker-compose.yml
-#   - Alerts: promtool check rules ops/alerts.yml; promtool test rules ops/alerts_test.yml
+#   - Alerts: promtool check rules ops/alerts.yml; promtool test rules ops/alerts_test.yml;
+#     promtool check config ops/prometheus.yml; the Grafana dashboards' PromQL parses
 # Tools missing on a fresh machine are fetched once into ~/.cache/mailbus: promtool is
 # unpacked from Debian's prometheus package (downloaded, never installed, so no server
 # starts); kustomize is built from the Go module proxy with the machine's Go (`go install`,
@@ -94,6 +95,13 @@ main() {
   log "alert rules ($("$PROMTOOL" --version 2>&1 | head -n1))"
   "$PROMTOOL" check rules ops/alerts.yml || failed=1
   (cd ops && "$PROMTOOL" test rules alerts_test.yml) || failed=1
+  "$PROMTOOL" check config ops/prometheus.yml || failed=1
+
+  log "grafana dashboards: every query parses as PromQL"
+  for dashboard in ops/grafana/dashboards/*.json; do
+    "$PYTHON" stack/check_manifests.py --dashboard-rules "$dashboard" >"$rendered/dashboard.yml" \
+      && "$PROMTOOL" check rules "$rendered/dashboard.yml" || failed=1
+  done
 
   [ "$failed" = 0 ] || die "validation failed"
   log "all deployment files valid"
