@@ -29,6 +29,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings()
         register_secret(settings.provider_api_key)
         register_secret(settings.fallback_provider_api_key)
+        for secret in settings.kafka_security.secrets:
+            register_secret(secret)
         return int(args.handler(settings, args))
     except ConfigError as exc:
         print(f"mailbus: configuration error: {exc}", file=sys.stderr)

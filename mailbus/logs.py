@@ -11,8 +11,9 @@ of a field named like a secret: ``password``, ``api_key``, ``token``, ``authoriz
 Email addresses keep their first character and domain (``ana.smith@example.com`` →
 ``a***@example.com``); bearer tokens, ``api_key=…``-style values, ``Authorization`` header
 values, passwords in URLs and the exact values of the
-secret settings (``MAILBUS_PROVIDER_API_KEY``, ``MAILBUS_WEBHOOK_SECRET``, their ``_FILE``
-variants, and anything passed to :func:`register_secret`) become ``***``.
+secret settings (``MAILBUS_PROVIDER_API_KEY``, ``MAILBUS_WEBHOOK_SECRET``, the Kafka
+passwords and client secret, their ``_FILE`` variants, and anything passed to
+:func:`register_secret`) become ``***``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,13 @@ __all__ = ["RedactingFilter", "configure_logging", "extra_fields", "redact", "re
 
 MASK = "***"
 _MIN_SECRET_LEN = 8
-_SECRET_ENV = ("MAILBUS_PROVIDER_API_KEY", "MAILBUS_WEBHOOK_SECRET")
+_SECRET_ENV = (
+    "MAILBUS_PROVIDER_API_KEY",
+    "MAILBUS_WEBHOOK_SECRET",
+    "MAILBUS_KAFKA_SASL_PASSWORD",
+    "MAILBUS_KAFKA_SSL_KEY_PASSWORD",
+    "MAILBUS_KAFKA_OAUTH_CLIENT_SECRET",
+)
 
 # Bounded repetitions keep every scan linear on long lines.
 _URL_PASSWORD = re.compile(

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from dotenv.parser import parse_stream
 
 from mailbus.errors import ConfigError
+from mailbus.kafka_security import KafkaSecurity, parse_kafka_security
 from mailbus.policies import (
     DEFAULT_CAP_SHARES,
     load_policy_book,
@@ -27,6 +28,7 @@ from mailbus.policies import (
 __all__ = ["Settings", "load_env_file", "load_settings"]
 
 _DEFAULT_SANDBOX_URL = "http://127.0.0.1:8025"
+_PLAINTEXT = KafkaSecurity()
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class Settings:
     policy_file: str | None = None  # degradation policies; None: the shipped ones
     queue_cap: int | None = None  # open rows; None: unbounded
     queue_cap_shares: tuple[float, float, float] = DEFAULT_CAP_SHARES  # p2, p1, p0
+    kafka_security: KafkaSecurity = _PLAINTEXT  # TLS/SASL: see kafka_client_config
 
     def __repr__(self) -> str:  # never print the API key
         return f"Settings(database={_redact_url(self.database_url)}, kafka={self.kafka_bootstrap})"
@@ -126,6 +129,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         policy_file=reader.policy_file("MAILBUS_POLICY_FILE"),
         queue_cap=parse_queue_cap(env.get("MAILBUS_QUEUE_CAP")),
         queue_cap_shares=parse_cap_shares(env.get("MAILBUS_QUEUE_CAP_SHARES")),
+        kafka_security=parse_kafka_security(env),
     )
     if settings.backoff_cap < settings.backoff_base:
         raise ConfigError("MAILBUS_BACKOFF_CAP", "must be at least MAILBUS_BACKOFF_BASE")

@@ -71,6 +71,18 @@ SETTINGS: tuple[Setting, ...] = (
     _s("WEBHOOK_LISTEN", "127.0.0.1:8026", "address of the webhooks receiver", {"webhooks"}),
     _s("INTAKE_TOPIC", "orders.events", "topic of the domain events", {"intake"}),
     _s("OPERATOR", "the login name", "who replays, recorded in the audit", {"dlq"}),
+    _s("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT", "PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL", _KAFKA),
+    _s("KAFKA_SASL_MECHANISM", "-", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER", _KAFKA),
+    _s("KAFKA_SASL_USERNAME", "-", "SASL user (PLAIN, SCRAM)", _KAFKA),
+    _s("KAFKA_SASL_PASSWORD", "-", "SASL password; never logged", _KAFKA, from_file=True),
+    _s("KAFKA_SSL_CA_LOCATION", "system CAs", "PEM file of the brokers' CA", _KAFKA),
+    _s("KAFKA_SSL_CERTIFICATE_LOCATION", "-", "client certificate (mutual TLS)", _KAFKA),
+    _s("KAFKA_SSL_KEY_LOCATION", "-", "its private key", _KAFKA),
+    _s("KAFKA_SSL_KEY_PASSWORD", "-", "password of that key", _KAFKA, from_file=True),
+    _s("KAFKA_OAUTH_TOKEN_URL", "-", "OAUTHBEARER (OIDC) token endpoint", _KAFKA),
+    _s("KAFKA_OAUTH_CLIENT_ID", "-", "OAUTHBEARER client id", _KAFKA),
+    _s("KAFKA_OAUTH_CLIENT_SECRET", "-", "OAUTHBEARER client secret", _KAFKA, from_file=True),
+    _s("KAFKA_OAUTH_SCOPE", "-", "OAUTHBEARER scope", _KAFKA),
     _s("LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
 )
 
