@@ -4,7 +4,7 @@ STACK := bash stack/local-stack.sh
 export MAILBUS_DATABASE_URL ?= postgresql://mailbus:mailbus@127.0.0.1:5432/mailbus
 export MAILBUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:9092
 
-.PHONY: install stack-up stack-down stack-status demo test test-unit lint bench
+.PHONY: install stack-up stack-down stack-status demo test test-unit lint validate bench
 
 install:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
@@ -27,6 +27,7 @@ demo: install stack-up
 test: install stack-up
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m mypy consumer mailbus relay sandbox schemas feedback
+	PYTHON=$(PYTHON) bash stack/validate.sh
 	$(PYTHON) -m pytest
 
 test-unit: install
@@ -35,6 +36,11 @@ test-unit: install
 lint:
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m mypy consumer mailbus relay sandbox schemas feedback
+
+## Deployment files (k8s/, docker-compose.yml, ops/alerts.yml) against their schemas and
+## promtool, offline: no cluster, Docker engine or Prometheus server needed.
+validate: install
+	PYTHON=$(PYTHON) bash stack/validate.sh
 
 bench: install stack-up
 	$(PYTHON) bench/relay_throughput.py

@@ -8,11 +8,13 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from importlib import metadata
 from pathlib import Path
 
 from mailbus.errors import ConfigError, MailbusError
 from mailbus.logs import configure_logging, redact, register_secret
 from mailbus.settings import Settings, load_env_file, load_settings
+from mailbus.settings_doc import epilog as settings_epilog
 
 __all__ = ["main"]
 
@@ -20,14 +22,16 @@ __all__ = ["main"]
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
-    configure_logging(os.environ.get("MAILBUS_LOG_LEVEL", "INFO"))
     try:
         if args.env_file:
-            load_env_file(Path(args.env_file), os.environ)  # type: ignore[arg-type]
+            load_env_file(Path(args.env_file), os.environ)
+        _configure_logging()
         settings = load_settings()
         register_secret(settings.provider_api_key)
         register_secret(settings.fallback_provider_api_key)
         register_secret(settings.webhook_secret)
+        for secret in settings.kafka_security.secrets:
+            register_secret(secret)
         return int(args.handler(settings, args))
     except ConfigError as exc:
         print(f"mailbus: configuration error: {exc}", file=sys.stderr)
@@ -35,6 +39,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MailbusError as exc:
         print(f"mailbus: {redact(str(exc))}", file=sys.stderr)
         return 1
+
+
+def _configure_logging() -> None:
+    level = os.environ.get("MAILBUS_LOG_LEVEL", "").strip().upper() or "INFO"
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise ConfigError(
+            "MAILBUS_LOG_LEVEL", f"expected DEBUG, INFO, WARNING or ERROR, got {level!r}"
+        )
+    configure_logging(level)
+
+
+def _version() -> str:
+    try:
+        return f"mailbus {metadata.version('mailbus')}"
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "mailbus (not installed)"
 
 
 def stop_on_signals() -> threading.Event:
@@ -151,13 +171,26 @@ def _suppress(settings: Settings, args: argparse.Namespace) -> int:
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="mailbus", description="Exactly-once email over a PostgreSQL outbox and Kafka."
+        prog="mailbus",
+        description="Exactly-once email over a PostgreSQL outbox and Kafka.",
+        epilog=settings_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--env-file", help="read KEY=VALUE settings from this file first")
+    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument(
+        "--env-file",
+        help="read KEY=VALUE settings from this .env-style file first (the environment wins)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, handler: Callable[..., int], help_text: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub = commands.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=settings_epilog(name),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         sub.set_defaults(handler=handler)
         return sub
 
@@ -184,11 +217,23 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def _add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     help_text = "inspect and replay dead letters"
-    dlq = commands.add_parser("dlq", help=help_text, description=help_text)
+    dlq = commands.add_parser(
+        "dlq",
+        help=help_text,
+        description=help_text,
+        epilog=settings_epilog("dlq"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     actions = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
 
     def action(name: str, handler: Callable[..., int], text: str) -> argparse.ArgumentParser:
-        sub = actions.add_parser(name, help=text, description=text)
+        sub = actions.add_parser(
+            name,
+            help=text,
+            description=text,
+            epilog=settings_epilog("dlq"),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         sub.set_defaults(handler=handler)
         return sub
 
@@ -227,24 +272,18 @@ def _add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     replay.add_argument("--limit", type=_count, default=None, help="replay at most this many")
 
 
-def _environment(pairs: Sequence[tuple[str, str]]) -> str:
-    return "environment:\n" + "\n".join(f"  {name:<30} {text}" for name, text in pairs)
-
-
 def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from feedback.environment import SUPPRESS_ENVIRONMENT, WEBHOOKS_ENVIRONMENT
-
     text = "receive signed delivery events at POST /webhooks/{provider} (long-running)"
     webhooks = commands.add_parser(
         "webhooks",
         help=text,
         description=text + "; /healthz and /readyz beside it",
-        epilog=_environment(WEBHOOKS_ENVIRONMENT),
+        epilog=settings_epilog("webhooks"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     webhooks.set_defaults(handler=_webhooks)
     text = "manage email_suppressions (addresses stored lower-cased, compared case-insensitively)"
-    epilog = _environment(SUPPRESS_ENVIRONMENT)
+    epilog = settings_epilog("suppress")
     suppress = commands.add_parser(
         "suppress",
         help=text,

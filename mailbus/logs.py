@@ -1,12 +1,19 @@
 """Structured logs: one JSON object per line on stderr, with secrets and addresses masked.
 
+Fields passed with ``extra=`` (``log.info("sent", extra={"send_id": 7})``) become keys of
+the line beside ``ts``, ``level``, ``logger`` and ``msg`` (a name already taken gets a
+trailing ``_``); values that are not JSON types are written as their ``str()``.
+
 :class:`RedactingFilter`, installed on the handler by :func:`configure_logging`, rewrites
-every record before it is formatted: the rendered message, the exception text and the
-stack text. Email addresses keep their first character and domain
-(``ana.smith@example.com`` → ``a***@example.com``); bearer tokens, ``api_key=…``-style
-values, ``Authorization`` header values, passwords in URLs and the exact values of the
-secret settings (``MAILBUS_PROVIDER_API_KEY``, ``MAILBUS_WEBHOOK_SECRET``, their ``_FILE``
-variants, and anything passed to :func:`register_secret`) become ``***``.
+every record before it is formatted: the rendered message, the exception text, the
+stack text and every ``extra=`` field (strings inside lists and dicts too; the whole value
+of a field named like a secret: ``password``, ``api_key``, ``token``, ``authorization``...).
+Email addresses keep their first character and domain (``ana.smith@example.com`` →
+``a***@example.com``); bearer tokens, ``api_key=…``-style values, ``Authorization`` header
+values, passwords in URLs and the exact values of the
+secret settings (``MAILBUS_PROVIDER_API_KEY``, ``MAILBUS_WEBHOOK_SECRET``, the Kafka
+passwords and client secret, their ``_FILE`` variants, and anything passed to
+:func:`register_secret`) become ``***``.
 """
 
 from __future__ import annotations
@@ -20,11 +27,17 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["RedactingFilter", "configure_logging", "redact", "register_secret"]
+__all__ = ["RedactingFilter", "configure_logging", "extra_fields", "redact", "register_secret"]
 
 MASK = "***"
 _MIN_SECRET_LEN = 8
-_SECRET_ENV = ("MAILBUS_PROVIDER_API_KEY", "MAILBUS_WEBHOOK_SECRET")
+_SECRET_ENV = (
+    "MAILBUS_PROVIDER_API_KEY",
+    "MAILBUS_WEBHOOK_SECRET",
+    "MAILBUS_KAFKA_SASL_PASSWORD",
+    "MAILBUS_KAFKA_SSL_KEY_PASSWORD",
+    "MAILBUS_KAFKA_OAUTH_CLIENT_SECRET",
+)
 
 # Bounded repetitions keep every scan linear on long lines.
 _URL_PASSWORD = re.compile(
@@ -99,6 +112,37 @@ def redact(text: str) -> str:
     return text
 
 
+# Attributes every LogRecord has; anything else on a record came with ``extra=``.
+_RECORD_FIELDS = frozenset(
+    vars(logging.LogRecord("", 0, "", 0, "", None, None))
+) | {"message", "asctime", "taskName", "_mailbus_redacted"}
+_SECRET_FIELD = re.compile(
+    r"(?:api[_-]?key|apikey|token|secret|password|passwd|authorization|credentials?)$", re.I
+)
+_JSON_SCALARS = (bool, int, float, type(None))
+
+
+def extra_fields(record: logging.LogRecord) -> dict[str, object]:
+    """The fields ``record`` was given with ``extra=``."""
+    return {k: v for k, v in vars(record).items() if k not in _RECORD_FIELDS}
+
+
+def _redact_value(value: object, depth: int = 0) -> object:
+    """``value`` with every string redacted; JSON containers kept, anything else str()ed."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, _JSON_SCALARS):
+        return value
+    if depth < 5 and isinstance(value, dict):
+        return {
+            str(k): MASK if _SECRET_FIELD.search(str(k)) else _redact_value(v, depth + 1)
+            for k, v in value.items()
+        }
+    if depth < 5 and isinstance(value, (list, tuple, set, frozenset)):
+        return [_redact_value(v, depth + 1) for v in value]
+    return redact(str(value))
+
+
 class RedactingFilter(logging.Filter):
     """Renders each record's message once and stores the redacted text in its place."""
 
@@ -115,12 +159,14 @@ class RedactingFilter(logging.Filter):
             record.exc_text = redact(record.exc_text)
         if record.stack_info:
             record.stack_info = redact(record.stack_info)
+        for key, value in extra_fields(record).items():
+            setattr(record, key, MASK if _SECRET_FIELD.search(key) else _redact_value(value))
         return True
 
 
 class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
+        entry: dict[str, object] = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
@@ -131,6 +177,10 @@ class _JsonFormatter(logging.Formatter):
             entry["exc"] = record.exc_text or self.formatException(record.exc_info)  # type: ignore[arg-type]
         if record.stack_info:
             entry["stack"] = record.stack_info
+        for key, value in extra_fields(record).items():
+            while key in entry:
+                key += "_"
+            entry[key] = value
         return json.dumps(entry, default=str)
 
 

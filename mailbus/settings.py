@@ -7,13 +7,17 @@ exit status 2 and one line.
 
 from __future__ import annotations
 
+import io
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from dotenv.parser import parse_stream
+
 from mailbus.errors import ConfigError
+from mailbus.kafka_security import KafkaSecurity, parse_kafka_security
 from mailbus.policies import (
     DEFAULT_CAP_SHARES,
     load_policy_book,
@@ -24,6 +28,7 @@ from mailbus.policies import (
 __all__ = ["Settings", "load_env_file", "load_settings"]
 
 _DEFAULT_SANDBOX_URL = "http://127.0.0.1:8025"
+_PLAINTEXT = KafkaSecurity()
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,7 @@ class Settings:
     queue_cap_shares: tuple[float, float, float] = DEFAULT_CAP_SHARES  # p2, p1, p0
     webhook_secret: str = ""  # `mailbus webhooks` refuses to start without one
     webhook_listen: tuple[str, int] = ("127.0.0.1", 8026)
+    kafka_security: KafkaSecurity = _PLAINTEXT  # TLS/SASL: see kafka_client_config
 
     def __repr__(self) -> str:  # never print the API key
         return f"Settings(database={_redact_url(self.database_url)}, kafka={self.kafka_bootstrap})"
@@ -73,24 +79,35 @@ class Settings:
         return 2 * self.request_timeout
 
 
-def load_env_file(path: Path, environ: dict[str, str]) -> None:
-    """Add ``KEY=VALUE`` lines of ``path`` to ``environ`` where not already set."""
-    for number, raw in enumerate(path.read_text().splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        key, sep, value = line.removeprefix("export ").partition("=")
-        if not sep:
-            raise ConfigError(f"{path}:{number}", "expected KEY=VALUE")
-        environ.setdefault(key.strip(), value.strip().strip("'\""))
+def load_env_file(path: Path, environ: MutableMapping[str, str]) -> None:
+    """Add the ``KEY=VALUE`` lines of ``path`` to ``environ`` where not already set.
+
+    Parsed by python-dotenv: ``export`` prefixes, ``#`` comments (also after an unquoted
+    value), single and double quotes (escapes in double quotes, values over several
+    lines). No ``${VAR}`` expansion: a ``$`` in a password stays a ``$``. A line that is
+    not ``KEY=VALUE`` raises :class:`ConfigError` naming the file and line.
+    """
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError("--env-file", f"cannot read {path}: {exc.strerror}") from None
+    pairs: dict[str, str] = {}
+    for binding in parse_stream(io.StringIO(text)):
+        if binding.error or (binding.key is not None and binding.value is None):
+            line = binding.original.line
+            raise ConfigError(f"{path}:{line}", "expected KEY=VALUE")
+        if binding.key is not None and binding.value is not None:
+            pairs[binding.key] = binding.value
+    for key, value in pairs.items():
+        environ.setdefault(key, value)
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
     reader = _Reader(env)
     settings = Settings(
-        database_url=reader.url(
-            "MAILBUS_DATABASE_URL", Settings.database_url, ("postgresql", "postgres")
+        database_url=reader.url(  # it may carry a password: MAILBUS_DATABASE_URL_FILE too
+            "MAILBUS_DATABASE_URL", Settings.database_url, ("postgresql", "postgres"), True
         ),
         kafka_bootstrap=reader.bootstrap("MAILBUS_KAFKA_BOOTSTRAP", Settings.kafka_bootstrap),
         topic_prefix=reader.topic_prefix("MAILBUS_TOPIC_PREFIX", Settings.topic_prefix),
@@ -125,6 +142,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         queue_cap_shares=parse_cap_shares(env.get("MAILBUS_QUEUE_CAP_SHARES")),
         webhook_secret=reader.secret("MAILBUS_WEBHOOK_SECRET"),
         webhook_listen=reader.listen("MAILBUS_WEBHOOK_LISTEN", Settings.webhook_listen),
+        kafka_security=parse_kafka_security(env),
     )
     if settings.backoff_cap < settings.backoff_base:
         raise ConfigError("MAILBUS_BACKOFF_CAP", "must be at least MAILBUS_BACKOFF_BASE")
@@ -139,8 +157,10 @@ class _Reader:
         value = self._env.get(name)
         return None if value is None or value.strip() == "" else value.strip()
 
-    def url(self, name: str, default: str, schemes: tuple[str, ...]) -> str:
-        value = self._raw(name) or default
+    def url(
+        self, name: str, default: str, schemes: tuple[str, ...], from_file: bool = False
+    ) -> str:
+        value = (self.secret(name) if from_file else self._raw(name)) or default
         parts = urlsplit(value)
         if parts.scheme not in schemes or not (parts.hostname or parts.path):
             raise ConfigError(name, f"expected a {schemes[0]}:// URL, got {_redact_url(value)!r}")

@@ -7,6 +7,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from mailbus.errors import MailbusError
+from mailbus.kafka_security import kafka_client_config
 from mailbus.settings import Settings
 from schemas.send_request import PRIORITIES
 
@@ -21,7 +22,7 @@ def send_topics(settings: Settings) -> list[str]:
 
 def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
     """Create the send and DLQ topics that do not exist yet; return the ones created."""
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = AdminClient(kafka_client_config(settings))
     wanted = [*send_topics(settings), settings.dlq_topic]
     config = {
         "retention.ms": _RETENTION_MS,

@@ -144,3 +144,54 @@ def test_long_lines_are_redacted_in_linear_time() -> None:
     for text in ("a." * 50_000 + "@b", "x-" * 50_000 + "=", "a" * 100_000 + "://x"):
         logs.redact(text)
     assert time.monotonic() - started < 2.0
+
+
+def test_extra_fields_are_kept_as_json_fields(emit: io.StringIO) -> None:
+    logging.getLogger("mailbus.test").info(
+        "claimed",
+        extra={
+            "send_id": 42,
+            "priority": "p0",
+            "took_s": 0.25,
+            "ok": True,
+            "none": None,
+            "keys": ["a", "b"],
+            "counts": {"accepted": 3},
+        },
+    )
+    [entry] = lines(emit)
+    assert entry["msg"] == "claimed"
+    assert entry["send_id"] == 42 and entry["took_s"] == 0.25 and entry["ok"] is True
+    assert entry["priority"] == "p0" and entry["none"] is None
+    assert entry["keys"] == ["a", "b"] and entry["counts"] == {"accepted": 3}
+
+
+def test_extra_fields_are_masked(emit: io.StringIO) -> None:
+    logging.getLogger("mailbus.test").warning(
+        "refused",
+        extra={
+            "to": "ana.smith@example.com",
+            "api_key": "short",  # named like a secret: masked whole, whatever its length
+            "headers": {"Authorization": "Bearer abc.def", "X-Trace": "t-1"},
+            "recipients": ["bo@example.org", f"key {API_KEY}"],
+            "url": "postgresql://mailbus:hunter2@db/mailbus",
+            "error": RuntimeError(f"rejected carla@example.net with {API_KEY}"),
+        },
+    )
+    raw = emit.getvalue()
+    [entry] = lines(emit)
+    assert entry["to"] == "a***@example.com"
+    assert entry["api_key"] == "***"
+    assert entry["headers"] == {"Authorization": "***", "X-Trace": "t-1"}
+    assert entry["recipients"] == ["b***@example.org", "key ***"]
+    assert entry["url"] == "postgresql://mailbus:***@db/mailbus"
+    assert entry["error"] == "rejected c***@example.net with ***"
+    for secret in (API_KEY, "hunter2", "abc.def", "ana.smith", "carla@", "short"):
+        assert secret not in raw
+
+
+def test_extra_fields_do_not_replace_the_core_fields(emit: io.StringIO) -> None:
+    logging.getLogger("mailbus.test").info("hello", extra={"level": "fake", "ts": 1})
+    [entry] = lines(emit)
+    assert entry["level"] == "info" and entry["level_"] == "fake"
+    assert entry["ts"] != 1 and entry["ts_"] == 1

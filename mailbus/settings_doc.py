@@ -1,0 +1,115 @@
+"""The one table of MAILBUS_* settings: name, default, meaning and the commands using it.
+
+``mailbus COMMAND --help`` ends with :func:`epilog` of that command, built from this table;
+tests/unit/test_settings_doc.py checks that every variable :func:`load_settings` reads and
+every ``MAILBUS_*`` name in the code is in it, so help and code cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["SETTINGS", "Setting", "epilog", "names"]
+
+# Commands grouped by what they touch.
+_LONG_RUNNING = frozenset({"relay", "consume", "intake", "webhooks"})
+_KAFKA = frozenset({"migrate", "relay", "consume", "intake", "dlq", "campaign"})
+_ENQUEUE = frozenset({"relay", "consume", "intake", "campaign"})
+ALL: frozenset[str] = frozenset()  # every command
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: str
+    meaning: str
+    commands: frozenset[str] = ALL  # empty: every command
+    from_file: bool = False  # NAME_FILE names a file holding the value
+
+    def used_by(self, command: str) -> bool:
+        return not self.commands or command in self.commands
+
+
+def _s(
+    name: str, default: str, meaning: str, commands: frozenset[str] | set[str] = ALL, **kw: bool
+) -> Setting:
+    return Setting(f"MAILBUS_{name}", default, meaning, frozenset(commands), **kw)
+
+
+SETTINGS: tuple[Setting, ...] = (
+    _s("DATABASE_URL", "postgresql://localhost/mailbus", "PostgreSQL URL", from_file=True),
+    _s("KAFKA_BOOTSTRAP", "127.0.0.1:9092", "Kafka bootstrap servers (host:port,...)", _KAFKA),
+    _s("TOPIC_PREFIX", "mailbus", "prefix of every mailbus topic", _KAFKA),
+    _s("PROVIDER_URL", "the local sandbox", "base URL of the email API", {"consume"}),
+    _s(
+        "PROVIDER_API_KEY",
+        "-",
+        "API key of the email API; never logged",
+        {"consume", "sandbox"},
+        from_file=True,
+    ),
+    _s("FALLBACK_PROVIDER_URL", "off", "second provider for fallback-policy mail", {"consume"}),
+    _s("FALLBACK_PROVIDER_API_KEY", "-", "its API key", {"consume"}, from_file=True),
+    _s("MAX_IN_FLIGHT", "32", "concurrent provider calls per process", {"consume"}),
+    _s("RATE_LIMIT", "unlimited", "provider requests/s, all consumers together", {"consume"}),
+    _s("CONNECT_TIMEOUT", "2", "seconds to connect to the provider", {"consume"}),
+    _s("REQUEST_TIMEOUT", "15", "seconds for one provider call", {"consume"}),
+    _s("MAX_ATTEMPTS", "8", "provider calls before a row is failed", {"consume"}),
+    _s("BACKOFF_BASE", "2", "seconds: first retry delay (doubling, jittered)", {"consume"}),
+    _s("BACKOFF_CAP", "300", "seconds: longest retry delay", {"consume"}),
+    _s(
+        "LATE_ACCEPT_WINDOW",
+        "2 x request timeout",
+        "seconds the provider may still accept a call with no known outcome",
+        {"consume"},
+    ),
+    _s("PARTITIONS", "6", "partitions of each send topic migrate creates", {"migrate"}),
+    _s("REPLICATION_FACTOR", "1", "replication factor of the topics migrate creates", {"migrate"}),
+    _s("METRICS_PORT", "off", "port of /metrics, /healthz, /readyz", _LONG_RUNNING),
+    _s("METRICS_ADDR", "127.0.0.1", "address the metrics port binds", _LONG_RUNNING),
+    _s("SCHEMA_REGISTRY_URL", "off", "Confluent-compatible schema registry", _KAFKA),
+    _s("RELAY_BATCH_SIZE", "2000", "rows the relay claims per batch", {"relay"}),
+    _s("RELAY_POLL_INTERVAL", "1", "seconds between relay polls without NOTIFY", {"relay"}),
+    _s("POLICY_FILE", "the shipped policies", "mail policies (expiry, fallback)", _ENQUEUE),
+    _s("QUEUE_CAP", "unbounded", "open rows before enqueues are refused", _ENQUEUE),
+    _s("QUEUE_CAP_SHARES", "p2,p1,p0 shares", "where each priority is refused", _ENQUEUE),
+    _s(
+        "WEBHOOK_SECRET",
+        "-",
+        "HMAC secret of delivery events (the sandbox signs with it)",
+        {"webhooks", "sandbox"},
+        from_file=True,
+    ),
+    _s("WEBHOOK_LISTEN", "127.0.0.1:8026", "address of the webhooks receiver", {"webhooks"}),
+    _s("INTAKE_TOPIC", "orders.events", "topic of the domain events", {"intake"}),
+    _s("OPERATOR", "the login name", "who replays, recorded in the audit", {"dlq"}),
+    _s("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT", "PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL", _KAFKA),
+    _s("KAFKA_SASL_MECHANISM", "-", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER", _KAFKA),
+    _s("KAFKA_SASL_USERNAME", "-", "SASL user (PLAIN, SCRAM)", _KAFKA),
+    _s("KAFKA_SASL_PASSWORD", "-", "SASL password; never logged", _KAFKA, from_file=True),
+    _s("KAFKA_SSL_CA_LOCATION", "system CAs", "PEM file of the brokers' CA", _KAFKA),
+    _s("KAFKA_SSL_CERTIFICATE_LOCATION", "-", "client certificate (mutual TLS)", _KAFKA),
+    _s("KAFKA_SSL_KEY_LOCATION", "-", "its private key", _KAFKA),
+    _s("KAFKA_SSL_KEY_PASSWORD", "-", "password of that key", _KAFKA, from_file=True),
+    _s("KAFKA_OAUTH_TOKEN_URL", "-", "OAUTHBEARER (OIDC) token endpoint", _KAFKA),
+    _s("KAFKA_OAUTH_CLIENT_ID", "-", "OAUTHBEARER client id", _KAFKA),
+    _s("KAFKA_OAUTH_CLIENT_SECRET", "-", "OAUTHBEARER client secret", _KAFKA, from_file=True),
+    _s("KAFKA_OAUTH_SCOPE", "-", "OAUTHBEARER scope", _KAFKA),
+    _s("LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
+)
+
+
+def names() -> set[str]:
+    """Every variable the table documents, ``_FILE`` variants included."""
+    return {s.name for s in SETTINGS} | {f"{s.name}_FILE" for s in SETTINGS if s.from_file}
+
+
+def epilog(command: str | None = None) -> str:
+    """The settings ``command`` uses (all of them for None), for its ``--help``."""
+    rows = [s for s in SETTINGS if command is None or s.used_by(command)]
+    shown = [f"{s.name}(*)" if s.from_file else s.name for s in rows]
+    width = max(map(len, shown))
+    lines = ["settings (environment or --env-file; *: also NAME_FILE, a file holding the value):"]
+    for name, s in zip(shown, rows, strict=True):
+        lines.append(f"  {name:<{width}}  {s.meaning} [{s.default}]")
+    return "\n".join(lines)
