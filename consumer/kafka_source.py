@@ -20,7 +20,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -41,7 +41,7 @@ class KafkaSource(threading.Thread):
     def __init__(
         self,
         *,
-        bootstrap: str,
+        client_config: Mapping[str, str | int | float | bool],
         group_id: str,
         topic: str,
         handler: Handler,
@@ -67,7 +67,7 @@ class KafkaSource(threading.Thread):
         self.failure: BaseException | None = None
         self._consumer = Consumer(
             {
-                "bootstrap.servers": bootstrap,
+                **client_config,  # brokers, TLS/SASL
                 "group.id": group_id,
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,

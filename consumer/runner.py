@@ -28,6 +28,7 @@ from consumer.reconciler import Reconciler
 from consumer.service import DeliveryService, Stopping
 from mailbus import metrics
 from mailbus.errors import StorageError
+from mailbus.kafka_security import kafka_client_config
 from mailbus.policies import configured_policy_book
 from mailbus.settings import Settings
 
@@ -116,7 +117,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
     drain_s = settings.connect_timeout + settings.request_timeout + 5.0
     sources = [
         KafkaSource(
-            bootstrap=settings.kafka_bootstrap,
+            client_config=kafka_client_config(settings),
             group_id=f"{settings.topic_prefix}.delivery.{priority}",
             topic=settings.topic(priority),
             handler=deliver,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -30,11 +30,17 @@ class OutgoingMessage:
 class PointerPublisher:
     """Publishes batches with ``acks=all`` and idempotence, waiting for every report."""
 
-    def __init__(self, bootstrap: str, delivery_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        client_config: Mapping[str, str | int | float | bool],
+        delivery_timeout_s: float = 60.0,
+    ) -> None:
+        """``client_config``: the brokers and their TLS/SASL settings
+        (:func:`mailbus.kafka_security.kafka_client_config`)."""
         self.delivery_timeout_s = delivery_timeout_s
         self._producer = Producer(
             {
-                "bootstrap.servers": bootstrap,
+                **client_config,
                 "enable.idempotence": True,
                 "acks": "all",
                 "linger.ms": 2,

@@ -27,6 +27,7 @@ import psycopg
 from psycopg.rows import TupleRow, tuple_row
 
 from mailbus import metrics
+from mailbus.kafka_security import kafka_client_config
 from mailbus.settings import Settings
 from mailbus.sqlfiles import load_queries
 from relay.batch import BatchResult, Outbox, publish_claimed
@@ -53,7 +54,7 @@ class Relay:
     def __init__(self, settings: Settings, publisher: PointerPublisher | None = None) -> None:
         self.settings = settings
         self.stats = RelayStats()
-        self._publisher = publisher or PointerPublisher(settings.kafka_bootstrap)
+        self._publisher = publisher or PointerPublisher(kafka_client_config(settings))
         self._queries = load_queries("relay", "queries.sql")
         self._codec = send_pointer_codec()
         self._sends: Outbox[TupleRow] = Outbox(
@@ -88,7 +89,7 @@ class Relay:
                 reconnect_delay = min(reconnect_delay * 2, 10.0)
             except PublishError as exc:
                 log.error("producer failed, recreating it: %s", exc)
-                self._publisher = PointerPublisher(self.settings.kafka_bootstrap)
+                self._publisher = PointerPublisher(kafka_client_config(self.settings))
         self._disconnect()
         self._publisher.close()
 
