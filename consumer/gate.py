@@ -92,6 +92,7 @@ class AdaptiveSlots:
 
 @dataclass
 class Admission:
+    probe: bool = False  # the one call a half-open breaker lets through
     settled: bool = False
 
 
@@ -132,16 +133,22 @@ class ProviderGate:
         if not unhurried:
             self._hurried_waiting += 1
         try:
-            await self._wait_for_breaker(unhurried)
+            probe = await self._wait_for_breaker(unhurried)
         finally:
             if not unhurried:
                 self._hurried_waiting -= 1
         if unhurried and (wait := self._recovered_at + self._unhurried_delay_s - self._clock()) > 0:
             await asyncio.sleep(wait)
         await self.before_request()
-        return Admission()
+        return Admission(probe=probe)
 
-    async def _wait_for_breaker(self, unhurried: bool) -> None:
+    def holds(self, admission: Admission) -> bool:
+        """Whether an admission still stands: the breaker may have opened while its mail
+        waited for a claim permit, and then only the probe may go."""
+        return admission.probe or self.breaker.state is BreakerState.CLOSED
+
+    async def _wait_for_breaker(self, unhurried: bool) -> bool:
+        """Wait until the breaker admits a call; True if that call is its probe."""
         while True:
             if (
                 unhurried
@@ -150,10 +157,11 @@ class ProviderGate:
             ):
                 await asyncio.sleep(0.25)  # transactional mail tests recovery first
                 continue
+            was_closed = self.breaker.state is BreakerState.CLOSED
             breaker, allowed = admit(self.breaker, self._clock())
             self._set_breaker(breaker)
             if allowed:
-                return
+                return not was_closed
             wait = self.breaker.opened_at + self.breaker.cool_down_s - self._clock()
             await asyncio.sleep(min(max(wait, 0.05), 0.25))
 

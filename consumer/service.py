@@ -222,27 +222,30 @@ class DeliveryService:
             raise Stopping()  # not started: left for redelivery
         row = loaded.view
         unhurried = self.policies.for_template(row.template).when_provider_down == "pause"
-        admission = None if route == FALLBACK else await self.gate.admit_send(unhurried)
-        try:
-            async with self.gate.claims:
-                if self.stop_requested():
-                    raise Stopping()
-                if admission is not None and (
-                    expired := before_send(row, self.clock(), loaded.suppressed)
-                ):
-                    await self._settle_without_call(loaded, expired, origin)
-                    return None  # it expired while the provider was down
-                token = uuid.uuid4()  # one token for every try: a lost reply is claimed again
-                claim = await self._durably(
-                    lambda: self.ledger.claim_for_send(row.id, row.attempts, route, token)
-                )
-                if claim is None:
-                    await self._recheck(row.id, origin)  # e.g. it expired a moment ago
-                    return None
-                return await self._call_in_slot(loaded, claim, admission, route, mail, origin)
-        finally:
-            if admission is not None:
-                self.gate.release(admission)
+        token = uuid.uuid4()  # one token for every try: a claim whose reply was lost is ours
+        while True:
+            admission = None if route == FALLBACK else await self.gate.admit_send(unhurried)
+            try:
+                async with self.gate.claims:
+                    if admission is not None and not self.gate.holds(admission):
+                        continue  # the breaker opened while this waited for a permit
+                    if self.stop_requested():
+                        raise Stopping()
+                    if admission is not None and (
+                        expired := before_send(row, self.clock(), loaded.suppressed)
+                    ):
+                        await self._settle_without_call(loaded, expired, origin)
+                        return None  # it expired while the provider was down
+                    claim = await self._durably(
+                        lambda: self.ledger.claim_for_send(row.id, row.attempts, route, token)
+                    )
+                    if claim is None:
+                        await self._recheck(row.id, origin)  # e.g. it expired a moment ago
+                        return None
+                    return await self._call_in_slot(loaded, claim, admission, route, mail, origin)
+            finally:
+                if admission is not None:
+                    self.gate.release(admission)
 
     async def _call_in_slot(
         self,

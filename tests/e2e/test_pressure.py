@@ -138,4 +138,6 @@ def test_a_p2_flood_never_delays_p0(stack: Stack) -> None:
     )
     assert p2_left["pending"] > 0, "the flood was over before P0 arrived; the test proves nothing"
     assert p99 <= 1.0
+    for consumer in ("p2", "p0"):  # the flood is still going: stop, then compare
+        assert stack.terminate(consumer) == 0
     stack.assert_table_agrees_with_providers()

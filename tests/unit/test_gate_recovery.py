@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from consumer.core.breaker import BreakerPolicy, BreakerState
 from consumer.core.outcome import Classification, Outcome
@@ -56,3 +57,19 @@ def test_transactional_mail_waiting_takes_the_probe_before_a_newsletter() -> Non
 
     asyncio.run(scenario())
     assert order == ["password_reset", "newsletter"]
+
+
+def test_an_admission_lapses_when_the_breaker_opens_before_its_call_but_a_probe_holds() -> None:
+    gate = ProviderGate(
+        4,
+        BreakerPolicy(failure_threshold=1, cool_down_s=0.05, max_cool_down_s=0.05),
+        None,
+        on_breaker_change=lambda _state: None,
+        on_limit_change=lambda _limit: None,
+    )
+    waiting = asyncio.run(gate.admit_send())  # admitted while closed, then waits for a permit
+    gate.settle(asyncio.run(gate.admit_send()), FAILED, 0.1)  # another call opens the breaker
+    assert not gate.holds(waiting)  # it must wait at the gate again, not call
+    time.sleep(0.06)
+    probe = asyncio.run(gate.admit_send())
+    assert probe.probe and gate.holds(probe)
