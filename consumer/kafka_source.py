@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from consumer.core.offsets import PartitionProgress
 from consumer.ledger import MessageOrigin
-from mailbus import metrics
+from mailbus import health, metrics
 
 __all__ = ["KafkaSource"]
 
@@ -65,6 +65,7 @@ class KafkaSource(threading.Thread):
         self._paused = False
         self._tasks: set[asyncio.Task[None]] = set()  # strong references while running
         self.failure: BaseException | None = None
+        health.mark(f"kafka:{topic}", False, "joining the consumer group")
         self._consumer = Consumer(
             {
                 **client_config,  # brokers, TLS/SASL
@@ -109,6 +110,7 @@ class KafkaSource(threading.Thread):
                     last_commit = time.monotonic()
             self._drain()
         except BaseException as exc:  # surfaced by the runner, which exits non-zero
+            health.mark(f"kafka:{self.topic}", False, "the Kafka source failed")
             self.failure = exc
             log.exception("kafka source for %s failed", self.topic)
         finally:
@@ -221,6 +223,7 @@ class KafkaSource(threading.Thread):
     # -- rebalance callbacks (run inside consume(), on this thread) ---------------------
 
     def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        health.mark(f"kafka:{self.topic}", True)  # in the group (an empty share is fine)
         with self._lock:
             for tp in partitions:
                 self._progress.setdefault(tp.partition, PartitionProgress())

@@ -26,7 +26,7 @@ from consumer.provider import HttpProvider
 from consumer.rate_limit import GlobalRateLimiter
 from consumer.reconciler import Reconciler
 from consumer.service import DeliveryService, Stopping
-from mailbus import metrics
+from mailbus import health, metrics
 from mailbus.errors import StorageError
 from mailbus.kafka_security import kafka_client_config
 from mailbus.policies import configured_policy_book
@@ -64,14 +64,14 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         max_connections=min(settings.max_in_flight, 20),
         lease_s=lease_seconds(settings),
     )
-    health = _HealthReporter(ledger, settings.provider_url)
+    reporter = _HealthReporter(ledger, settings.provider_url)
     gate = ProviderGate(
         settings.max_in_flight,
         BreakerPolicy(),
         GlobalRateLimiter(settings.database_url, settings.rate_limit)
         if settings.rate_limit
         else None,
-        on_breaker_change=health.breaker_changed,
+        on_breaker_change=reporter.breaker_changed,
         on_limit_change=lambda limit: log.info("in-flight limit now %d", limit),
         default_pause_s=settings.backoff_base,
     )
@@ -130,12 +130,15 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
     ]
     reconciler = Reconciler(service, priorities, slots)
     reconciling = asyncio.create_task(reconciler.run())
-    reporting = asyncio.create_task(health.run(service.stopping))
+    reporting = asyncio.create_task(reporter.run(service.stopping))
+    health.mark("consumer", True)
     for source in sources:
         source.start()
     log.info("consuming %s", ", ".join(source.topic for source in sources))
     while any(source.is_alive() for source in sources):
         await asyncio.sleep(0.1)
+        if stop.is_set():
+            health.mark("consumer", False, "draining")
         for priority in priorities:  # the process's slots serve all its priorities
             metrics.set_in_flight(priority, slots.in_use, slots.limit)
         if any(source.failure for source in sources):
@@ -180,10 +183,13 @@ class _HealthReporter:
 
     async def run(self, stopping: asyncio.Event) -> None:
         while not stopping.is_set():
+            report = self._ledger.report_health(self._process, self._provider, self._state.value)
             try:
-                await self._ledger.report_health(self._process, self._provider, self._state.value)
-            except StorageError as exc:
-                log.warning("%s", exc)
+                await asyncio.wait_for(report, 5.0)  # /readyz: the database answers in time
+                health.mark("database", True)
+            except (StorageError, TimeoutError) as exc:
+                health.mark("database", False, "unreachable")
+                log.warning("database health report failed: %s", exc or "timed out")
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._first(stopping, self._changed), 10.0)

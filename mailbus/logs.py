@@ -113,9 +113,12 @@ def redact(text: str) -> str:
 
 
 # Attributes every LogRecord has; anything else on a record came with ``extra=``.
-_RECORD_FIELDS = frozenset(
-    vars(logging.LogRecord("", 0, "", 0, "", None, None))
-) | {"message", "asctime", "taskName", "_mailbus_redacted"}
+_RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "taskName",
+    "_mailbus_redacted",
+}
 _SECRET_FIELD = re.compile(
     r"(?:api[_-]?key|apikey|token|secret|password|passwd|authorization|credentials?)$", re.I
 )

@@ -18,7 +18,9 @@ import logging
 import os
 import threading
 from collections.abc import Iterable, Iterator
+from http.server import ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlparse
 
 import psycopg
 from prometheus_client import (
@@ -27,10 +29,12 @@ from prometheus_client import (
     Gauge,
     Histogram,
     disable_created_metrics,
-    start_http_server,
 )
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import MetricsHandler
 from prometheus_client.registry import Collector
+
+from mailbus import health
 
 __all__ = [
     "BREAKER_STATES",
@@ -140,8 +144,7 @@ WEBHOOK_LATE = Counter(
 )
 WEBHOOK_REJECTED = Counter(
     "mailbus_webhook_rejected",
-    "Webhook requests refused, by reason (missing, malformed, mismatch, stale: 401; "
-    "invalid: 400).",
+    "Webhook requests refused, by reason (missing, malformed, mismatch, stale: 401; invalid: 400).",
     ["reason"],
 )
 
@@ -347,8 +350,33 @@ _servers: list[Any] = []
 _outbox: OutboxCollector | None = None
 
 
+class _Handler(MetricsHandler):
+    """``/metrics`` as prometheus_client serves it, plus ``/healthz`` and ``/readyz``."""
+
+    def do_GET(self) -> None:
+        path = urlparse(self.path).path
+        if path == "/healthz":
+            self._reply(200, {"status": "live"})
+        elif path == "/readyz":
+            ready, components = health.readiness()
+            self._reply(200 if ready else 503, {"ready": ready, "components": components})
+        else:
+            super().do_GET()
+
+    def _reply(self, status: int, document: dict[str, Any]) -> None:
+        body = json.dumps(document).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Probes every few seconds are not worth a log line each."""
+
+
 def start_metrics_server(port: int, database_url: str | None = None) -> None:
-    """Serve ``/metrics`` on ``port`` in a daemon thread.
+    """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``port`` in a daemon thread.
 
     Binds ``127.0.0.1`` unless ``MAILBUS_METRICS_ADDR`` names another address (e.g.
     ``0.0.0.0`` in a container). With ``database_url``, also registers the
@@ -357,7 +385,9 @@ def start_metrics_server(port: int, database_url: str | None = None) -> None:
     global _outbox
     addr = os.environ.get("MAILBUS_METRICS_ADDR", "").strip() or "127.0.0.1"
     with _server_lock:
-        server, _thread = start_http_server(port, addr=addr)
+        server = ThreadingHTTPServer((addr, port), _Handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
         _servers.append(server)
         if database_url is not None:
             if _outbox is not None:
@@ -365,7 +395,7 @@ def start_metrics_server(port: int, database_url: str | None = None) -> None:
                 _outbox.close()
             _outbox = OutboxCollector(database_url)
             REGISTRY.register(_outbox)
-    log.info("metrics on http://%s:%d/metrics", addr, port)
+    log.info("metrics on http://%s:%d/metrics (and /healthz, /readyz)", addr, port)
 
 
 def stop_metrics_server() -> None:

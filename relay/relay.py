@@ -26,7 +26,7 @@ from typing import TypeVar
 import psycopg
 from psycopg.rows import TupleRow, tuple_row
 
-from mailbus import metrics
+from mailbus import health, metrics
 from mailbus.kafka_security import kafka_client_config
 from mailbus.settings import Settings
 from mailbus.sqlfiles import load_queries
@@ -76,6 +76,7 @@ class Relay:
             try:
                 self._connect()
                 while not stop.is_set():
+                    health.mark("relay", True)  # the database answers, Kafka acknowledges
                     full = self.settings.relay_batch_size
                     sends = self.publish_due_batch(stop)
                     dead_letters = 0 if stop.is_set() else self.publish_dead_letters(stop)
@@ -83,13 +84,16 @@ class Relay:
                         self._wait_for_work(stop)
                 reconnect_delay = 0.5
             except psycopg.OperationalError as exc:
+                health.mark("relay", False, "database unavailable")
                 log.warning("database unavailable, retrying in %.1fs: %s", reconnect_delay, exc)
                 self._disconnect()
                 stop.wait(reconnect_delay)
                 reconnect_delay = min(reconnect_delay * 2, 10.0)
             except PublishError as exc:
+                health.mark("relay", False, "Kafka producer failed")
                 log.error("producer failed, recreating it: %s", exc)
                 self._publisher = PointerPublisher(kafka_client_config(self.settings))
+        health.mark("relay", False, "stopping")
         self._disconnect()
         self._publisher.close()
 
