@@ -62,6 +62,10 @@ class Settings:
     def dlq_topic(self) -> str:
         return f"{self.topic_prefix}.send.dlq"
 
+    @property
+    def intake_dlq_topic(self) -> str:
+        return f"{self.topic_prefix}.intake.dlq"
+
 
 def load_env_file(path: Path, environ: dict[str, str]) -> None:
     """Add ``KEY=VALUE`` lines of ``path`` to ``environ`` where not already set."""

@@ -1,0 +1,74 @@
+"""Writes a batch of intake rows in one statement and one transaction (the PostgreSQL adapter).
+
+psycopg appears only here. A batch is one JSON array handed to ``jsonb_to_recordset``;
+the payloads are already-validated JSON texts and are spliced in as they are, so the
+batch costs one serialisation of the small fields and one round trip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from mailbus.errors import StorageError
+from mailbus.sqlfiles import load_queries
+
+from .events import NewRow
+
+__all__ = ["RowWriter", "rows_document"]
+
+
+def rows_document(rows: Sequence[NewRow]) -> str:
+    """The JSON array the ``insert_rows`` statement reads; one entry per distinct key."""
+    seen: set[str] = set()
+    parts = []
+    for row in rows:
+        if row.dedupe_key in seen:  # the first event of a key wins, as in the table
+            continue
+        seen.add(row.dedupe_key)
+        head = json.dumps(
+            {
+                "dedupe_key": row.dedupe_key,
+                "to_address": row.to_address,
+                "template": row.template,
+                "priority": row.priority,
+                "expire_after_s": row.expire_after_s,
+            },
+            separators=(",", ":"),
+        )
+        parts.append(f'{head[:-1]},"payload_json":{row.payload_json}}}')
+    return "[" + ",".join(parts) + "]"
+
+
+class RowWriter:
+    """One connection; :meth:`insert` commits a batch or raises, leaving nothing behind."""
+
+    def __init__(self, database_url: str) -> None:
+        self._url = database_url
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._sql = load_queries("intake", "queries.sql")["insert_rows"]
+
+    async def insert(self, rows: Sequence[NewRow]) -> int:
+        """Insert the rows whose keys are new, in one transaction; return how many."""
+        if not rows:
+            return 0
+        document = rows_document(rows)
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+            async with self._conn.transaction():
+                cursor = await self._conn.execute(self._sql, {"rows": document})
+                return max(cursor.rowcount, 0)
+        except psycopg.Error as exc:
+            await self.close()
+            raise StorageError(f"intake batch insert failed: {type(exc).__name__}: {exc}") from None
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            with contextlib.suppress(psycopg.Error):
+                await conn.close()
