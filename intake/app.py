@@ -53,7 +53,8 @@ def build_app(settings: Settings, config: IntakeConfig, service: IntakeService) 
         consumer_auto_offset_reset="earliest",
         topic_replication_factor=settings.replication_factor,
         topic_partitions=settings.partitions,
-        topic_allow_declare=False,  # the topics are made by create_topics, with our settings
+        broker_session_timeout=config.session_timeout,
+        broker_heartbeat_interval=min(3.0, config.session_timeout / 3),
         broker_commit_interval=1.0,
         stream_buffer_maxsize=max(4 * config.batch_size, 4096),
         producer_acks=-1,
@@ -90,8 +91,20 @@ def _incoming(event: Any) -> Incoming:
 
 def run_intake(settings: Settings, config: IntakeConfig, log_level: str = "WARNING") -> int:
     """Run until SIGTERM/SIGINT (then exit 0), or until the agent crashes (exit 1)."""
-    reader = EventReader(load_mappings(config.mappings_path), configured_policy_book())
+    mappings = load_mappings(config.mappings_path)
+    reader = EventReader(mappings, configured_policy_book())
     create_topics(settings, [config.topic, config.dlq_topic])
+    if logging.getLevelName(log_level) != logging.DEBUG:
+        for noisy in ("faust", "mode", "aiokafka"):  # their INFO is a line per service step
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+    log.info(
+        "intake reading %s as group %s (%s), batches of up to %d, dead letters to %s",
+        config.topic,
+        config.group,
+        ", ".join(mapping.event for mapping in mappings),
+        config.batch_size,
+        config.dlq_topic,
+    )
     config.state_dir.mkdir(parents=True, exist_ok=True)
     writer = RowWriter(settings.database_url)
     dlq = DeadLetterProducer(settings.kafka_bootstrap, config.dlq_topic)
@@ -104,6 +117,7 @@ def run_intake(settings: Settings, config: IntakeConfig, log_level: str = "WARNI
         redirect_stdouts=False,
         override_logging=False,
     )
+    worker.spinner = None  # a terminal progress spinner: escape codes in a service's log
     code: int | str | None = 0
     try:
         worker.execute_from_commandline()

@@ -6,6 +6,7 @@
 ``MAILBUS_INTAKE_BATCH``           events per statement and per commit (1000)
 ``MAILBUS_INTAKE_BATCH_WAIT``      seconds a partial batch waits for more (0.2)
 ``MAILBUS_INTAKE_GROUP``           consumer group / faust app id (``{prefix}-intake``)
+``MAILBUS_INTAKE_SESSION_TIMEOUT``  seconds before a dead member's partitions move (30)
 ``MAILBUS_INTAKE_WEB_PORT``        faust's web server port (off)
 ``MAILBUS_STATE_DIR``              where faust keeps its data dir (a temp dir)
 =================================  ==================================================
@@ -32,6 +33,7 @@ MAILBUS_LOG_LEVEL):
   MAILBUS_INTAKE_BATCH       events per INSERT statement and per commit (default 1000)
   MAILBUS_INTAKE_BATCH_WAIT  seconds a partial batch waits for more events (default 0.2)
   MAILBUS_INTAKE_GROUP       consumer group and faust app id (default {prefix}-intake)
+  MAILBUS_INTAKE_SESSION_TIMEOUT  seconds until a killed member's partitions move (default 30)
   MAILBUS_INTAKE_WEB_PORT    faust's web server port (default: no web server)
   MAILBUS_STATE_DIR          faust's data dir goes under it (default: a temporary dir)
 dead letters go to {prefix}.intake.dlq"""
@@ -45,6 +47,7 @@ class IntakeConfig:
     mappings_path: str | None
     batch_size: int
     batch_wait: float
+    session_timeout: float
     web_port: int | None
     state_dir: Path
 
@@ -69,6 +72,13 @@ class IntakeConfig:
             mappings_path=_mappings_path(raw("MAILBUS_INTAKE_MAPPINGS")),
             batch_size=batch,
             batch_wait=_seconds("MAILBUS_INTAKE_BATCH_WAIT", raw("MAILBUS_INTAKE_BATCH_WAIT"), 0.2),
+            session_timeout=_seconds(
+                "MAILBUS_INTAKE_SESSION_TIMEOUT",
+                raw("MAILBUS_INTAKE_SESSION_TIMEOUT"),
+                30.0,
+                6,
+                300,
+            ),
             web_port=_port("MAILBUS_INTAKE_WEB_PORT", raw("MAILBUS_INTAKE_WEB_PORT")),
             state_dir=Path(state_root),
         )
@@ -96,15 +106,17 @@ def _integer(name: str, value: str | None, default: int, low: int, high: int) ->
     return int(value)
 
 
-def _seconds(name: str, value: str | None, default: float) -> float:
+def _seconds(
+    name: str, value: str | None, default: float, low: float = 0.001, high: float = 60
+) -> float:
     if value is None:
         return default
     try:
         seconds = float(value)
     except ValueError:
         raise ConfigError(name, f"expected seconds, got {value!r}") from None
-    if not 0 < seconds <= 60:
-        raise ConfigError(name, f"must be in (0, 60] seconds, got {value!r}")
+    if not low <= seconds <= high:
+        raise ConfigError(name, f"must be from {low:g} to {high:g} seconds, got {value!r}")
     return seconds
 
 

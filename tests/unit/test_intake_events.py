@@ -81,9 +81,7 @@ def test_an_event_of_the_first_schema_version_is_still_read(reader: EventReader)
     ],
     ids=["text", "empty", "unknown-schema"],
 )
-def test_undecodable_values_are_rejected(
-    reader: EventReader, value: bytes, expected: str
-) -> None:
+def test_undecodable_values_are_rejected(reader: EventReader, value: bytes, expected: str) -> None:
     decision = reader.read(value)
     assert decision == Rejected("undecodable", expected)
 
@@ -117,8 +115,11 @@ def test_invalid_events_are_rejected_naming_the_field(
 
 def test_the_templates_policy_gives_the_expiry() -> None:
     book = parse_policy_book(
-        {"policies": [{"name": "all", "match": "*", "expire_after_s": 60,
-                       "when_provider_down": "wait"}]}  # fmt: skip
+        {
+            "policies": [
+                {"name": "all", "match": "*", "expire_after_s": 60, "when_provider_down": "wait"}
+            ]
+        }
     )
     row = EventReader(load_mappings(None), book).read(order_placed_codec().encode(_event()))
     assert isinstance(row, NewRow) and row.expire_after_s == 60.0
