@@ -12,11 +12,17 @@ whose rows were never written.) A crash or SIGKILL between the commit and faust'
 offset commit replays those events; their rows exist, and ``ON CONFLICT DO NOTHING``
 makes the replay a no-op.
 
+One batch is written (PostgreSQL, the DLQ) while faust buffers and the agent prepares
+the next (decoding and validation are CPU, the insert mostly waits on PostgreSQL); the
+writes stay one at a time and in order, and so do the acknowledgements.
+
 faust and aiokafka appear only in this module.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -32,7 +38,7 @@ from .dead_letters import DeadLetterProducer
 from .events import EventReader
 from .mappings import load_mappings
 from .rows import RowWriter
-from .service import Incoming, IntakeService
+from .service import Incoming, IntakeService, PreparedBatch
 
 __all__ = ["build_app", "run_intake"]
 
@@ -61,14 +67,31 @@ def build_app(settings: Settings, config: IntakeConfig, service: IntakeService) 
     )
     topic = app.topic(config.topic, key_serializer="raw", value_serializer="raw")
 
+    async def write(prepared: PreparedBatch, events: Any, stream: Any) -> None:
+        await service.apply(prepared)
+        for event in events:  # only now: the rows are committed, the dead letters on Kafka
+            await stream.ack(event)
+
     async def intake(stream: Any) -> None:
+        # One batch is written while the next is read and prepared: the loop body returns
+        # (and faust buffers again) once the batch before is written and acknowledged,
+        # so acknowledgements stay in order and at most one batch is unacknowledged
+        # beyond the one being read.
         events: Any
+        writing: asyncio.Task[None] | None = None
         try:
             async for events in stream.noack_take(config.batch_size, within=config.batch_wait):
-                await service.handle([_incoming(event) for event in events])
-                for event in events:
-                    await stream.ack(event)
+                prepared = service.prepare([_incoming(event) for event in events])
+                if writing is not None:
+                    await writing
+                writing = asyncio.ensure_future(write(prepared, list(events), stream))
+            if writing is not None:
+                await writing
         finally:
+            if writing is not None and not writing.done():
+                writing.cancel()  # not acknowledged: read again after a restart
+                with contextlib.suppress(asyncio.CancelledError):
+                    await writing
             await service.close()
 
     app.agent(topic, name="intake", supervisor_strategy=CrashingSupervisor)(intake)

@@ -81,7 +81,7 @@ class EventReader:
         to_address = event.get(mapping.to)
         if not isinstance(to_address, str) or not to_address:
             raise InvalidSendError(mapping.to, "is missing or empty (the recipient)")
-        key_parts = {name: _key_text(value) for name, value in event.items()}
+        key_parts = {name: _key_text(event.get(name)) for name in mapping.key_fields}
         variables = {name: _jsonable(event.get(name)) for name in mapping.variables}
         request = SendRequest(
             dedupe_key=mapping.dedupe_key.format_map(key_parts),

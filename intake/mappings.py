@@ -46,6 +46,7 @@ class EventMapping:
     codec: AvroCodec  # reads the current schema and its kept older versions
     template: str
     dedupe_key: str  # a str.format pattern over the event's fields
+    key_fields: tuple[str, ...]  # the fields the pattern uses
     to: str  # the field holding the recipient
     priority: str
     expire_after_s: float | None  # seconds after enqueue; None: never (unless by policy)
@@ -120,7 +121,7 @@ def _parse_entry(entry: object, number: int, folder: Traversable | Path) -> Even
         raise fail("'template' must match [a-z0-9][a-z0-9_.-]* (at most 100 characters)")
     if entry["priority"] not in PRIORITIES:
         raise fail(f"'priority' must be one of {', '.join(PRIORITIES)}")
-    _check_pattern(entry["dedupe_key"], fields, fail)
+    key_fields = _check_pattern(entry["dedupe_key"], fields, fail)
     if not _is_string(fields.get(entry["to"])):
         raise fail(f"'to' names no string field of {event}: {entry['to']!r}")
     return EventMapping(
@@ -128,6 +129,7 @@ def _parse_entry(entry: object, number: int, folder: Traversable | Path) -> Even
         codec=codec,
         template=entry["template"],
         dedupe_key=entry["dedupe_key"],
+        key_fields=key_fields,
         to=entry["to"],
         priority=entry["priority"],
         expire_after_s=_expiry(entry.get("expire_after_s"), fail),
@@ -169,7 +171,7 @@ def _version_number(item: Traversable) -> int:
     return int(item.name.rsplit(".", 2)[1])
 
 
-def _check_pattern(pattern: str, fields: dict[str, Any], fail: Any) -> None:
+def _check_pattern(pattern: str, fields: dict[str, Any], fail: Any) -> tuple[str, ...]:
     try:
         parts = list(string.Formatter().parse(pattern))
     except ValueError as exc:
@@ -182,6 +184,7 @@ def _check_pattern(pattern: str, fields: dict[str, Any], fail: Any) -> None:
             continue
         if spec or conversion or name not in fields:
             raise fail(f"'dedupe_key' uses {{{name}}}, which is not a plain field of the event")
+    return tuple(dict.fromkeys(names))
 
 
 def _expiry(value: object, fail: Any) -> float | None:

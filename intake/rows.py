@@ -52,11 +52,9 @@ class RowWriter:
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._sql = load_queries("intake", "queries.sql")["insert_rows"]
 
-    async def insert(self, rows: Sequence[NewRow]) -> int:
-        """Insert the rows whose keys are new, in one transaction; return how many."""
-        if not rows:
-            return 0
-        document = rows_document(rows)
+    async def insert(self, document: str) -> int:
+        """Insert the rows of ``document`` (:func:`rows_document`) whose keys are new, in
+        one transaction; return how many."""
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)

@@ -20,9 +20,9 @@ from mailbus.errors import MailbusError
 
 from .dead_letters import DeadLetterProducer, IntakeDeadLetter
 from .events import EventReader, NewRow, Rejected
-from .rows import RowWriter
+from .rows import RowWriter, rows_document
 
-__all__ = ["Incoming", "IntakeService", "IntakeStats", "sort_batch"]
+__all__ = ["Incoming", "IntakeService", "IntakeStats", "PreparedBatch", "sort_batch"]
 
 log = logging.getLogger("mailbus.intake")
 T = TypeVar("T")
@@ -41,6 +41,13 @@ class Incoming:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True)
+class PreparedBatch:
+    events: int
+    document: str | None  # the rows, as the insert statement reads them; None: no rows
+    letters: list[IntakeDeadLetter]
 
 
 @dataclass
@@ -86,6 +93,10 @@ class IntakeService:
         self.stats = IntakeStats()
 
     async def handle(self, batch: Sequence[Incoming]) -> None:
+        await self.apply(self.prepare(batch))
+
+    def prepare(self, batch: Sequence[Incoming]) -> PreparedBatch:
+        """The CPU part: decode and validate, build the statement's document (no I/O)."""
         rows, letters = sort_batch(self._reader, batch)
         for letter in letters:
             log.warning(
@@ -96,11 +107,19 @@ class IntakeService:
                 letter.partition,
                 letter.offset,
             )
+        return PreparedBatch(len(batch), rows_document(rows) if rows else None, letters)
+
+    async def apply(self, prepared: PreparedBatch) -> None:
+        """The I/O part: returns once the dead letters are on Kafka and the rows committed."""
+        letters = prepared.letters
+        document = prepared.document
         await self._until_done("publish dead letters", lambda: self._dlq.publish(letters))
-        inserted = await self._until_done("insert rows", lambda: self._writer.insert(rows))
+        inserted = 0
+        if document is not None:
+            inserted = await self._until_done("insert rows", lambda: self._writer.insert(document))
         stats = self.stats
-        stats.events += len(batch)
-        stats.inserted += inserted or 0
+        stats.events += prepared.events
+        stats.inserted += inserted
         stats.dead_letters += len(letters)
         stats.batches += 1
         for letter in letters:
