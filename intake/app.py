@@ -129,6 +129,10 @@ def run_intake(settings: Settings, config: IntakeConfig, log_level: str = "WARNI
         config.dlq_topic,
     )
     config.state_dir.mkdir(parents=True, exist_ok=True)
+    if settings.metrics_port is not None:
+        from mailbus.metrics import start_metrics_server
+
+        start_metrics_server(settings.metrics_port)
     writer = RowWriter(settings.database_url)
     dlq = DeadLetterProducer(settings.kafka_bootstrap, config.dlq_topic)
     service = IntakeService(reader, writer, dlq)

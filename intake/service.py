@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from mailbus.errors import MailbusError
+from mailbus.metrics import observe_intake
 
 from .dead_letters import DeadLetterProducer, IntakeDeadLetter
 from .events import EventReader, NewRow, Rejected
@@ -117,6 +118,7 @@ class IntakeService:
         inserted = 0
         if document is not None:
             inserted = await self._until_done("insert rows", lambda: self._writer.insert(document))
+        observe_intake(inserted, prepared.events - len(letters) - inserted, len(letters))
         stats = self.stats
         stats.events += prepared.events
         stats.inserted += inserted

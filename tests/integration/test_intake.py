@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -174,6 +176,12 @@ def _wait_until_committed(settings: Settings, topic: str, timeout: float = 30) -
     raise AssertionError(f"committed {_committed(settings, topic, settings.partitions)} != {ends}")
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def _order(order_id: str, event_id: str, email: str | None = None, **more: object) -> bytes:
     return order_placed_codec().encode(
         {
@@ -193,12 +201,18 @@ def test_duplicates_and_out_of_order_events_make_one_row_per_order(
     a_redo = _order("A", "evt-A-2", total="9.99")  # the order service emitted A again
     records = [(b"A", a1), (b"A", a1), (b"C", c1), (b"A", a1), (b"B", b1), (b"A", a_redo)]
     _produce(settings.kafka_bootstrap, _topic(intake_env), records)
-    intake = start_intake()
+    port = _free_port()
+    intake = start_intake(MAILBUS_METRICS_PORT=str(port))
     _wait_for_rows(settings.database_url, 3, intake, _STARTUP_S)
     _wait_until_committed(settings, _topic(intake_env))
     _produce(settings.kafka_bootstrap, _topic(intake_env), [(b"B", b1), (b"C", c1)])
     _wait_until_committed(settings, _topic(intake_env))
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        metrics = response.read().decode()
     assert intake.stop() == 0, intake.output()
+
+    assert 'mailbus_intake_events_total{outcome="inserted"} 3.0' in metrics
+    assert 'mailbus_intake_events_total{outcome="duplicate"} 5.0' in metrics
 
     rows = _rows(settings.database_url)
     assert sorted(rows) == ["order-A-confirmation", "order-B-confirmation", "order-C-confirmation"]
