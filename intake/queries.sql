@@ -12,3 +12,20 @@ FROM jsonb_to_recordset(%(rows)s::jsonb) AS r (
 )
 ORDER BY r.dedupe_key
 ON CONFLICT (dedupe_key) DO NOTHING
+
+-- name: insert_dead_letters
+-- The batch's rejected events, in the same transaction as its rows (keys and values come
+-- base64-encoded). Already published: the intake puts them on {prefix}.intake.dlq itself
+-- (before this commits), the relay must not put them on {prefix}.send.dlq. An event read
+-- twice (a replay after a crash) keeps its first letter (0012_intake_dead_letters.sql).
+INSERT INTO email_dead_letters (reason, error, original_topic, original_partition,
+                                original_offset, original_key, original_value, published_at)
+SELECT l.reason, l.error, l.topic, l.partition, l."offset",
+       decode(l.key, 'base64'), decode(l.value, 'base64'), now()
+FROM jsonb_to_recordset(%(letters)s::jsonb) AS l (
+    reason text, error text, topic text, partition int, "offset" bigint, key text, value text
+)
+ORDER BY l.topic, l.partition, l."offset"
+ON CONFLICT (original_topic, original_partition, original_offset)
+    WHERE reason IN ('intake_undecodable', 'intake_invalid')
+    DO NOTHING

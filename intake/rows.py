@@ -1,4 +1,4 @@
-"""Writes a batch of intake rows in one statement and one transaction (the PostgreSQL adapter).
+"""Writes a batch's rows (one statement) and dead letters in one transaction (PostgreSQL adapter).
 
 psycopg appears only here. A batch is one JSON array handed to ``jsonb_to_recordset``;
 the payloads are already-validated JSON texts and are spliced in as they are, so the
@@ -7,6 +7,7 @@ batch costs one serialisation of the small fields and one round trip.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 from collections.abc import Sequence
@@ -17,9 +18,10 @@ import psycopg
 from mailbus.errors import StorageError
 from mailbus.sqlfiles import load_queries
 
+from .dead_letters import IntakeDeadLetter
 from .events import NewRow
 
-__all__ = ["RowWriter", "rows_document"]
+__all__ = ["RowWriter", "letters_document", "rows_document"]
 
 
 def rows_document(rows: Sequence[NewRow]) -> str:
@@ -44,23 +46,50 @@ def rows_document(rows: Sequence[NewRow]) -> str:
     return "[" + ",".join(parts) + "]"
 
 
+def letters_document(letters: Sequence[IntakeDeadLetter]) -> str:
+    """The JSON array the ``insert_dead_letters`` statement reads."""
+    return json.dumps(
+        [
+            {
+                "reason": letter.reason,
+                "error": letter.error[:500],
+                "topic": letter.topic,
+                "partition": letter.partition,
+                "offset": letter.offset,
+                "key": None if letter.key is None else base64.b64encode(letter.key).decode(),
+                "value": None if letter.value is None else base64.b64encode(letter.value).decode(),
+            }
+            for letter in letters
+        ],
+        separators=(",", ":"),
+    )
+
+
 class RowWriter:
     """One connection; :meth:`insert` commits a batch or raises, leaving nothing behind."""
 
     def __init__(self, database_url: str) -> None:
         self._url = database_url
         self._conn: psycopg.AsyncConnection[Any] | None = None
-        self._sql = load_queries("intake", "queries.sql")["insert_rows"]
+        queries = load_queries("intake", "queries.sql")
+        self._rows_sql = queries["insert_rows"]
+        self._letters_sql = queries["insert_dead_letters"]
 
-    async def insert(self, document: str) -> int:
-        """Insert the rows of ``document`` (:func:`rows_document`) whose keys are new, in
-        one transaction; return how many."""
+    async def insert(self, rows: str | None, letters: str | None) -> int:
+        """In one transaction: the rows of ``rows`` (:func:`rows_document`) whose keys are
+        new, and the dead letters of ``letters`` (:func:`letters_document`) not recorded
+        yet. Return how many rows were inserted."""
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
             async with self._conn.transaction():
-                cursor = await self._conn.execute(self._sql, {"rows": document})
-                return max(cursor.rowcount, 0)
+                inserted = 0
+                if rows is not None:
+                    cursor = await self._conn.execute(self._rows_sql, {"rows": rows})
+                    inserted = max(cursor.rowcount, 0)
+                if letters is not None:
+                    await self._conn.execute(self._letters_sql, {"letters": letters})
+                return inserted
         except psycopg.Error as exc:
             await self.close()
             raise StorageError(f"intake batch insert failed: {type(exc).__name__}: {exc}") from None

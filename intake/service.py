@@ -21,7 +21,7 @@ from mailbus.metrics import observe_intake
 
 from .dead_letters import DeadLetterProducer, IntakeDeadLetter
 from .events import EventReader, NewRow, Rejected
-from .rows import RowWriter, rows_document
+from .rows import RowWriter, letters_document, rows_document
 
 __all__ = ["Incoming", "IntakeService", "IntakeStats", "PreparedBatch", "sort_batch"]
 
@@ -47,7 +47,8 @@ class Incoming:
 @dataclass(frozen=True)
 class PreparedBatch:
     events: int
-    document: str | None  # the rows, as the insert statement reads them; None: no rows
+    rows: str | None  # the rows, as the insert statement reads them; None: no rows
+    letters_document: str | None  # the dead letters, likewise
     letters: list[IntakeDeadLetter]
 
 
@@ -71,7 +72,7 @@ def sort_batch(
         if isinstance(decision, Rejected):
             letters.append(
                 IntakeDeadLetter(
-                    reason=decision.reason,
+                    reason=f"intake_{decision.reason}",
                     error=decision.error,
                     topic=event.topic,
                     partition=event.partition,
@@ -108,16 +109,21 @@ class IntakeService:
                 letter.partition,
                 letter.offset,
             )
-        return PreparedBatch(len(batch), rows_document(rows) if rows else None, letters)
+        return PreparedBatch(
+            len(batch),
+            rows_document(rows) if rows else None,
+            letters_document(letters) if letters else None,
+            letters,
+        )
 
     async def apply(self, prepared: PreparedBatch) -> None:
         """The I/O part: returns once the dead letters are on Kafka and the rows committed."""
         letters = prepared.letters
-        document = prepared.document
         await self._until_done("publish dead letters", lambda: self._dlq.publish(letters))
-        inserted = 0
-        if document is not None:
-            inserted = await self._until_done("insert rows", lambda: self._writer.insert(document))
+        inserted = await self._until_done(
+            "insert rows",
+            lambda: self._writer.insert(prepared.rows, prepared.letters_document),
+        )
         observe_intake(inserted, prepared.events - len(letters) - inserted, len(letters))
         stats = self.stats
         stats.events += prepared.events

@@ -7,6 +7,7 @@ consumer group's committed offsets.
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import socket
@@ -249,10 +250,20 @@ def test_undecodable_and_invalid_events_go_to_the_intake_dlq_and_the_next_is_pro
     assert len(letters) == 4
     by_key = {letter.key: letter for letter in letters}
     expected = {
-        b"M": (malformed, offsets[0], b"undecodable", b"not an Avro single-object encoded value"),
-        b"N": (no_email, offsets[1], b"invalid", b"OrderPlaced: customer_email: is missing"),
-        b"X": (bad_address, offsets[2], b"invalid", b"OrderPlaced: customer_email: is not a"),
-        b"Y": (crlf, offsets[3], b"invalid", b"OrderPlaced: customer_name: contains CR"),
+        b"M": (
+            malformed,
+            offsets[0],
+            b"intake_undecodable",
+            b"not an Avro single-object encoded value",
+        ),
+        b"N": (no_email, offsets[1], b"intake_invalid", b"OrderPlaced: customer_email: is missing"),
+        b"X": (
+            bad_address,
+            offsets[2],
+            b"intake_invalid",
+            b"OrderPlaced: customer_email: is not a",
+        ),
+        b"Y": (crlf, offsets[3], b"intake_invalid", b"OrderPlaced: customer_name: contains CR"),
     }
     for key, (value, offset, reason, error) in expected.items():
         letter = by_key[key]
@@ -265,6 +276,44 @@ def test_undecodable_and_invalid_events_go_to_the_intake_dlq_and_the_next_is_pro
         assert headers["mailbus.dlq.original.partition"] == b"0"
         assert headers["mailbus.dlq.original.offset"] == str(offset).encode()
         assert b"all@example.com" not in (headers["mailbus.dlq.error"] or b"")
+
+    # The same letters in the table, for `mailbus dlq list/show`, not for the relay.
+    reasons = "intake_undecodable,intake_invalid"
+    listed = run_mailbus("dlq", "list", "--reason", reasons, "--json", env=intake_env)
+    assert listed.returncode == 0, listed.stderr
+    entries = json.loads(listed.stdout)
+    assert sorted(entry["reason"] for entry in entries) == [
+        "intake_invalid",
+        "intake_invalid",
+        "intake_invalid",
+        "intake_undecodable",
+    ]
+    undecodable = next(e for e in entries if e["reason"] == "intake_undecodable")
+    shown = run_mailbus("dlq", "show", str(undecodable["id"]), "--json", env=intake_env)
+    assert shown.returncode == 0, shown.stderr
+    letter_row = json.loads(shown.stdout)["dead_letter"]
+    assert bytes.fromhex(letter_row["original_value"]) == malformed
+    assert (letter_row["original_topic"], letter_row["original_offset"]) == (topic, offsets[0])
+    assert letter_row["published_at"] is not None  # the relay leaves it alone
+
+    # Read again from the start (a replay after a crash): no second letter, no second row.
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.kafka_bootstrap,
+            "group.id": f"{settings.topic_prefix}-intake",
+        }
+    )
+    consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    consumer.close()
+    again = start_intake()
+    time.sleep(1)
+    _wait_until_committed(settings, topic)
+    assert again.stop() == 0, again.output()
+    assert again.output().count("intake stopped: 5 events") == 2  # both runs read all five
+    with psycopg.connect(settings.database_url) as conn:
+        row = conn.execute("SELECT count(*) FROM email_dead_letters").fetchone()
+    assert row == (4,)
+    assert list(_rows(settings.database_url)) == ["order-OK-confirmation"]
 
 
 def test_offsets_do_not_pass_a_batch_whose_transaction_failed(

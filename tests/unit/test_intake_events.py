@@ -141,7 +141,7 @@ def test_a_batch_is_sorted_into_rows_and_dead_letters_with_their_context(
     assert (letter.partition, letter.offset, letter.key, letter.value) == (2, 11, b"k", b"junk")
     assert dead_letter_headers(letter) == [
         ("trace", b"abc"),
-        ("mailbus.dlq.reason", b"undecodable"),
+        ("mailbus.dlq.reason", b"intake_undecodable"),
         ("mailbus.dlq.error", b"not an Avro single-object encoded value"),
         ("mailbus.dlq.original.topic", b"orders.events"),
         ("mailbus.dlq.original.partition", b"2"),
