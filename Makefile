@@ -40,3 +40,4 @@ bench: install stack-up
 	$(PYTHON) bench/relay_throughput.py
 	$(PYTHON) bench/delivery_throughput.py
 	$(PYTHON) bench/outage.py
+	$(PYTHON) bench/intake_throughput.py
