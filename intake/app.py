@@ -62,6 +62,11 @@ def build_app(settings: Settings, config: IntakeConfig, service: IntakeService) 
         broker_session_timeout=config.session_timeout,
         broker_heartbeat_interval=min(3.0, config.session_timeout / 3),
         broker_commit_interval=1.0,
+        # On stop and on rebalance, faust would otherwise wait, without end, for every
+        # event handed to the agent to be acknowledged: while PostgreSQL refuses a batch
+        # SIGTERM never finished. Not waiting is safe: what was not acknowledged is read
+        # again, and a row that was committed meanwhile makes the replay a no-op.
+        stream_wait_empty=False,
         stream_buffer_maxsize=max(4 * config.batch_size, 4096),
         producer_acks=-1,
     )

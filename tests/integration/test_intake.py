@@ -316,7 +316,7 @@ def test_undecodable_and_invalid_events_go_to_the_intake_dlq_and_the_next_is_pro
     assert list(_rows(settings.database_url)) == ["order-OK-confirmation"]
 
 
-def test_offsets_do_not_pass_a_batch_whose_transaction_failed(
+def test_offsets_do_not_pass_a_batch_whose_transaction_failed_even_when_stopped(
     settings: Settings, intake_env: dict[str, str], start_intake: Callable[..., Intake]
 ) -> None:
     topic = _topic(intake_env)
@@ -338,9 +338,12 @@ def test_offsets_do_not_pass_a_batch_whose_transaction_failed(
     time.sleep(3)  # several retries and faust commit intervals (1 s) go by
     assert _committed(settings, topic, settings.partitions) == [-1001] * settings.partitions
     assert _count(settings.database_url) == 0
+    assert intake.stop() == 0, intake.output()  # SIGTERM while retrying: a clean stop
+    assert _committed(settings, topic, settings.partitions) == [-1001] * settings.partitions
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
         conn.execute("DROP TRIGGER refuse ON email_sends")
-    _wait_for_rows(settings.database_url, 1, intake, 30)
+    intake = start_intake()
+    _wait_for_rows(settings.database_url, 1, intake, _STARTUP_S)
     _wait_until_committed(settings, topic)
     assert intake.stop() == 0, intake.output()
 
