@@ -26,7 +26,7 @@ demo: install stack-up
 ## The whole test suite against the real broker and database.
 test: install stack-up
 	$(PYTHON) -m ruff check .
-	$(PYTHON) -m mypy consumer mailbus relay sandbox schemas feedback
+	$(PYTHON) -m mypy consumer mailbus relay sandbox schemas feedback intake
 	PYTHON=$(PYTHON) bash stack/validate.sh
 	$(PYTHON) -m pytest
 
@@ -35,7 +35,7 @@ test-unit: install
 
 lint:
 	$(PYTHON) -m ruff check .
-	$(PYTHON) -m mypy consumer mailbus relay sandbox schemas feedback
+	$(PYTHON) -m mypy consumer mailbus relay sandbox schemas feedback intake
 
 ## Deployment files (k8s/, docker-compose.yml, ops/alerts.yml) against their schemas and
 ## promtool, offline: no cluster, Docker engine or Prometheus server needed.
@@ -46,3 +46,4 @@ bench: install stack-up
 	$(PYTHON) bench/relay_throughput.py
 	$(PYTHON) bench/delivery_throughput.py
 	$(PYTHON) bench/outage.py
+	$(PYTHON) bench/intake_throughput.py

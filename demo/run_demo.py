@@ -1,9 +1,11 @@
 """The main job end to end on the local stack: `make demo`.
 
-Starts the sandbox email API (with a share of injected faults), the relay and one
-consumer per priority as real processes; places sample orders whose confirmation mail is
-enqueued in the same transaction; waits until every mail is settled; prints what
-happened, from the table and from the sandbox's own ledger; stops everything with SIGTERM.
+Starts the sandbox email API (with a share of injected faults), the relay, one consumer
+per priority and the domain-event intake as real processes; places sample orders whose
+confirmation mail is enqueued in the same transaction, and publishes OrderPlaced events
+(with duplicates and one malformed) for the intake; waits until every mail is settled;
+prints what happened, from the table and from the sandbox's own ledger; stops everything
+with SIGTERM.
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ import psycopg
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from intake.sample import publish_records, sample_events  # noqa: E402
 from mailbus.errors import InvalidSendError  # noqa: E402
-from mailbus.settings import load_settings  # noqa: E402
+from mailbus.settings import Settings, load_settings  # noqa: E402
+from mailbus.topics import create_topics  # noqa: E402
 from relay.enqueue import SendRequest, enqueue  # noqa: E402
 
 SANDBOX_PORT = 8025
 ORDERS = 300
+EVENTS = 50  # OrderPlaced events for the intake, plus 3 duplicates and 1 malformed
 FAULTS = [
     "503:share=0.1",
     "429:share=0.05:retry_after=1",
@@ -101,6 +106,27 @@ def place_orders(database_url: str, run: str) -> None:
             print(f"refused a header-injection attempt before it reached the table: {exc}")
 
 
+def publish_order_events(settings: Settings, run: str) -> str:
+    """OrderPlaced events on the intake topic: event → row → relay → consumer → sandbox."""
+    topic = os.environ.get("MAILBUS_INTAKE_TOPIC", "").strip() or "orders.events"
+    create_topics(settings, [topic])
+    events = sample_events(EVENTS, duplicates=3, malformed=1, run=f"{run}-evt")
+    published = publish_records(settings, topic, events)
+    print(
+        f"published {published} OrderPlaced events to {topic} ({EVENTS} orders,"
+        " 3 duplicates, 1 malformed)"
+    )
+    return topic
+
+
+def expected_count(database_url: str, run: str) -> int:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM email_sends WHERE dedupe_key LIKE %s", (f"%{run}-evt-%",)
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def open_count(database_url: str, run: str) -> int:
     with psycopg.connect(database_url) as conn:
         row = conn.execute(
@@ -127,11 +153,16 @@ def main() -> None:
     processes = [start("sandbox", "--port", str(SANDBOX_PORT), *fault_args, env=env)]
     processes += [start("relay", env=env)]
     processes += [start("consume", "--priority", p, env=env) for p in ("p0", "p1", "p2")]
+    processes += [start("intake", env=env)]
     try:
         time.sleep(3)
         started = time.monotonic()
+        intake_topic = publish_order_events(settings, run)
         place_orders(settings.database_url, run)
-        while open_count(settings.database_url, run) and time.monotonic() - started < 180:
+        while time.monotonic() - started < 180 and (
+            open_count(settings.database_url, run)
+            or expected_count(settings.database_url, run) < EVENTS
+        ):
             time.sleep(1)
         print(f"\nall mail settled in {time.monotonic() - started:.1f}s\n")
         with psycopg.connect(settings.database_url) as conn:
@@ -147,6 +178,23 @@ def main() -> None:
         for priority, status, count, attempts in rows:
             print(f"{priority:<9}{status:<11}{count:>6}{attempts:>14}")
         print(f"dead letters: {dead[0] if dead else 0}")
+        with psycopg.connect(settings.database_url) as conn:
+            intake_rows = expected_count(settings.database_url, run)
+            letters = conn.execute(
+                "SELECT id, reason, error, original_partition, original_offset"
+                " FROM email_dead_letters WHERE reason LIKE 'intake%%'"
+                " AND original_topic = %s AND convert_from(original_key, 'UTF8') LIKE %s",
+                (intake_topic, f"{run}-evt-%"),
+            ).fetchall()
+        print(
+            f"intake: {EVENTS + 4} events -> {intake_rows} rows (order-{run}-evt-N-confirmation);"
+            f" intake dead letters: {len(letters)}"
+        )
+        for letter_id, reason, error, partition, offset in letters:
+            print(
+                f"  dead letter {letter_id}: {reason} at {intake_topic}[{partition}]@{offset}:"
+                f" {error} (mailbus dlq show {letter_id})"
+            )
         with urllib.request.urlopen(f"http://127.0.0.1:{SANDBOX_PORT}/_sandbox/ledger") as reply:
             ledger = json.load(reply)
         keys = {k: v for k, v in ledger["keys"].items() if run in k}

@@ -105,6 +105,22 @@ def _consume(settings: Settings, args: argparse.Namespace) -> int:
     return run_consumer(settings, args.priority)
 
 
+def _intake(settings: Settings, _args: argparse.Namespace) -> int:
+    from intake.app import run_intake
+    from intake.config import IntakeConfig
+
+    level = os.environ.get("MAILBUS_LOG_LEVEL", "INFO").upper()
+    return run_intake(settings, IntakeConfig.from_environ(settings), level)
+
+
+def _intake_publish_sample(settings: Settings, args: argparse.Namespace) -> int:
+    from intake.config import IntakeConfig
+    from intake.sample import publish_sample
+
+    config = IntakeConfig.from_environ(settings)
+    return publish_sample(settings, config.topic, args.count, args.duplicates, args.malformed)
+
+
 def _sandbox(_settings: Settings, args: argparse.Namespace) -> int:
     from sandbox.server import main as sandbox_main
 
@@ -208,6 +224,7 @@ def _build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="machine-readable output")
     _add_dlq_commands(commands)
     _add_feedback_commands(commands)
+    _add_intake_commands(commands)
     sandbox = command("sandbox", _sandbox, "run the fault-injectable sandbox email API")
     from sandbox.server import add_arguments as add_sandbox_arguments
 
@@ -320,6 +337,36 @@ def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.Argumen
     imports.add_argument("file", metavar="FILE.csv")
     imports.add_argument("--reason", default="manual", help="for rows without one (manual)")
     imports.add_argument("--source", default=None, help="who (default: import)")
+
+
+def _add_intake_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+
+    help_text = "run the domain-event intake: OrderPlaced and mapped events -> email_sends rows"
+    intake = commands.add_parser(
+        "intake",
+        help=help_text,
+        description=help_text + " (long-running; stops cleanly on SIGTERM/SIGINT)",
+        epilog=settings_epilog("intake"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    intake.set_defaults(handler=_intake)
+    actions = intake.add_subparsers(dest="intake_command", metavar="[publish-sample]")
+    text = "publish sample OrderPlaced events (plus duplicates and malformed ones) to the topic"
+    sample = actions.add_parser(
+        "publish-sample",
+        help=text,
+        description=text,
+        epilog=settings_epilog("intake"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sample.set_defaults(handler=_intake_publish_sample)
+    sample.add_argument("--count", type=_count, default=10, help="distinct orders (default 10)")
+    sample.add_argument(
+        "--duplicates", type=_count, default=3, help="events sent twice (default 3)"
+    )
+    sample.add_argument(
+        "--malformed", type=_count, default=1, help="values that are not Avro (default 1)"
+    )
 
 
 def _count(text: str) -> int:

@@ -41,6 +41,7 @@ __all__ = [
     "OutboxCollector",
     "observe_call",
     "observe_dead_letter",
+    "observe_intake",
     "observe_lookup",
     "observe_published",
     "observe_webhook_event",
@@ -87,6 +88,11 @@ RELAY_PUBLISHED = Counter(
     "mailbus_relay_published",
     "Send pointers the relay published and Kafka acknowledged, by priority.",
     ["priority"],
+)
+INTAKE_EVENTS = Counter(
+    "mailbus_intake_events",
+    "Domain events the intake committed, by outcome (inserted, duplicate, dead_letter).",
+    ["outcome"],
 )
 PROVIDER_LATENCY = Histogram(
     "mailbus_provider_latency_seconds",
@@ -212,6 +218,17 @@ def observe_webhook_late(applied: int, suppressed: int) -> None:
 
 def observe_webhook_rejected(reason: str) -> None:
     WEBHOOK_REJECTED.labels(reason).inc()
+
+
+def observe_intake(inserted: int, duplicates: int, dead_letters: int) -> None:
+    """One intake batch committed: rows created, events whose key existed, dead letters."""
+    for outcome, n in (
+        ("inserted", inserted),
+        ("duplicate", duplicates),
+        ("dead_letter", dead_letters),
+    ):
+        if n > 0:
+            INTAKE_EVENTS.labels(outcome).inc(n)
 
 
 def set_breaker_state(provider: str, state: str) -> None:

@@ -78,6 +78,10 @@ class Settings:
             return self.late_accept_window
         return 2 * self.request_timeout
 
+    @property
+    def intake_dlq_topic(self) -> str:
+        return f"{self.topic_prefix}.intake.dlq"
+
 
 def load_env_file(path: Path, environ: MutableMapping[str, str]) -> None:
     """Add the ``KEY=VALUE`` lines of ``path`` to ``environ`` where not already set.

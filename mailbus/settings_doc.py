@@ -82,6 +82,20 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     _s("WEBHOOK_LISTEN", "127.0.0.1:8026", "address of the webhooks receiver", {"webhooks"}),
     _s("INTAKE_TOPIC", "orders.events", "topic of the domain events", {"intake"}),
+    _s(
+        "INTAKE_MAPPINGS", "schemas/intake_mappings.json", "event type -> mail mappings", {"intake"}
+    ),
+    _s("INTAKE_BATCH", "1000", "events per INSERT statement and per commit", {"intake"}),
+    _s("INTAKE_BATCH_WAIT", "0.2", "seconds a partial batch waits for more events", {"intake"}),
+    _s("INTAKE_GROUP", "{prefix}-intake", "consumer group and faust app id", {"intake"}),
+    _s(
+        "INTAKE_SESSION_TIMEOUT",
+        "30",
+        "seconds until a killed member's partitions move",
+        {"intake"},
+    ),
+    _s("INTAKE_WEB_PORT", "off", "faust's web server port", {"intake"}),
+    _s("STATE_DIR", "a temporary dir", "faust's data dir goes under it", {"intake"}),
     _s("OPERATOR", "the login name", "who replays, recorded in the audit", {"dlq"}),
     _s("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT", "PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL", _KAFKA),
     _s("KAFKA_SASL_MECHANISM", "-", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER", _KAFKA),

@@ -11,7 +11,7 @@ from mailbus.kafka_security import kafka_client_config
 from mailbus.settings import Settings
 from schemas.send_request import PRIORITIES
 
-__all__ = ["ensure_topics", "send_topics"]
+__all__ = ["create_topics", "ensure_topics", "send_topics"]
 
 _RETENTION_MS = str(7 * 24 * 3600 * 1000)  # pointers only; the table keeps the mail
 
@@ -21,9 +21,14 @@ def send_topics(settings: Settings) -> list[str]:
 
 
 def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
-    """Create the send and DLQ topics that do not exist yet; return the ones created."""
+    """Create the send and DLQ topics (the intake's too) not there yet; return those created."""
+    wanted = [*send_topics(settings), settings.dlq_topic, settings.intake_dlq_topic]
+    return create_topics(settings, wanted, timeout)
+
+
+def create_topics(settings: Settings, wanted: list[str], timeout: float = 30.0) -> list[str]:
+    """Create those of ``wanted`` that do not exist yet; return the ones created."""
     admin = AdminClient(kafka_client_config(settings))
-    wanted = [*send_topics(settings), settings.dlq_topic]
     config = {
         "retention.ms": _RETENTION_MS,
         "min.insync.replicas": str(min(2, settings.replication_factor)),

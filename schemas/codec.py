@@ -19,21 +19,55 @@ import fastavro.schema
 
 from mailbus.errors import CodecError
 
-__all__ = ["AvroCodec", "SendPointer", "dead_letter_codec", "send_pointer_codec"]
+__all__ = [
+    "AvroCodec",
+    "SendPointer",
+    "dead_letter_codec",
+    "order_placed_codec",
+    "schema_fingerprint",
+    "send_pointer_codec",
+    "single_object_fingerprint",
+]
 
 _MAGIC = b"\xc3\x01"
 _HEADER_LENGTH = len(_MAGIC) + 8
 
 
-class AvroCodec:
-    """Encodes and decodes one record schema shipped in ``schemas/*.avsc``."""
+def schema_fingerprint(parsed_schema: Any) -> bytes:
+    """The CRC-64-AVRO fingerprint of a parsed schema, as the single-object header has it."""
+    canonical = fastavro.schema.to_parsing_canonical_form(parsed_schema)
+    return bytes.fromhex(fastavro.schema.fingerprint(canonical, "CRC-64-AVRO"))  # little-endian
 
-    def __init__(self, schema_json: str) -> None:
+
+def single_object_fingerprint(value: bytes | None) -> bytes:
+    """The writer schema's fingerprint in a single-object encoded ``value``, else raise."""
+    if value is None or len(value) <= _HEADER_LENGTH or value[:2] != _MAGIC:
+        raise CodecError("not an Avro single-object encoded value")
+    return value[2:_HEADER_LENGTH]
+
+
+class AvroCodec:
+    """Encodes and decodes one record schema shipped in ``schemas/*.avsc``.
+
+    ``older``: earlier versions of the schema (JSON texts) whose values are still read,
+    resolved into the current schema by Avro's schema resolution; values are always
+    written with the current one.
+    """
+
+    def __init__(self, schema_json: str, older: tuple[str, ...] = ()) -> None:
         self._schema = fastavro.parse_schema(json.loads(schema_json))
-        canonical = fastavro.schema.to_parsing_canonical_form(self._schema)
-        fingerprint = fastavro.schema.fingerprint(canonical, "CRC-64-AVRO")
-        self.fingerprint = bytes.fromhex(fingerprint)  # fastavro gives it little-endian
+        self.fingerprint = schema_fingerprint(self._schema)
         self._header = _MAGIC + self.fingerprint
+        self._writers: dict[bytes, Any] = {}
+        for text in older:
+            writer = fastavro.parse_schema(json.loads(text))
+            self._writers.setdefault(schema_fingerprint(writer), writer)
+        self._writers.pop(self.fingerprint, None)
+
+    @property
+    def fingerprints(self) -> tuple[bytes, ...]:
+        """The writer fingerprints this codec reads: the current schema's first."""
+        return (self.fingerprint, *self._writers)
 
     def encode(self, record: dict[str, Any]) -> bytes:
         body = io.BytesIO()
@@ -42,14 +76,16 @@ class AvroCodec:
         return body.getvalue()
 
     def decode(self, value: bytes | None) -> dict[str, Any]:
-        if value is None or len(value) <= _HEADER_LENGTH or value[:2] != _MAGIC:
-            raise CodecError("not an Avro single-object encoded value")
-        if value[2:_HEADER_LENGTH] != self.fingerprint:
-            raise CodecError(f"unknown writer schema fingerprint {value[2:_HEADER_LENGTH].hex()}")
+        found = single_object_fingerprint(value)
+        assert value is not None
+        writer = self._schema if found == self.fingerprint else self._writers.get(found)
+        if writer is None:
+            raise CodecError(f"unknown writer schema fingerprint {found.hex()}")
+        reader = None if writer is self._schema else self._schema
         body = io.BytesIO(value)
         body.seek(_HEADER_LENGTH)
         try:
-            record = fastavro.schemaless_reader(body, self._schema, None)
+            record = fastavro.schemaless_reader(body, writer, reader)
         except Exception as exc:  # fastavro raises assorted errors on truncated bodies
             raise CodecError(f"undecodable Avro body: {type(exc).__name__}") from None
         if not isinstance(record, dict):
@@ -88,3 +124,8 @@ def send_pointer_codec() -> AvroCodec:
 def dead_letter_codec() -> AvroCodec:
     """Values of ``{prefix}.send.dlq`` (``schemas/dead_letter.avsc``)."""
     return _shipped_codec("dead_letter.avsc")
+
+
+def order_placed_codec() -> AvroCodec:
+    """Values of the intake topic's OrderPlaced events (``schemas/order_placed.avsc``)."""
+    return _shipped_codec("order_placed.avsc")

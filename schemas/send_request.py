@@ -20,6 +20,7 @@ __all__ = [
     "MAX_PAYLOAD_BYTES",
     "PRIORITIES",
     "SendRequest",
+    "reject_line_breaks",
     "validate_address",
     "validate_send_request",
 ]
@@ -38,7 +39,6 @@ _ADDRESS = re.compile(
 )
 _TEMPLATE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _DEDUPE_KEY = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII, no spaces: it becomes a header
-_LINE_BREAKS = ("\r", "\n", "\x00")
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def validate_address(address: object) -> str:
     """Return ``address`` if it is one plain mailbox, else raise."""
     if not isinstance(address, str) or not address:
         raise InvalidSendError("to_address", "must be a non-empty string")
-    _reject_line_breaks("to_address", address)
+    reject_line_breaks("to_address", address)
     if len(address) > MAX_ADDRESS_LENGTH or not _ADDRESS.match(address):
         raise InvalidSendError("to_address", "is not a valid email address")
     return address
@@ -81,7 +81,7 @@ def validate_send_request(request: SendRequest) -> bytes:
     for name in ("subject", "from", "reply_to", "cc", "bcc"):
         value = request.payload.get(name)
         if isinstance(value, str):
-            _reject_line_breaks(f"payload.{name}", value)
+            reject_line_breaks(f"payload.{name}", value)
     try:
         encoded = json.dumps(request.payload, separators=(",", ":"), allow_nan=False).encode()
     except (TypeError, ValueError) as exc:
@@ -93,6 +93,7 @@ def validate_send_request(request: SendRequest) -> bytes:
     return encoded
 
 
-def _reject_line_breaks(field_name: str, value: str) -> None:
-    if any(ch in value for ch in _LINE_BREAKS):
+def reject_line_breaks(field_name: str, value: str) -> None:
+    """Raise if ``value`` holds CR, LF or NUL (a header injection), naming ``field_name``."""
+    if "\r" in value or "\n" in value or "\x00" in value:
         raise InvalidSendError(field_name, "contains CR, LF or NUL (header injection)")

@@ -1,0 +1,166 @@
+"""``mailbus intake``: the faust-streaming app that reads domain events into ``email_sends``.
+
+One agent reads ``MAILBUS_INTAKE_TOPIC`` in batches (``stream.noack_take``: up to
+``MAILBUS_INTAKE_BATCH`` events, or what came within ``MAILBUS_INTAKE_BATCH_WAIT``),
+hands each batch to :class:`~intake.service.IntakeService` and acknowledges the batch's
+events only after it returned, i.e. after the dead letters were acknowledged by the broker
+and the rows' transaction committed. faust commits, per partition, the offset below which
+every event was acknowledged, so a Kafka offset never passes an event whose row is not
+committed. (``stream.take`` would not do: it acknowledges a batch in a ``finally``, so an
+exception in the loop body, or the worker stopping mid-batch, would acknowledge events
+whose rows were never written.) A crash or SIGKILL between the commit and faust's next
+offset commit replays those events; their rows exist, and ``ON CONFLICT DO NOTHING``
+makes the replay a no-op.
+
+One batch is written (PostgreSQL, the DLQ) while faust buffers and the agent prepares
+the next (decoding and validation are CPU, the insert mostly waits on PostgreSQL); the
+writes stay one at a time and in order, and so do the acknowledgements.
+
+faust and aiokafka appear only in this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import faust
+from mode import CrashingSupervisor
+
+from mailbus.policies import configured_policy_book
+from mailbus.settings import Settings
+from mailbus.topics import create_topics
+
+from .config import IntakeConfig
+from .dead_letters import DeadLetterProducer
+from .events import EventReader
+from .mappings import load_mappings
+from .rows import RowWriter
+from .service import Incoming, IntakeService, PreparedBatch
+
+__all__ = ["build_app", "run_intake"]
+
+log = logging.getLogger("mailbus.intake")
+
+
+def build_app(settings: Settings, config: IntakeConfig, service: IntakeService) -> faust.App:
+    """The faust app with its one agent; nothing connects until a worker starts it."""
+    app = faust.App(
+        config.group,
+        broker=f"kafka://{settings.kafka_bootstrap}",
+        datadir=str(config.state_dir / f"faust-{config.group}"),
+        store="memory://",
+        autodiscover=False,
+        web_enabled=config.web_port is not None,
+        web_port=config.web_port or 6066,
+        web_bind="127.0.0.1",
+        consumer_auto_offset_reset="earliest",
+        topic_replication_factor=settings.replication_factor,
+        topic_partitions=settings.partitions,
+        broker_session_timeout=config.session_timeout,
+        broker_heartbeat_interval=min(3.0, config.session_timeout / 3),
+        broker_commit_interval=1.0,
+        # On stop and on rebalance, faust would otherwise wait, without end, for every
+        # event handed to the agent to be acknowledged: while PostgreSQL refuses a batch
+        # SIGTERM never finished. Not waiting is safe: what was not acknowledged is read
+        # again, and a row that was committed meanwhile makes the replay a no-op.
+        stream_wait_empty=False,
+        stream_buffer_maxsize=max(4 * config.batch_size, 4096),
+        producer_acks=-1,
+    )
+    topic = app.topic(config.topic, key_serializer="raw", value_serializer="raw")
+
+    async def write(prepared: PreparedBatch, events: Any, stream: Any) -> None:
+        await service.apply(prepared)
+        for event in events:  # only now: the rows are committed, the dead letters on Kafka
+            await stream.ack(event)
+
+    async def intake(stream: Any) -> None:
+        # One batch is written while the next is read and prepared: the loop body returns
+        # (and faust buffers again) once the batch before is written and acknowledged,
+        # so acknowledgements stay in order and at most one batch is unacknowledged
+        # beyond the one being read.
+        events: Any
+        writing: asyncio.Task[None] | None = None
+        try:
+            async for events in stream.noack_take(config.batch_size, within=config.batch_wait):
+                prepared = service.prepare([_incoming(event) for event in events])
+                if writing is not None:
+                    await writing
+                writing = asyncio.ensure_future(write(prepared, list(events), stream))
+            if writing is not None:
+                await writing
+        finally:
+            if writing is not None and not writing.done():
+                writing.cancel()  # not acknowledged: read again after a restart
+                with contextlib.suppress(asyncio.CancelledError):
+                    await writing
+            await service.close()
+
+    app.agent(topic, name="intake", supervisor_strategy=CrashingSupervisor)(intake)
+    return app
+
+
+def _incoming(event: Any) -> Incoming:
+    message = event.message
+    headers = message.headers or ()
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    return Incoming(
+        topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+        key=message.key,
+        value=message.value,
+        headers=tuple((str(name), bytes(value or b"")) for name, value in pairs),
+    )
+
+
+def run_intake(settings: Settings, config: IntakeConfig, log_level: str = "WARNING") -> int:
+    """Run until SIGTERM/SIGINT (then exit 0), or until the agent crashes (exit 1)."""
+    mappings = load_mappings(config.mappings_path)
+    reader = EventReader(mappings, configured_policy_book())
+    create_topics(settings, [config.topic, config.dlq_topic])
+    if logging.getLevelName(log_level) != logging.DEBUG:
+        for noisy in ("faust", "mode", "aiokafka"):  # their INFO is a line per service step
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+    log.info(
+        "intake reading %s as group %s (%s), batches of up to %d, dead letters to %s",
+        config.topic,
+        config.group,
+        ", ".join(mapping.event for mapping in mappings),
+        config.batch_size,
+        config.dlq_topic,
+    )
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    if settings.metrics_port is not None:
+        from mailbus.metrics import start_metrics_server
+
+        start_metrics_server(settings.metrics_port)
+    writer = RowWriter(settings.database_url)
+    dlq = DeadLetterProducer(settings.kafka_bootstrap, config.dlq_topic)
+    service = IntakeService(reader, writer, dlq)
+    app = build_app(settings, config, service)
+    worker = faust.Worker(
+        app,
+        loglevel=log_level,
+        quiet=True,
+        redirect_stdouts=False,
+        override_logging=False,
+    )
+    worker.spinner = None  # a terminal progress spinner: escape codes in a service's log
+    code: int | str | None = 0
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        dlq.close()
+    stats = service.stats
+    print(
+        f"intake stopped: {stats.events} events in {stats.batches} batches,"
+        f" {stats.inserted} rows inserted, {stats.dead_letters} dead letters",
+        flush=True,
+    )
+    return code if isinstance(code, int) else 1

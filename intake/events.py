@@ -1,0 +1,135 @@
+"""What one domain event becomes: a row to insert, or a rejection for the intake DLQ.
+
+Pure: bytes in, a decision value out (:class:`NewRow` or :class:`Rejected`). The event's
+type is found from its single-object header (the writer schema's fingerprint), decoded by
+that mapping's codec (``schemas.codec``), and checked by the enqueue helper's own rules
+(``schemas.send_request``: the address, the key, the template, the payload's size) plus
+one of the intake's: no string field of an event may carry CR, LF or NUL, since any field
+may end up in a header or a subject line.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+from mailbus.errors import CodecError, InvalidSendError
+from mailbus.policies import PolicyBook
+from schemas.codec import single_object_fingerprint
+from schemas.send_request import SendRequest, reject_line_breaks, validate_send_request
+
+from .mappings import EventMapping
+
+__all__ = ["EventReader", "NewRow", "Rejected"]
+
+
+@dataclass(frozen=True)
+class NewRow:
+    """An ``email_sends`` row to insert unless its dedupe key exists."""
+
+    dedupe_key: str
+    to_address: str
+    template: str
+    payload_json: str  # validated, serialised template variables
+    priority: str
+    expire_after_s: float | None  # expires_at = now() of the inserting transaction + this
+    event: str  # the event type, for logs and counts
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """An event that goes to the intake DLQ, and why."""
+
+    reason: str  # "undecodable" or "invalid"
+    error: str  # short, names the field; never the field's value
+
+
+class EventReader:
+    """Turns raw event values into decisions, for the event types of ``mappings``."""
+
+    def __init__(self, mappings: Iterable[EventMapping], policies: PolicyBook) -> None:
+        self._by_fingerprint: dict[bytes, EventMapping] = {}
+        self._policies = policies
+        for mapping in mappings:
+            for fingerprint in mapping.codec.fingerprints:
+                self._by_fingerprint[fingerprint] = mapping
+
+    def read(self, value: bytes | None) -> NewRow | Rejected:
+        try:
+            fingerprint = single_object_fingerprint(value)
+            mapping = self._by_fingerprint.get(fingerprint)
+            if mapping is None:
+                return Rejected("undecodable", f"no mapping reads schema {fingerprint.hex()}")
+            event = mapping.codec.decode(value)
+        except CodecError as exc:
+            return Rejected("undecodable", str(exc))
+        try:
+            return self._row(mapping, event)
+        except InvalidSendError as exc:
+            return Rejected("invalid", f"{mapping.event}: {exc}")
+
+    def _row(self, mapping: EventMapping, event: dict[str, Any]) -> NewRow:
+        for name, value in event.items():
+            if isinstance(value, str):
+                reject_line_breaks(name, value)
+        to_address = event.get(mapping.to)
+        if not isinstance(to_address, str) or not to_address:
+            raise InvalidSendError(mapping.to, "is missing or empty (the recipient)")
+        key_parts = {name: _key_text(event.get(name)) for name in mapping.key_fields}
+        variables = {name: _jsonable(event.get(name)) for name in mapping.variables}
+        request = SendRequest(
+            dedupe_key=mapping.dedupe_key.format_map(key_parts),
+            to_address=to_address,
+            template=mapping.template,
+            payload=variables,
+            priority=mapping.priority,
+        )
+        try:
+            payload = validate_send_request(request)
+        except InvalidSendError as exc:
+            if exc.field == "to_address":
+                raise InvalidSendError(mapping.to, exc.problem) from None
+            raise
+        expire_after_s = mapping.expire_after_s
+        if mapping.expiry_by_policy:
+            expire_after_s = self._policies.for_template(mapping.template).expire_after_s
+        return NewRow(
+            dedupe_key=request.dedupe_key,
+            to_address=to_address,
+            template=mapping.template,
+            payload_json=payload.decode(),
+            priority=mapping.priority,
+            expire_after_s=expire_after_s,
+            event=mapping.event,
+        )
+
+
+def _key_text(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return str(value)
+
+
+def _jsonable(value: object) -> Any:
+    """Avro values as template variables: times as ISO-8601 text, bytes as base64."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, Decimal | UUID):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(key): _jsonable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(item) for item in value]
+    return json.loads(json.dumps(value, default=str))
