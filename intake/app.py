@@ -29,6 +29,7 @@ from typing import Any
 import faust
 from mode import CrashingSupervisor
 
+from mailbus import health
 from mailbus.policies import configured_policy_book
 from mailbus.settings import Settings
 from mailbus.topics import create_topics
@@ -138,6 +139,7 @@ def run_intake(settings: Settings, config: IntakeConfig, log_level: str = "WARNI
         from mailbus.metrics import start_metrics_server
 
         start_metrics_server(settings.metrics_port)
+    health.mark("intake", True)  # until a batch cannot be written (/readyz)
     writer = RowWriter(settings.database_url)
     dlq = DeadLetterProducer(settings.kafka_bootstrap, config.dlq_topic)
     service = IntakeService(reader, writer, dlq)

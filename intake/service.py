@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from mailbus import health
 from mailbus.errors import MailbusError
 from mailbus.metrics import observe_intake
 
@@ -140,8 +141,11 @@ class IntakeService:
         delay = _FIRST_RETRY_S
         while True:
             try:
-                return await step()
+                done = await step()
+                health.mark("intake", True)
+                return done
             except MailbusError as exc:
+                health.mark("intake", False, f"cannot {what}")
                 self.stats.retries += 1
                 log.warning("intake cannot %s (retrying in %.1fs): %s", what, delay, exc)
                 await asyncio.sleep(delay)
