@@ -26,7 +26,7 @@ demo: install stack-up
 ## The whole test suite against the real broker and database.
 test: install stack-up
 	$(PYTHON) -m ruff check .
-	$(PYTHON) -m mypy consumer mailbus relay sandbox schemas
+	$(PYTHON) -m mypy consumer mailbus relay sandbox schemas campaigns
 	$(PYTHON) -m pytest
 
 test-unit: install
@@ -34,7 +34,7 @@ test-unit: install
 
 lint:
 	$(PYTHON) -m ruff check .
-	$(PYTHON) -m mypy consumer mailbus relay sandbox schemas
+	$(PYTHON) -m mypy consumer mailbus relay sandbox schemas campaigns
 
 bench: install stack-up
 	$(PYTHON) bench/relay_throughput.py

@@ -1,0 +1,126 @@
+-- name: insert_campaign
+INSERT INTO campaigns (name, template, priority, rate_per_min, window_start, window_end,
+                       daily_cap, warmup, audience)
+VALUES (%(name)s, %(template)s, %(priority)s, %(rate_per_min)s, %(window_start)s,
+        %(window_end)s, %(daily_cap)s, %(warmup)s, %(audience)s)
+RETURNING id
+
+-- name: copy_recipients
+COPY campaign_recipients (campaign_id, ordinal, user_id, email, variables) FROM STDIN
+
+-- name: drop_duplicate_users
+-- A user id seen twice keeps its first line; the later lines are deleted and returned.
+WITH ranked AS (
+    SELECT ordinal, min(ordinal) OVER (PARTITION BY user_id) AS first_line
+    FROM campaign_recipients
+    WHERE campaign_id = %(id)s
+)
+DELETE FROM campaign_recipients r
+USING ranked d
+WHERE r.campaign_id = %(id)s AND r.ordinal = d.ordinal AND d.ordinal <> d.first_line
+RETURNING r.ordinal, r.user_id, d.first_line
+
+-- name: record_import
+UPDATE campaigns SET recipients = %(recipients)s, invalid_lines = %(invalid)s
+WHERE id = %(id)s
+
+-- name: transition
+-- Moves a campaign from one of %(from_states)s to %(to_state)s. Waits for the row lock a
+-- pacer tick holds, so once this commits no tick of the old state can still write rows.
+UPDATE campaigns
+SET state = %(to_state)s,
+    started_at = CASE WHEN %(to_state)s = 'running' THEN coalesce(started_at, now())
+                      ELSE started_at END,
+    ended_at = CASE WHEN %(to_state)s IN ('finished', 'cancelled') THEN now() ELSE ended_at END,
+    tokens = 0,
+    last_tick_at = NULL,
+    updated_at = now()
+WHERE id = %(id)s AND state = ANY(%(from_states)s)
+RETURNING state
+
+-- name: campaign_state
+SELECT state FROM campaigns WHERE id = %(id)s
+
+-- name: expire_untried
+-- On cancel: the campaign's rows never offered to a provider end `expired` at once (the
+-- consumer's claims are guarded on `pending`, so a row it loaded meanwhile is skipped).
+-- Rows already tried (attempts > 0) are left to finish: the provider may hold them.
+UPDATE email_sends
+SET status = 'expired', last_error = 'campaign cancelled'
+WHERE campaign_id = %(id)s AND status = 'pending' AND attempts = 0
+RETURNING id
+
+-- name: running_ids
+SELECT id FROM campaigns WHERE state = 'running' ORDER BY id
+
+-- name: lock_running
+-- One pacer at a time per campaign: another pacer's tick skips a locked campaign.
+SELECT template, priority, rate_per_min, window_start, window_end, daily_cap, warmup,
+       checkpoint, tokens, last_tick_at, day, day_count,
+       (started_at AT TIME ZONE 'UTC')::date, now()
+FROM campaigns
+WHERE id = %(id)s AND state = 'running'
+FOR UPDATE SKIP LOCKED
+
+-- name: fan_out
+-- The next %(limit)s recipients after the checkpoint: the suppressed are marked, the others
+-- become email_sends rows (key campaign-{id}-user-{user_id}). Returns the recipients
+-- handed out, the last ordinal among them, how many were suppressed, how many rows were new.
+WITH batch AS (
+    SELECT r.ordinal, r.user_id, r.email, r.variables,
+           EXISTS (SELECT 1 FROM email_suppressions x
+                   WHERE lower(x.address) = lower(r.email)) AS suppressed
+    FROM campaign_recipients r
+    WHERE r.campaign_id = %(id)s AND r.ordinal > %(after)s
+    ORDER BY r.ordinal
+    LIMIT %(limit)s
+), marked AS (
+    UPDATE campaign_recipients r SET suppressed = true
+    FROM batch b
+    WHERE b.suppressed AND r.campaign_id = %(id)s AND r.ordinal = b.ordinal
+    RETURNING 1
+), inserted AS (
+    INSERT INTO email_sends (dedupe_key, to_address, template, payload_json, priority,
+                             campaign_id)
+    SELECT 'campaign-' || %(id)s::bigint || '-user-' || b.user_id, b.email, %(template)s,
+           b.variables, %(priority)s, %(id)s
+    FROM batch b
+    WHERE NOT b.suppressed
+    ORDER BY b.ordinal
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM batch), (SELECT max(ordinal) FROM batch),
+       (SELECT count(*) FROM marked), (SELECT count(*) FROM inserted)
+
+-- name: record_tick
+UPDATE campaigns
+SET checkpoint = %(checkpoint)s,
+    processed = processed + %(handed_out)s,
+    created_rows = created_rows + %(created)s,
+    suppressed = suppressed + %(suppressed)s,
+    tokens = %(tokens)s,
+    last_tick_at = %(last_tick_at)s,
+    day = %(day)s,
+    day_count = %(day_count)s,
+    state = CASE WHEN %(finished)s THEN 'finished' ELSE state END,
+    ended_at = CASE WHEN %(finished)s THEN now() ELSE ended_at END,
+    updated_at = now()
+WHERE id = %(id)s
+
+-- name: campaign_row
+SELECT id, name, template, priority, state, rate_per_min, window_start, window_end,
+       daily_cap, warmup, audience, recipients, invalid_lines, checkpoint, processed,
+       created_rows, suppressed, created_at, started_at, ended_at
+FROM campaigns
+WHERE id = %(id)s
+
+-- name: sends_by_status
+SELECT status, count(*) FROM email_sends WHERE campaign_id = %(id)s GROUP BY status
+
+-- name: list_campaigns
+SELECT id, name, template, priority, state, rate_per_min, recipients, processed,
+       created_rows, suppressed, created_at
+FROM campaigns
+ORDER BY id DESC
+LIMIT %(limit)s
