@@ -128,7 +128,7 @@ def plan_tick(
     today = now.date()
     day_count = bucket.day_count if bucket.day == today else 0
     per_second = pace.rate_per_min / 60.0
-    capacity = max(1.0, per_second * burst_s)
+    capacity = max(2.0, per_second * burst_s)  # >= 2: a fraction over 1 is kept
     if pace.window is not None and not pace.window.contains(now.time()):
         refilled = Bucket(0.0, now, today, day_count)
         return Grant(0, refilled, "window")
