@@ -83,6 +83,7 @@ class Pacer:
                 day_count,
                 started_on,
                 now,
+                left,  # recipients not yet handed out
             ) = row
             window = None if w_start is None or w_end is None else Window(w_start, w_end)
             pace = Pace(rate, window, daily_cap, tuple(warmup or ()))
@@ -96,6 +97,7 @@ class Pacer:
             handed_out = created = suppressed = 0
             last = checkpoint
             if grant.rows > 0:
+                conn.execute(q["no_jit"])
                 out = conn.execute(
                     q["fan_out"],
                     {
@@ -109,7 +111,8 @@ class Pacer:
                 assert out is not None
                 handed_out, last_ordinal, suppressed, created = out
                 last = checkpoint if last_ordinal is None else last_ordinal
-            finished = grant.rows > 0 and handed_out < grant.rows
+            # Done when the list ran out, or the last recipient just went (no idle tick).
+            finished = (grant.rows > 0 and handed_out < grant.rows) or handed_out >= left
             bucket = settle(grant, handed_out)
             conn.execute(
                 q["record_tick"],

@@ -8,17 +8,21 @@ RETURNING id
 -- name: copy_recipients
 COPY campaign_recipients (campaign_id, ordinal, user_id, email, variables) FROM STDIN
 
--- name: drop_duplicate_users
--- A user id seen twice keeps its first line; the later lines are deleted and returned.
-WITH ranked AS (
-    SELECT ordinal, min(ordinal) OVER (PARTITION BY user_id) AS first_line
+-- name: repeated_users
+-- Lines whose user id an earlier line of the same campaign already has (the first is
+-- kept). One scan and a sort, no join: the plan does not hang on statistics that have not
+-- seen the rows just copied.
+SELECT ordinal, user_id, first_line
+FROM (
+    SELECT ordinal, user_id, min(ordinal) OVER (PARTITION BY user_id) AS first_line
     FROM campaign_recipients
     WHERE campaign_id = %(id)s
-)
-DELETE FROM campaign_recipients r
-USING ranked d
-WHERE r.campaign_id = %(id)s AND r.ordinal = d.ordinal AND d.ordinal <> d.first_line
-RETURNING r.ordinal, r.user_id, d.first_line
+) lines
+WHERE ordinal <> first_line
+ORDER BY ordinal
+
+-- name: delete_lines
+DELETE FROM campaign_recipients WHERE campaign_id = %(id)s AND ordinal = ANY(%(ordinals)s)
 
 -- name: record_import
 UPDATE campaigns SET recipients = %(recipients)s, invalid_lines = %(invalid)s
@@ -57,10 +61,14 @@ SELECT id FROM campaigns WHERE state = 'running' ORDER BY id
 -- One pacer at a time per campaign: another pacer's tick skips a locked campaign.
 SELECT template, priority, rate_per_min, window_start, window_end, daily_cap, warmup,
        checkpoint, tokens, last_tick_at, day, day_count,
-       (started_at AT TIME ZONE 'UTC')::date, now()
+       (started_at AT TIME ZONE 'UTC')::date, now(), recipients - processed
 FROM campaigns
 WHERE id = %(id)s AND state = 'running'
 FOR UPDATE SKIP LOCKED
+
+-- name: no_jit
+-- The fan-out's cost estimate crosses jit_above_cost; compiling takes longer than it saves.
+SET LOCAL jit = off
 
 -- name: fan_out
 -- The next %(limit)s recipients after the checkpoint: the suppressed are marked, the others
@@ -76,8 +84,9 @@ WITH batch AS (
     LIMIT %(limit)s
 ), marked AS (
     UPDATE campaign_recipients r SET suppressed = true
-    FROM batch b
-    WHERE b.suppressed AND r.campaign_id = %(id)s AND r.ordinal = b.ordinal
+    WHERE r.campaign_id = %(id)s
+      AND r.ordinal > %(after)s AND r.ordinal <= (SELECT max(ordinal) FROM batch)
+      AND r.ordinal IN (SELECT ordinal FROM batch WHERE suppressed)
     RETURNING 1
 ), inserted AS (
     INSERT INTO email_sends (dedupe_key, to_address, template, payload_json, priority,

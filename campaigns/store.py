@@ -102,12 +102,16 @@ def create_campaign(
                     else:
                         rejected += 1
                         on_reject(record)
+            repeated = []
             for line, user_id, first_line in conn.execute(
-                queries["drop_duplicate_users"], {"id": campaign_id}
+                queries["repeated_users"], {"id": campaign_id}
             ):
-                stored -= 1
-                rejected += 1
+                repeated.append(line)
                 on_reject(Rejected(line, f"user_id {user_id!r} repeats line {first_line}"))
+            if repeated:
+                conn.execute(queries["delete_lines"], {"id": campaign_id, "ordinals": repeated})
+            stored -= len(repeated)
+            rejected += len(repeated)
             conn.execute(
                 queries["record_import"],
                 {"id": campaign_id, "recipients": stored, "invalid": rejected},

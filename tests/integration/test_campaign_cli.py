@@ -187,6 +187,7 @@ def test_the_relay_paces_a_started_campaign(settings: Settings, tmp_path: Path) 
             return row is not None and row[0] == n
 
         wait_until(all_published, 60, "the relay to create and publish every row")
+        assert started.stdout.strip() == f"campaign {campaign_id} is running"
     finally:
         relay.send_signal(signal.SIGTERM)
         _out, err = relay.communicate(timeout=30)
