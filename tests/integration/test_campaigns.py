@@ -269,3 +269,24 @@ def test_a_second_import_with_repeats_is_not_quadratic(database_url: str) -> Non
     assert time.monotonic() - started < 20
     assert (report.recipients, report.rejected) == (20_000, 1)
     assert rejected == [Rejected(20_002, "user_id 'u7' repeats line 8")]
+
+
+def test_the_rate_holds_on_the_database_clock(database_url: str) -> None:
+    campaign_id = create(database_url, audience_csv(2000), rate_per_min=1200)  # 20 a second
+    transition(database_url, campaign_id, "start")
+    stop = threading.Event()
+    pacer = Pacer(database_url, tick_s=0.2)
+    thread = threading.Thread(target=pacer.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: count(database_url, campaign_id) >= 130, 30, "six seconds of rows")
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM email_sends, (SELECT min(created_at) AS t0 FROM email_sends) f"
+            " WHERE created_at > t0 + interval '1 second' AND created_at <= t0 + interval '5 s'",
+        ).fetchone()
+    assert row is not None
+    assert 72 <= row[0] <= 88  # 4 seconds at 20 a second, within 10%
