@@ -132,8 +132,8 @@ def plan_tick(
     if pace.window is not None and not pace.window.contains(now.time()):
         refilled = Bucket(0.0, now, today, day_count)
         return Grant(0, refilled, "window")
-    if bucket.last_tick_at is None:
-        tokens = max(bucket.tokens, 1.0)  # the first recipient goes at once
+    if bucket.last_tick_at is None:  # started or resumed: one second's worth (>= 1) at once
+        tokens = min(capacity, max(bucket.tokens, 1.0, per_second))
     else:
         elapsed = max(0.0, (now - bucket.last_tick_at).total_seconds())
         tokens = min(capacity, bucket.tokens + elapsed * per_second)

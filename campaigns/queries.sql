@@ -8,6 +8,10 @@ RETURNING id
 -- name: copy_recipients
 COPY campaign_recipients (campaign_id, ordinal, user_id, email, variables) FROM STDIN
 
+-- name: import_memory
+-- The repeated-user sort of a million-line audience fits in memory instead of temp files.
+SET LOCAL work_mem = '64MB'
+
 -- name: repeated_users
 -- Lines whose user id an earlier line of the same campaign already has (the first is
 -- kept). One scan and a sort, no join: the plan does not hang on statistics that have not

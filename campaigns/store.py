@@ -81,6 +81,7 @@ def create_campaign(
     queries = load_queries("campaigns", "queries.sql")
     try:
         with psycopg.connect(database_url) as conn:
+            conn.execute(queries["import_memory"])
             row = conn.execute(queries["insert_campaign"], _spec_params(spec)).fetchone()
             assert row is not None
             campaign_id = int(row[0])
