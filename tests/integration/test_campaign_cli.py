@@ -125,6 +125,12 @@ def test_bad_options_and_moves(settings: Settings, tmp_path: Path) -> None:
     assert cancel.returncode == 0 and f"campaign {campaign_id} is cancelled" in cancel.stdout
     status = json.loads(run_mailbus("campaign", "status", campaign_id, "--json", env=env).stdout)
     assert status["state"] == "cancelled" and status["counts"]["cancelled"] == 3
+    paced = create(
+        settings, tmp_path / "a.csv", "--rate", "36000/h", "--window", "22:00-06:30",
+        "--daily-cap", "100", "--warmup", "10,20", "--priority", "p1",
+    )  # fmt: skip
+    shown = run_mailbus("campaign", "status", str(paced), env=env).stdout
+    assert "p1, 600/min, window 22:00-06:30 UTC, daily cap 100, warm-up 10,20" in shown
 
 
 def test_every_campaign_command_has_help(settings: Settings) -> None:
