@@ -97,7 +97,7 @@ class Pacer:
             handed_out = created = suppressed = 0
             last = checkpoint
             if grant.rows > 0:
-                conn.execute(q["no_jit"])
+                conn.execute(q["tick_settings"])
                 out = conn.execute(
                     q["fan_out"],
                     {

@@ -32,6 +32,11 @@ DELETE FROM campaign_recipients WHERE campaign_id = %(id)s AND ordinal = ANY(%(o
 UPDATE campaigns SET recipients = %(recipients)s, invalid_lines = %(invalid)s
 WHERE id = %(id)s
 
+-- name: analyze_recipients
+-- Statistics that count the rows just copied (ANALYZE in the importing transaction sees
+-- them), so the pacer's first ticks are planned for the campaign's real size.
+ANALYZE campaign_recipients
+
 -- name: transition
 -- Moves a campaign from one of %(from_states)s to %(to_state)s. Waits for the row lock a
 -- pacer tick holds, so once this commits no tick of the old state can still write rows.
@@ -70,9 +75,13 @@ FROM campaigns
 WHERE id = %(id)s AND state = 'running'
 FOR UPDATE SKIP LOCKED
 
--- name: no_jit
--- The fan-out's cost estimate crosses jit_above_cost; compiling takes longer than it saves.
-SET LOCAL jit = off
+-- name: tick_settings
+-- The fan-out must walk the recipients in ordinal order from the checkpoint (an index scan
+-- that stops after the limit). On statistics that have not yet seen a fresh import the
+-- planner chose a bitmap scan of the whole campaign and a sort: every tick read every
+-- recipient. JIT: the cost estimate crosses jit_above_cost, compiling takes longer than
+-- it saves.
+SELECT set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true)
 
 -- name: fan_out
 -- The next %(limit)s recipients after the checkpoint: the suppressed are marked, the others

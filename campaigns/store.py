@@ -117,6 +117,7 @@ def create_campaign(
                 queries["record_import"],
                 {"id": campaign_id, "recipients": stored, "invalid": rejected},
             )
+            conn.execute(queries["analyze_recipients"])
             conn.commit()
     except psycopg.Error as exc:
         raise StorageError(f"campaign import failed: {exc}") from exc

@@ -18,6 +18,7 @@ from campaigns.errors import CampaignError
 from campaigns.pacer import Pacer
 from campaigns.store import CampaignSpec, create_campaign, transition
 from campaigns.views import collect_status
+from mailbus.sqlfiles import load_queries
 
 
 def audience_csv(n: int, upper_every: int = 0) -> bytes:
@@ -290,3 +291,22 @@ def test_the_rate_holds_on_the_database_clock(database_url: str) -> None:
         ).fetchone()
     assert row is not None
     assert 72 <= row[0] <= 88  # 4 seconds at 20 a second, within 10%
+
+
+def test_a_tick_walks_the_recipients_by_index_from_the_checkpoint(database_url: str) -> None:
+    """Not a bitmap scan of the whole campaign and a sort (every tick read every recipient)."""
+    campaign_id = create(database_url, audience_csv(5000))
+    queries = load_queries("campaigns", "queries.sql")
+    with psycopg.connect(database_url) as conn:
+        conn.execute("DELETE FROM pg_statistic WHERE starelid = 'campaign_recipients'::regclass")
+        conn.execute(queries["tick_settings"])
+        plan = "\n".join(
+            row[0]
+            for row in conn.execute(
+                "EXPLAIN " + queries["fan_out"],
+                {"id": campaign_id, "after": 0, "limit": 100, "template": "t", "priority": "p2"},
+            )
+        )
+        conn.rollback()
+    assert "Index Scan using campaign_recipients_pkey on campaign_recipients r " in plan
+    assert "Bitmap Heap Scan on campaign_recipients r " not in plan
