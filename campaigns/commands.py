@@ -64,14 +64,21 @@ def _create(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+_ROWS_SAID = {
+    "pause": "queued rows not yet offered to the provider, now held back",
+    "resume": "held rows released",
+    "cancel": "rows not yet offered to the provider, now expired",
+}
+
+
 def _move(verb: str) -> Callable[[Settings, argparse.Namespace], int]:
     def handler(settings: Settings, args: argparse.Namespace) -> int:
         from campaigns.store import transition
 
-        said, expired = transition(settings.database_url, args.id, verb)
+        said, rows = transition(settings.database_url, args.id, verb)
         print(said)
-        if verb == "cancel":
-            print(f"rows not yet offered to the provider, now expired: {expired}")
+        if verb in _ROWS_SAID:
+            print(f"{_ROWS_SAID[verb]}: {rows}")
         return 0
 
     return handler
@@ -174,8 +181,12 @@ def add_campaign_commands(commands: argparse._SubParsersAction[argparse.Argument
     create.add_argument("--start", action="store_true", help="start it at once")
     for verb, text in (
         ("start", "start a draft campaign: `mailbus relay` then hands it out at its pace"),
-        ("pause", "pause a running campaign: no new row is created once this returns"),
-        ("resume", "resume a paused campaign where it stopped"),
+        (
+            "pause",
+            "pause a running campaign: once this returns no new row is created and"
+            " its queued rows not yet offered to the provider are held back",
+        ),
+        ("resume", "resume a paused campaign where it stopped (held rows are released)"),
         (
             "cancel",
             "cancel a campaign: no new row is created; recipients not yet handed out"

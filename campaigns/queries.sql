@@ -63,6 +63,24 @@ SET status = 'expired', last_error = 'campaign cancelled'
 WHERE campaign_id = %(id)s AND status = 'pending' AND attempts = 0
 RETURNING id
 
+-- name: hold_untried
+-- On pause: the campaign's rows not yet offered to a provider are held back, so the pause
+-- also stops what was queued before it. The consumer's claim takes a row only when it is
+-- due (next_try_at <= now()), so a pointer already on Kafka is skipped; published_at NULL
+-- lets the relay publish the row again once it is released.
+UPDATE email_sends
+SET next_try_at = now() + interval '100 years', published_at = NULL
+WHERE campaign_id = %(id)s AND status = 'pending' AND attempts = 0
+RETURNING id
+
+-- name: release_held
+-- On resume: the rows held by hold_untried are due again.
+UPDATE email_sends
+SET next_try_at = NULL
+WHERE campaign_id = %(id)s AND status = 'pending' AND attempts = 0
+  AND next_try_at > now() + interval '50 years'
+RETURNING id
+
 -- name: running_ids
 SELECT id FROM campaigns WHERE state = 'running' ORDER BY id
 

@@ -160,7 +160,8 @@ TRANSITIONS = {
 
 
 def transition(database_url: str, campaign_id: int, verb: str) -> tuple[str, int]:
-    """Apply ``verb``; return (a sentence saying what happened, rows expired by a cancel).
+    """Apply ``verb``; return (a sentence saying what happened, the campaign's untried
+    rows it held back (pause), released (resume) or expired (cancel)).
 
     Repeating a command is a no-op (pausing a paused campaign); a move the state does not
     allow raises :class:`CampaignError`.
@@ -182,12 +183,16 @@ def transition(database_url: str, campaign_id: int, verb: str) -> tuple[str, int
                     f"campaign {campaign_id} is {current[0]}: only a {allowed} campaign"
                     f" can be {move.done}"
                 )
-            expired = 0
-            if verb == "cancel":
-                expired = len(
-                    conn.execute(queries["expire_untried"], {"id": campaign_id}).fetchall()
-                )
+            rows = 0
+            follow_up = _ROW_FOLLOW_UP.get(verb)
+            if follow_up is not None:
+                rows = len(conn.execute(queries[follow_up], {"id": campaign_id}).fetchall())
             conn.commit()
     except psycopg.Error as exc:
         raise StorageError(f"campaign {verb} failed: {exc}") from exc
-    return f"campaign {campaign_id} is {move.to_state}", expired
+    return f"campaign {campaign_id} is {move.to_state}", rows
+
+
+# What a move does to the campaign's rows not yet offered to a provider, in its transaction:
+# pause holds them back, resume releases them, cancel expires them.
+_ROW_FOLLOW_UP = {"pause": "hold_untried", "resume": "release_held", "cancel": "expire_untried"}

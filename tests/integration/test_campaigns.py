@@ -4,8 +4,10 @@ rows' transaction, two pacers at once, pause, resume, cancel."""
 from __future__ import annotations
 
 import io
+import json
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -310,3 +312,51 @@ def test_a_tick_walks_the_recipients_by_index_from_the_checkpoint(database_url: 
         conn.rollback()
     assert "Index Scan using campaign_recipients_pkey on campaign_recipients r " in plan
     assert "Bitmap Heap Scan on campaign_recipients r " not in plan
+
+
+def claimable(database_url: str, campaign_id: int) -> int:
+    """How many of the campaign's pending rows the consumer's own claim would take now
+    (run in a transaction that is rolled back)."""
+    claim = load_queries("consumer", "queries.sql")["claim_for_send"]
+    with psycopg.connect(database_url) as conn:
+        ids = [
+            r[0]
+            for r in conn.execute(
+                "SELECT id FROM email_sends WHERE campaign_id = %s AND status = 'pending'",
+                (campaign_id,),
+            )
+        ]
+        claims = [
+            {"id": i, "attempt": 0, "token": str(uuid.uuid4()), "provider": None} for i in ids
+        ]
+        taken = conn.execute(claim, {"claims": json.dumps(claims), "lease_s": 30}).fetchall()
+        conn.rollback()
+    return len(taken)
+
+
+def test_pause_holds_back_rows_queued_before_it_and_resume_releases_them(
+    database_url: str,
+) -> None:
+    campaign_id = create(database_url, audience_csv(300), rate_per_min=10**8)
+    transition(database_url, campaign_id, "start")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        Pacer(database_url, max_batch=100).tick(conn, campaign_id)
+        conn.execute(  # one row already went out to the provider and waits for a retry
+            "UPDATE email_sends SET attempts = 1 WHERE dedupe_key = %s",
+            (f"campaign-{campaign_id}-user-u1",),
+        )
+        conn.execute("UPDATE email_sends SET published_at = now()")  # on Kafka already
+    assert claimable(database_url, campaign_id) == 99
+    said, held = transition(database_url, campaign_id, "pause")
+    assert said.endswith("is paused") and held == 99
+    assert claimable(database_url, campaign_id) == 0  # a pointer on Kafka is skipped
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FILTER (WHERE published_at IS NULL) FROM email_sends"
+            " WHERE campaign_id = %s AND attempts = 0",
+            (campaign_id,),
+        ).fetchone()
+    assert row == (99,)  # the relay publishes them again once released
+    said, released = transition(database_url, campaign_id, "resume")
+    assert said.endswith("is running") and released == 99
+    assert claimable(database_url, campaign_id) == 99
