@@ -6,10 +6,11 @@ recipients the pace allows, write their rows (``ON CONFLICT (dedupe_key) DO NOTH
 suppressed marked instead), and advance the checkpoint and the bucket. A crash before the
 commit undoes all of it, so no recipient is skipped or written twice; the unique dedupe
 key is the second guard. ``pause``/``cancel`` wait for that row lock, so once they return
-no further row of the campaign is written.
+no further row of the campaign is written (and, in the same transaction, the campaign's
+queued rows not yet offered to a provider are held back or expired: ``store.transition``).
 
-Rows are created as the pace allows (not up front with a schedule), so at most one tick's
-rows (about a second's worth) are queued when a campaign is paused.
+Rows are created as the pace allows (not up front with a schedule): pausing, cancelling or
+changing nothing about a million future rows is then one UPDATE of the campaign row.
 
 ``mailbus relay`` runs :func:`start_pacer_thread` beside the relay loop; ``mailbus
 campaign run ID`` runs :meth:`Pacer.run` in the foreground for one campaign.
