@@ -9,8 +9,8 @@ key is the second guard. ``pause``/``cancel`` wait for that row lock, so once th
 no further row of the campaign is written (and, in the same transaction, the campaign's
 queued rows not yet offered to a provider are held back or expired: ``store.transition``).
 
-Rows are created as the pace allows (not up front with a schedule): pausing, cancelling or
-changing nothing about a million future rows is then one UPDATE of the campaign row.
+Rows are created as the pace allows (not up front with a schedule): pausing or cancelling
+updates one campaign row and the few rows already queued, not a million scheduled ones.
 
 ``mailbus relay`` runs :func:`start_pacer_thread` beside the relay loop; ``mailbus
 campaign run ID`` runs :meth:`Pacer.run` in the foreground for one campaign.
