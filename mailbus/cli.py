@@ -82,15 +82,18 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _relay(settings: Settings, _args: argparse.Namespace) -> int:
+    from campaigns.pacer import start_pacer_thread
     from relay.relay import Relay
 
     stop = stop_on_signals()
     relay = Relay(settings)
+    pacer = start_pacer_thread(settings, stop)  # paces running campaigns (campaigns/pacer.py)
     if settings.metrics_port is not None:
         from mailbus.metrics import start_metrics_server
 
         start_metrics_server(settings.metrics_port, settings.database_url)  # outbox gauges here
     relay.run(stop)
+    pacer.join(timeout=10)
     stats = relay.stats
     print(
         f"relay stopped: {stats.published} published in {stats.batches} batches,"
@@ -225,6 +228,9 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_dlq_commands(commands)
     _add_feedback_commands(commands)
     _add_intake_commands(commands)
+    from campaigns.commands import add_campaign_commands
+
+    add_campaign_commands(commands)
     sandbox = command("sandbox", _sandbox, "run the fault-injectable sandbox email API")
     from sandbox.server import add_arguments as add_sandbox_arguments
 

@@ -139,7 +139,7 @@ def test_runbooks_name_only_existing_commands() -> None:
 
 @pytest.mark.parametrize(
     "command",
-    ["mailbus campaign status ID", "mailbus dlq", "mailbus dlq list --reasons x", "mailbus stat"],
+    ["mailbus campaign explode ID", "mailbus dlq", "mailbus dlq list --reasons x", "mailbus stat"],
 )
 def test_command_check_rejects_what_does_not_exist(command: str) -> None:
     [words] = mailbus_commands(f"`{command}`")

@@ -1,0 +1,144 @@
+"""Campaign benchmark: audience import and fan-out of a generated CSV, rows/s and peak RSS.
+
+Each run gets a fresh database (migrated), 1% of the audience in ``email_suppressions``
+(half of them in upper case), then times two real processes:
+
+- ``mailbus campaign create --audience FILE.csv`` (CSV → campaign_recipients by COPY);
+- ``mailbus campaign run ID`` with an unbounded rate (recipients → email_sends rows, in
+  transactions of ``campaigns.pacer.MAX_BATCH``).
+
+Throughput = recipients / (import + fan-out seconds); peak RSS from each process's
+rusage. Three runs by default; min / median / max printed. Needs only PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from mailbus.migrate import apply_migrations  # noqa: E402
+
+
+def generate(path: Path, n: int) -> None:
+    with path.open("w", buffering=1 << 20) as out:
+        out.write("user_id,email,first_name,plan\n")
+        for i in range(1, n + 1):
+            out.write(f"{i},user{i}@example.com,Name{i},{'gold' if i % 3 else 'free'}\n")
+
+
+def timed(args: list[str], env: dict[str, str]) -> tuple[float, int, str]:
+    """Run ``mailbus ARGS``; return (seconds, peak RSS in MB, stdout)."""
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mailbus", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert process.stdout is not None
+    out = process.stdout.read().decode()
+    _pid, status, usage = os.wait4(process.pid, 0)
+    elapsed = time.monotonic() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise RuntimeError(f"mailbus {' '.join(args)} exited {process.returncode}")
+    return elapsed, usage.ru_maxrss // 1024, out
+
+
+def one_run(base_url: str, audience: Path, n: int) -> dict[str, float]:
+    dbname = f"mailbus_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(base_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{dbname}"')
+    url = base_url.rsplit("/", 1)[0] + f"/{dbname}"
+    try:
+        apply_migrations(url)
+        with psycopg.connect(url) as conn:
+            conn.execute(
+                "INSERT INTO email_suppressions (address)"
+                " SELECT CASE WHEN i %% 200 = 0 THEN upper(format('user%%s@example.com', i))"
+                " ELSE format('user%%s@example.com', i) END"
+                " FROM generate_series(100, %s, 100) AS i",
+                (n,),
+            )
+        env = {**os.environ, "MAILBUS_DATABASE_URL": url, "MAILBUS_LOG_LEVEL": "WARNING"}
+        create_s, create_rss, out = timed(
+            ["campaign", "create", "--name", "bench", "--template", "newsletter",
+             "--audience", str(audience), "--rate", "1000000000/min"],
+            env,
+        )  # fmt: skip
+        campaign_id = out.strip().splitlines()[-1]
+        fan_out_s, run_rss, _ = timed(["campaign", "run", campaign_id], env)
+        with psycopg.connect(url) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM email_sends WHERE campaign_id = %s", (int(campaign_id),)
+            ).fetchone()
+        rows = int(row[0]) if row else 0
+        expected = n - n // 100
+        if rows != expected:
+            raise RuntimeError(f"{rows} rows, expected {expected}")
+        return {
+            "import_s": create_s,
+            "fan_out_s": fan_out_s,
+            "import_rps": n / create_s,
+            "fan_out_rps": n / fan_out_s,
+            "total_rps": n / (create_s + fan_out_s),
+            "create_rss": create_rss,
+            "run_rss": run_rss,
+        }
+    finally:
+        with psycopg.connect(base_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipients", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    base_url = os.environ.get(
+        "MAILBUS_DATABASE_URL", "postgresql://mailbus:mailbus@127.0.0.1:5432/mailbus"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        audience = Path(tmp) / "audience.csv"
+        generate(audience, args.recipients)
+        size_mb = audience.stat().st_size / 1e6
+        print(f"audience: {args.recipients:,} recipients, {size_mb:.0f} MB, 1% suppressed")
+        runs = []
+        for i in range(args.runs):
+            result = one_run(base_url, audience, args.recipients)
+            runs.append(result)
+            print(
+                f"run {i + 1}: import {result['import_s']:.1f}s ({result['import_rps']:,.0f}/s),"
+                f" fan-out {result['fan_out_s']:.1f}s ({result['fan_out_rps']:,.0f}/s),"
+                f" together {result['total_rps']:,.0f} rows/s;"
+                f" peak RSS create {result['create_rss']} MB, run {result['run_rss']} MB"
+            )
+    for key, label in (
+        ("total_rps", "import + fan-out rows/s"),
+        ("import_rps", "import rows/s"),
+        ("fan_out_rps", "fan-out rows/s"),
+        ("create_rss", "peak RSS create (MB)"),
+        ("run_rss", "peak RSS run (MB)"),
+    ):
+        values = sorted(r[key] for r in runs)
+        print(
+            f"{label:<26} min {values[0]:>10,.0f}  median {statistics.median(values):>10,.0f}"
+            f"  max {values[-1]:>10,.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,258 @@
+"""The ``mailbus campaign`` command group: parser wiring and handlers.
+
+Only ``argparse`` is imported at start-up; each handler imports what it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from campaigns.errors import CampaignError
+from mailbus.settings_doc import epilog as settings_epilog
+
+if TYPE_CHECKING:
+    from campaigns.audience import Rejected
+    from mailbus.settings import Settings
+
+__all__ = ["MAX_REJECTS_SHOWN", "add_campaign_commands"]
+
+MAX_REJECTS_SHOWN = 1000  # lines printed one by one; the rest are only counted
+
+
+def _create(settings: Settings, args: argparse.Namespace) -> int:
+    from campaigns.store import CampaignSpec, create_campaign, transition
+
+    spec = CampaignSpec(
+        name=args.name,
+        template=args.template,
+        priority=args.priority,
+        rate_per_min=args.rate,
+        window=args.window,
+        daily_cap=args.daily_cap,
+        warmup=args.warmup or (),
+        audience=args.audience,
+    )
+    shown = 0
+
+    def report(rejected: Rejected) -> None:
+        nonlocal shown
+        shown += 1
+        if shown <= MAX_REJECTS_SHOWN:
+            print(f"{args.audience}: line {rejected.line}: {rejected.problem}", file=sys.stderr)
+
+    try:
+        stream = open(args.audience, "rb")  # noqa: SIM115 - closed below, errors named
+    except OSError as exc:
+        raise CampaignError(f"--audience: cannot read {args.audience}: {exc.strerror}") from None
+    with stream:
+        result = create_campaign(settings.database_url, spec, stream, report)
+    if shown > MAX_REJECTS_SHOWN:
+        print(
+            f"{args.audience}: ... and {shown - MAX_REJECTS_SHOWN} more lines skipped",
+            file=sys.stderr,
+        )
+    print(
+        f"campaign {result.campaign_id} {spec.name!r}: {result.recipients} recipients imported,"
+        f" {result.rejected} lines skipped"
+    )
+    if args.start:
+        print(transition(settings.database_url, result.campaign_id, "start")[0])
+    print(result.campaign_id)
+    return 0
+
+
+_ROWS_SAID = {
+    "pause": "queued rows not yet offered to the provider, now held back",
+    "resume": "held rows released",
+    "cancel": "rows not yet offered to the provider, now expired",
+}
+
+
+def _move(verb: str) -> Callable[[Settings, argparse.Namespace], int]:
+    def handler(settings: Settings, args: argparse.Namespace) -> int:
+        from campaigns.store import transition
+
+        said, rows = transition(settings.database_url, args.id, verb)
+        print(said)
+        if verb in _ROWS_SAID:
+            print(f"{_ROWS_SAID[verb]}: {rows}")
+        return 0
+
+    return handler
+
+
+def _status(settings: Settings, args: argparse.Namespace) -> int:
+    from campaigns.views import collect_status, render_status
+
+    status = collect_status(settings.database_url, args.id)
+    if args.json:
+        print(json.dumps(status, indent=2, sort_keys=True))
+    else:
+        print("\n".join(render_status(status)))
+    return 0
+
+
+def _list(settings: Settings, args: argparse.Namespace) -> int:
+    from campaigns.views import collect_list
+
+    rows = collect_list(settings.database_url, args.limit)
+    if args.json:
+        print(json.dumps(rows, indent=2, sort_keys=True))
+        return 0
+    print(f"{'id':>6}  {'state':<10}{'recipients':>11}{'handed out':>11}{'rows':>10}  name")
+    for row in rows:
+        print(
+            f"{row['id']:>6}  {row['state']:<10}{row['recipients']:>11}{row['processed']:>11}"
+            f"{row['created_rows']:>10}  {row['name']}"
+        )
+    return 0
+
+
+def _run(settings: Settings, args: argparse.Namespace) -> int:
+    from campaigns.pacer import Pacer
+    from campaigns.store import transition
+    from campaigns.views import collect_status
+    from mailbus.cli import stop_on_signals
+
+    state = collect_status(settings.database_url, args.id)["state"]
+    if state == "draft":
+        print(transition(settings.database_url, args.id, "start")[0])
+    elif state != "running":
+        raise CampaignError(f"campaign {args.id} is {state}: only a draft or running one can run")
+    stop = stop_on_signals()
+    Pacer(settings.database_url, only=args.id).run(stop, until_idle=True)
+    status = collect_status(settings.database_url, args.id)
+    print(
+        f"campaign {args.id} is {status['state']}: handed out {status['handed_out']}"
+        f" of {status['recipients']}"
+    )
+    return 0
+
+
+def add_campaign_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    help_text = "bulk campaigns: a CSV audience, paced, pausable, each recipient mailed once"
+    group = commands.add_parser(
+        "campaign",
+        help=help_text,
+        description=help_text,
+        epilog=settings_epilog("campaign"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = group.add_subparsers(dest="campaign_command", required=True, metavar="ACTION")
+
+    def action(name: str, handler: Callable[..., int], text: str) -> argparse.ArgumentParser:
+        sub = actions.add_parser(
+            name,
+            help=text,
+            description=text,
+            epilog=settings_epilog("campaign"),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        sub.set_defaults(handler=handler)
+        return sub
+
+    create = action(
+        "create",
+        _create,
+        "create a draft campaign from a CSV with the header user_id,email[,more variables];"
+        " prints its id alone on the last line. Invalid lines are reported on stderr (with"
+        " their line number) and skipped; a bad header imports nothing.",
+    )
+    create.add_argument("--name", required=True, help="a name for people")
+    create.add_argument("--template", required=True, help="the template of every mail")
+    create.add_argument("--audience", required=True, metavar="FILE.csv", help="the recipients")
+    create.add_argument(
+        "--priority", choices=("p0", "p1", "p2"), default="p2", help="default p2 (bulk)"
+    )
+    create.add_argument(
+        "--rate",
+        type=_option(_rate),
+        default=600,
+        metavar="N/min",
+        help="recipients handed out per minute (also N/s, N/h; default 600/min)",
+    )
+    create.add_argument(
+        "--window",
+        type=_option(_window),
+        metavar="HH:MM-HH:MM",
+        help="hand out only inside this daily window (UTC; may wrap midnight)",
+    )
+    create.add_argument(
+        "--daily-cap", type=_option(_positive), metavar="N", help="at most N recipients per UTC day"
+    )
+    create.add_argument(
+        "--warmup",
+        type=_option(_warmup),
+        metavar="N1,N2,...",
+        help="warm-up: at most N1 recipients on the first UTC day, N2 on the"
+        " second, ...; then only --daily-cap",
+    )
+    create.add_argument("--start", action="store_true", help="start it at once")
+    for verb, text in (
+        ("start", "start a draft campaign: `mailbus relay` then hands it out at its pace"),
+        (
+            "pause",
+            "pause a running campaign: once this returns no new row is created and"
+            " its queued rows not yet offered to the provider are held back",
+        ),
+        ("resume", "resume a paused campaign where it stopped (held rows are released)"),
+        (
+            "cancel",
+            "cancel a campaign: no new row is created; recipients not yet handed out"
+            " show as cancelled, rows not yet offered to the provider end expired",
+        ),
+    ):
+        sub = action(verb, _move(verb), text)
+        sub.add_argument("id", type=_option(_positive), metavar="ID", help="the campaign's id")
+    status = action("status", _status, "one campaign's recipients by state")
+    status.add_argument("id", type=_option(_positive), metavar="ID", help="the campaign's id")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    listing = action("list", _list, "campaigns, newest first")
+    listing.add_argument("--limit", type=_option(_positive), default=50, help="default 50")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    run = action(
+        "run",
+        _run,
+        "pace one campaign in the foreground until it is finished, paused or cancelled"
+        " (starts a draft); not needed while `mailbus relay` runs, which paces every"
+        " running campaign",
+    )
+    run.add_argument("id", type=_option(_positive), metavar="ID", help="the campaign's id")
+
+
+def _option(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    def wrapped(text: str) -> Any:
+        try:
+            return parse(text)
+        except CampaignError as exc:
+            raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+
+    return wrapped
+
+
+def _rate(text: str) -> int:
+    from campaigns.pacing import parse_rate
+
+    return parse_rate(text)
+
+
+def _window(text: str) -> Any:
+    from campaigns.pacing import parse_window
+
+    return parse_window(text)
+
+
+def _warmup(text: str) -> tuple[int, ...]:
+    from campaigns.pacing import parse_warmup
+
+    return parse_warmup(text)
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise CampaignError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)

@@ -1,0 +1,182 @@
+"""The campaign pacer: hands recipients out as ``email_sends`` rows, at each campaign's pace.
+
+One tick of one campaign is one transaction: lock the campaign row (``FOR UPDATE SKIP
+LOCKED``: two pacers never pace the same campaign at once), ask :func:`plan_tick` how many
+recipients the pace allows, write their rows (``ON CONFLICT (dedupe_key) DO NOTHING``, the
+suppressed marked instead), and advance the checkpoint and the bucket. A crash before the
+commit undoes all of it, so no recipient is skipped or written twice; the unique dedupe
+key is the second guard. ``pause``/``cancel`` wait for that row lock, so once they return
+no further row of the campaign is written (and, in the same transaction, the campaign's
+queued rows not yet offered to a provider are held back or expired: ``store.transition``).
+
+Rows are created as the pace allows (not up front with a schedule): pausing or cancelling
+updates one campaign row and the few rows already queued, not a million scheduled ones.
+
+``mailbus relay`` runs :func:`start_pacer_thread` beside the relay loop; ``mailbus
+campaign run ID`` runs :meth:`Pacer.run` in the foreground for one campaign.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from campaigns.pacing import Bucket, Pace, Window, plan_tick, settle
+from mailbus.settings import Settings
+from mailbus.sqlfiles import load_queries
+
+__all__ = ["MAX_BATCH", "Pacer", "TickResult", "start_pacer_thread"]
+
+MAX_BATCH = 20_000  # recipients per transaction: a bigger grant is cut into several ticks
+log = logging.getLogger("mailbus.campaigns")
+
+
+@dataclass(frozen=True)
+class TickResult:
+    campaign_id: int
+    handed_out: int  # recipients handled: rows created (or found) plus suppressed
+    created: int  # new email_sends rows
+    suppressed: int
+    finished: bool
+    limited_by: str  # see pacing.Grant; "batch" means more is owed at once
+
+
+class Pacer:
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        only: int | None = None,
+        tick_s: float = 1.0,
+        max_batch: int = MAX_BATCH,
+    ) -> None:
+        self.database_url = database_url
+        self.only = only  # pace this campaign alone (``campaign run``)
+        self.tick_s = tick_s
+        self.max_batch = max_batch
+        self._queries = load_queries("campaigns", "queries.sql")
+
+    def tick(self, conn: psycopg.Connection[Any], campaign_id: int) -> TickResult | None:
+        """One transaction for one campaign; None when it is not running or another pacer
+        holds it. ``conn`` must be in autocommit mode (the transaction is this call's)."""
+        q = self._queries
+        with conn.transaction():
+            row = conn.execute(q["lock_running"], {"id": campaign_id}).fetchone()
+            if row is None:
+                return None
+            (
+                template,
+                priority,
+                rate,
+                w_start,
+                w_end,
+                daily_cap,
+                warmup,
+                checkpoint,
+                tokens,
+                last_tick_at,
+                day,
+                day_count,
+                started_on,
+                now,
+                left,  # recipients not yet handed out
+            ) = row
+            window = None if w_start is None or w_end is None else Window(w_start, w_end)
+            pace = Pace(rate, window, daily_cap, tuple(warmup or ()))
+            grant = plan_tick(
+                pace,
+                Bucket(tokens, last_tick_at, day, day_count),
+                now,
+                started_on or now.date(),
+                self.max_batch,
+            )
+            handed_out = created = suppressed = 0
+            last = checkpoint
+            if grant.rows > 0:
+                conn.execute(q["tick_settings"])
+                out = conn.execute(
+                    q["fan_out"],
+                    {
+                        "id": campaign_id,
+                        "after": checkpoint,
+                        "limit": grant.rows,
+                        "template": template,
+                        "priority": priority,
+                    },
+                ).fetchone()
+                assert out is not None
+                handed_out, last_ordinal, suppressed, created = out
+                last = checkpoint if last_ordinal is None else last_ordinal
+            # Done when the list ran out, or the last recipient just went (no idle tick).
+            finished = (grant.rows > 0 and handed_out < grant.rows) or handed_out >= left
+            bucket = settle(grant, handed_out)
+            conn.execute(
+                q["record_tick"],
+                {
+                    "id": campaign_id,
+                    "checkpoint": last,
+                    "handed_out": handed_out,
+                    "created": created,
+                    "suppressed": suppressed,
+                    "tokens": bucket.tokens,
+                    "last_tick_at": bucket.last_tick_at,
+                    "day": bucket.day,
+                    "day_count": bucket.day_count,
+                    "finished": finished,
+                },
+            )
+        return TickResult(campaign_id, handed_out, created, suppressed, finished, grant.limited_by)
+
+    def tick_all(self, conn: psycopg.Connection[Any]) -> list[TickResult]:
+        """A tick of every running campaign (or of ``only``)."""
+        if self.only is not None:
+            ids = [self.only]
+        else:
+            ids = [int(r[0]) for r in conn.execute(self._queries["running_ids"]).fetchall()]
+        results = []
+        for campaign_id in ids:
+            result = self.tick(conn, campaign_id)
+            if result is not None:
+                results.append(result)
+        return results
+
+    def run(self, stop: threading.Event, *, until_idle: bool = False) -> None:
+        """Tick every ``tick_s`` until ``stop`` (or, with ``until_idle``, until no campaign
+        of this pacer is running); survives database outages."""
+        delay = 0.5
+        while not stop.is_set():
+            try:
+                with psycopg.connect(self.database_url, autocommit=True, connect_timeout=5) as conn:
+                    delay = 0.5
+                    while not stop.is_set():
+                        started = time.monotonic()
+                        results = self.tick_all(conn)
+                        if until_idle and not self._still_running(conn):
+                            return
+                        if any(r.limited_by == "batch" for r in results):
+                            continue  # more is owed now: no sleep
+                        stop.wait(max(0.0, self.tick_s - (time.monotonic() - started)))
+            except psycopg.Error as exc:
+                log.warning("campaign pacer: database error, retrying in %.1fs: %s", delay, exc)
+                stop.wait(delay)
+                delay = min(delay * 2, 10.0)
+
+    def _still_running(self, conn: psycopg.Connection[Any]) -> bool:
+        if self.only is None:
+            return bool(conn.execute(self._queries["running_ids"]).fetchall())
+        row = conn.execute(self._queries["campaign_state"], {"id": self.only}).fetchone()
+        return row is not None and row[0] == "running"
+
+
+def start_pacer_thread(settings: Settings, stop: threading.Event) -> threading.Thread:
+    """The pacer of every running campaign, in a thread of a long-running process (the
+    relay); join it after setting ``stop``."""
+    pacer = Pacer(settings.database_url)
+    thread = threading.Thread(target=pacer.run, args=(stop,), name="campaign-pacer", daemon=True)
+    thread.start()
+    return thread

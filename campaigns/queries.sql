@@ -1,0 +1,166 @@
+-- name: insert_campaign
+INSERT INTO campaigns (name, template, priority, rate_per_min, window_start, window_end,
+                       daily_cap, warmup, audience)
+VALUES (%(name)s, %(template)s, %(priority)s, %(rate_per_min)s, %(window_start)s,
+        %(window_end)s, %(daily_cap)s, %(warmup)s, %(audience)s)
+RETURNING id
+
+-- name: copy_recipients
+COPY campaign_recipients (campaign_id, ordinal, user_id, email, variables) FROM STDIN
+
+-- name: import_memory
+-- The repeated-user sort of a million-line audience fits in memory instead of temp files.
+SET LOCAL work_mem = '64MB'
+
+-- name: repeated_users
+-- Lines whose user id an earlier line of the same campaign already has (the first is
+-- kept). One scan and a sort, no join: the plan does not hang on statistics that have not
+-- seen the rows just copied.
+SELECT ordinal, user_id, first_line
+FROM (
+    SELECT ordinal, user_id, min(ordinal) OVER (PARTITION BY user_id) AS first_line
+    FROM campaign_recipients
+    WHERE campaign_id = %(id)s
+) lines
+WHERE ordinal <> first_line
+ORDER BY ordinal
+
+-- name: delete_lines
+DELETE FROM campaign_recipients WHERE campaign_id = %(id)s AND ordinal = ANY(%(ordinals)s)
+
+-- name: record_import
+UPDATE campaigns SET recipients = %(recipients)s, invalid_lines = %(invalid)s
+WHERE id = %(id)s
+
+-- name: analyze_recipients
+-- Statistics that count the rows just copied (ANALYZE in the importing transaction sees
+-- them), so the pacer's first ticks are planned for the campaign's real size.
+ANALYZE campaign_recipients
+
+-- name: transition
+-- Moves a campaign from one of %(from_states)s to %(to_state)s. Waits for the row lock a
+-- pacer tick holds, so once this commits no tick of the old state can still write rows.
+UPDATE campaigns
+SET state = %(to_state)s,
+    started_at = CASE WHEN %(to_state)s = 'running' THEN coalesce(started_at, now())
+                      ELSE started_at END,
+    ended_at = CASE WHEN %(to_state)s IN ('finished', 'cancelled') THEN now() ELSE ended_at END,
+    tokens = 0,
+    last_tick_at = NULL,
+    updated_at = now()
+WHERE id = %(id)s AND state = ANY(%(from_states)s)
+RETURNING state
+
+-- name: campaign_state
+SELECT state FROM campaigns WHERE id = %(id)s
+
+-- name: expire_untried
+-- On cancel: the campaign's rows never offered to a provider end `expired` at once (the
+-- consumer's claims are guarded on `pending`, so a row it loaded meanwhile is skipped).
+-- Rows already tried (attempts > 0) are left to finish: the provider may hold them.
+UPDATE email_sends
+SET status = 'expired', last_error = 'campaign cancelled'
+WHERE campaign_id = %(id)s AND status = 'pending' AND attempts = 0
+RETURNING id
+
+-- name: hold_untried
+-- On pause: the campaign's rows not yet offered to a provider are held back, so the pause
+-- also stops what was queued before it. The consumer's claim takes a row only when it is
+-- due (next_try_at <= now()), so a pointer already on Kafka is skipped; published_at NULL
+-- lets the relay publish the row again once it is released.
+UPDATE email_sends
+SET next_try_at = now() + interval '100 years', published_at = NULL
+WHERE campaign_id = %(id)s AND status = 'pending' AND attempts = 0
+RETURNING id
+
+-- name: release_held
+-- On resume: the rows held by hold_untried are due again.
+UPDATE email_sends
+SET next_try_at = NULL
+WHERE campaign_id = %(id)s AND status = 'pending' AND attempts = 0
+  AND next_try_at > now() + interval '50 years'
+RETURNING id
+
+-- name: running_ids
+SELECT id FROM campaigns WHERE state = 'running' ORDER BY id
+
+-- name: lock_running
+-- One pacer at a time per campaign: another pacer's tick skips a locked campaign.
+SELECT template, priority, rate_per_min, window_start, window_end, daily_cap, warmup,
+       checkpoint, tokens, last_tick_at, day, day_count,
+       (started_at AT TIME ZONE 'UTC')::date, now(), recipients - processed
+FROM campaigns
+WHERE id = %(id)s AND state = 'running'
+FOR UPDATE SKIP LOCKED
+
+-- name: tick_settings
+-- The fan-out must walk the recipients in ordinal order from the checkpoint (an index scan
+-- that stops after the limit). On statistics that have not yet seen a fresh import the
+-- planner chose a bitmap scan of the whole campaign and a sort: every tick read every
+-- recipient. JIT: the cost estimate crosses jit_above_cost, compiling takes longer than
+-- it saves.
+SELECT set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true)
+
+-- name: fan_out
+-- The next %(limit)s recipients after the checkpoint: the suppressed are marked, the others
+-- become email_sends rows (key campaign-{id}-user-{user_id}). Returns the recipients
+-- handed out, the last ordinal among them, how many were suppressed, how many rows were new.
+WITH batch AS (
+    SELECT r.ordinal, r.user_id, r.email, r.variables,
+           EXISTS (SELECT 1 FROM email_suppressions x
+                   WHERE lower(x.address) = lower(r.email)) AS suppressed
+    FROM campaign_recipients r
+    WHERE r.campaign_id = %(id)s AND r.ordinal > %(after)s
+    ORDER BY r.ordinal
+    LIMIT %(limit)s
+), marked AS (
+    UPDATE campaign_recipients r SET suppressed = true
+    WHERE r.campaign_id = %(id)s
+      AND r.ordinal > %(after)s AND r.ordinal <= (SELECT max(ordinal) FROM batch)
+      AND r.ordinal IN (SELECT ordinal FROM batch WHERE suppressed)
+    RETURNING 1
+), inserted AS (
+    INSERT INTO email_sends (dedupe_key, to_address, template, payload_json, priority,
+                             campaign_id)
+    SELECT 'campaign-' || %(id)s::bigint || '-user-' || b.user_id, b.email, %(template)s,
+           b.variables, %(priority)s, %(id)s
+    FROM batch b
+    WHERE NOT b.suppressed
+    ORDER BY b.ordinal
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM batch), (SELECT max(ordinal) FROM batch),
+       (SELECT count(*) FROM marked), (SELECT count(*) FROM inserted)
+
+-- name: record_tick
+UPDATE campaigns
+SET checkpoint = %(checkpoint)s,
+    processed = processed + %(handed_out)s,
+    created_rows = created_rows + %(created)s,
+    suppressed = suppressed + %(suppressed)s,
+    tokens = %(tokens)s,
+    last_tick_at = %(last_tick_at)s,
+    day = %(day)s,
+    day_count = %(day_count)s,
+    state = CASE WHEN %(finished)s THEN 'finished' ELSE state END,
+    ended_at = CASE WHEN %(finished)s THEN now() ELSE ended_at END,
+    updated_at = now()
+WHERE id = %(id)s
+
+-- name: campaign_row
+SELECT id, name, template, priority, state, rate_per_min, window_start, window_end,
+       daily_cap, warmup, audience, recipients, invalid_lines, checkpoint, processed,
+       created_rows, suppressed, created_at, started_at, ended_at
+FROM campaigns
+WHERE id = %(id)s
+
+-- name: sends_by_status
+SELECT status, count(*) FROM email_sends WHERE campaign_id = %(id)s GROUP BY status
+
+-- name: list_campaigns
+SELECT id, name, template, priority, state, rate_per_min, recipients, processed,
+       created_rows, suppressed, created_at
+FROM campaigns
+ORDER BY id DESC
+LIMIT %(limit)s

@@ -1,0 +1,204 @@
+"""`mailbus campaign ...` as a user runs it: output, exit codes, a SIGKILLed fan-out, and
+`mailbus relay` pacing a started campaign."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+from relay_runner import wait_until
+from services import REPO, run_mailbus, settings_env
+
+from mailbus.settings import Settings
+
+
+def write_audience(path: Path, n: int) -> Path:
+    with path.open("w") as out:
+        out.write("user_id,email,first_name\n")
+        for i in range(1, n + 1):
+            out.write(f"{i},user{i}@example.com,N{i}\n")
+    return path
+
+
+def campaign_rows(database_url: str, campaign_id: int) -> tuple[int, int]:
+    """(rows, distinct keys) of the campaign in email_sends."""
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT count(*), count(DISTINCT dedupe_key) FROM email_sends WHERE campaign_id = %s",
+            (campaign_id,),
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def create(settings: Settings, audience: Path, *options: str) -> int:
+    done = run_mailbus(
+        "campaign", "create", "--name", "Spring sale", "--template", "newsletter",
+        "--audience", str(audience), *options, env=settings_env(settings),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.strip().splitlines()[-1])
+
+
+def test_create_prints_the_id_last_and_reports_bad_lines(
+    settings: Settings, tmp_path: Path
+) -> None:
+    audience = tmp_path / "audience.csv"
+    audience.write_text(
+        "user_id,email,name\n"
+        "1,ana@example.com,Ana\n"
+        "2,bad address,Bo\n"
+        '3,cy@example.com,"Cy\r\nBcc: x@example.com"\n'
+        "1,again@example.com,Dup\n"
+        "4,dee@example.com,Dee\n"
+    )
+    env = settings_env(settings)
+    done = run_mailbus(
+        "campaign", "create", "--name", "N", "--template", "newsletter",
+        "--audience", str(audience), env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    campaign_id = done.stdout.strip().splitlines()[-1]
+    assert campaign_id.isdigit()
+    assert "2 recipients imported, 3 lines skipped" in done.stdout
+    assert f"{audience}: line 3: email 'bad address'" in done.stderr
+    assert f"{audience}: line 4: a field contains CR, LF or NUL" in done.stderr
+    assert f"{audience}: line 6: user_id '1' repeats line 2" in done.stderr
+
+    status = run_mailbus("campaign", "status", campaign_id, "--json", env=env)
+    assert status.returncode == 0, status.stderr
+    figures = json.loads(status.stdout)
+    assert figures["state"] == "draft" and figures["recipients"] == 2
+    assert figures["invalid_lines"] == 3 and figures["counts"]["waiting"] == 2
+    listing = run_mailbus("campaign", "list", "--json", env=env)
+    assert [c["id"] for c in json.loads(listing.stdout)] == [int(campaign_id)]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "line 1: no header row"),
+        ("id,email\n1,a@example.com\n", "line 1: the header has no 'user_id' column"),
+        ("user_id,address\n1,a@example.com\n", "line 1: the header has no 'email' column"),
+    ],
+)
+def test_a_bad_header_exits_1_and_creates_nothing(
+    settings: Settings, tmp_path: Path, content: str, message: str
+) -> None:
+    audience = tmp_path / "audience.csv"
+    audience.write_text(content)
+    env = settings_env(settings)
+    done = run_mailbus(
+        "campaign", "create", "--name", "N", "--template", "newsletter",
+        "--audience", str(audience), env=env,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert message in done.stderr
+    assert json.loads(run_mailbus("campaign", "list", "--json", env=env).stdout) == []
+
+
+def test_bad_options_and_moves(settings: Settings, tmp_path: Path) -> None:
+    env = settings_env(settings)
+    missing = run_mailbus(
+        "campaign", "create", "--name", "N", "--template", "newsletter",
+        "--audience", str(tmp_path / "nope.csv"), env=env,
+    )  # fmt: skip
+    assert missing.returncode == 1 and "--audience: cannot read" in missing.stderr
+    for option, value in (("--rate", "fast"), ("--window", "9-5"), ("--priority", "p9")):
+        bad = run_mailbus(
+            "campaign", "create", "--name", "N", "--template", "newsletter",
+            "--audience", "x.csv", option, value, env=env,
+        )  # fmt: skip
+        assert bad.returncode == 2 and option in bad.stderr
+    campaign_id = str(create(settings, write_audience(tmp_path / "a.csv", 3)))
+    resume = run_mailbus("campaign", "resume", campaign_id, env=env)
+    assert resume.returncode == 1
+    assert f"campaign {campaign_id} is draft: only a paused campaign" in resume.stderr
+    unknown = run_mailbus("campaign", "status", "999", env=env)
+    assert unknown.returncode == 1 and "no campaign 999" in unknown.stderr
+    cancel = run_mailbus("campaign", "cancel", campaign_id, env=env)
+    assert cancel.returncode == 0 and f"campaign {campaign_id} is cancelled" in cancel.stdout
+    status = json.loads(run_mailbus("campaign", "status", campaign_id, "--json", env=env).stdout)
+    assert status["state"] == "cancelled" and status["counts"]["cancelled"] == 3
+    paced = create(
+        settings, tmp_path / "a.csv", "--rate", "36000/h", "--window", "22:00-06:30",
+        "--daily-cap", "100", "--warmup", "10,20", "--priority", "p1",
+    )  # fmt: skip
+    shown = run_mailbus("campaign", "status", str(paced), env=env).stdout
+    assert "p1, 600/min, window 22:00-06:30 UTC, daily cap 100, warm-up 10,20" in shown
+
+
+def test_every_campaign_command_has_help(settings: Settings) -> None:
+    env = settings_env(settings)
+    for action in ("create", "start", "pause", "resume", "cancel", "status", "list", "run"):
+        done = run_mailbus("campaign", action, "--help", env=env)
+        assert done.returncode == 0 and "usage: mailbus campaign" in done.stdout
+
+
+def test_a_sigkilled_fan_out_resumes_without_duplicates_or_gaps(
+    settings: Settings, tmp_path: Path
+) -> None:
+    n = 4000
+    campaign_id = create(settings, write_audience(tmp_path / "a.csv", n), "--rate", "500/s")
+    env = settings_env(settings)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "mailbus", "campaign", "run", str(campaign_id)],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: campaign_rows(settings.database_url, campaign_id)[0] >= 600, 60, "rows")
+    finally:
+        run.send_signal(signal.SIGKILL)
+        run.wait(10)
+    rows, keys = campaign_rows(settings.database_url, campaign_id)
+    assert rows == keys and rows < n  # killed mid-way
+    again = run_mailbus("campaign", "run", str(campaign_id), env=env, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert f"campaign {campaign_id} is finished: handed out {n} of {n}" in again.stdout
+    assert campaign_rows(settings.database_url, campaign_id) == (n, n)
+    with psycopg.connect(settings.database_url) as conn:
+        keys_found = {
+            r[0]
+            for r in conn.execute(
+                "SELECT dedupe_key FROM email_sends WHERE campaign_id = %s", (campaign_id,)
+            )
+        }
+    assert keys_found == {f"campaign-{campaign_id}-user-{i}" for i in range(1, n + 1)}
+
+
+def test_the_relay_paces_a_started_campaign(settings: Settings, tmp_path: Path) -> None:
+    n = 50
+    campaign_id = create(settings, write_audience(tmp_path / "a.csv", n), "--rate", "3000/min")
+    env = settings_env(settings, MAILBUS_RELAY_POLL_INTERVAL="0.2")
+    relay = subprocess.Popen(
+        [sys.executable, "-m", "mailbus", "relay"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        started = run_mailbus("campaign", "start", str(campaign_id), env=env)
+        assert started.returncode == 0 and "is running" in started.stdout
+
+        def all_published() -> bool:
+            with psycopg.connect(settings.database_url) as conn:
+                row = conn.execute(
+                    "SELECT count(*) FILTER (WHERE published_at IS NOT NULL)"
+                    " FROM email_sends WHERE campaign_id = %s",
+                    (campaign_id,),
+                ).fetchone()
+            return row is not None and row[0] == n
+
+        wait_until(all_published, 60, "the relay to create and publish every row")
+        assert started.stdout.strip() == f"campaign {campaign_id} is running"
+    finally:
+        relay.send_signal(signal.SIGTERM)
+        _out, err = relay.communicate(timeout=30)
+    assert relay.returncode == 0, err
+    status = json.loads(
+        run_mailbus("campaign", "status", str(campaign_id), "--json", env=env).stdout
+    )
+    assert status["state"] == "finished" and status["counts"]["created"] == n
