@@ -10,7 +10,7 @@ import psycopg
 
 from consumer.ledger import MessageOrigin, SendLedger
 
-__all__ = ["ORIGIN", "claim", "rows", "seed", "with_ledger"]
+__all__ = ["ORIGIN", "claim", "rows", "seed", "suppressed_at_load", "with_ledger"]
 
 ORIGIN = MessageOrigin("mailbus.send.p1", 0, 42)
 
@@ -58,3 +58,13 @@ async def claim(
     """Claim under ``token`` (a fresh one by default); the lease token, or None."""
     claimed = await ledger.claim_for_send(send_id, attempt, provider, token or uuid.uuid4())
     return None if claimed is None else claimed.token
+
+
+def suppressed_at_load(database_url: str, send_ids: list[int]) -> dict[int, bool]:
+    """Whether the consumer's own load finds each send's address suppressed."""
+
+    async def scenario(ledger: SendLedger) -> dict[int, bool]:
+        loaded = await asyncio.gather(*(ledger.load(i) for i in send_ids))
+        return {send.view.id: send.suppressed for send in loaded if send is not None}
+
+    return dict(with_ledger(database_url, scenario))

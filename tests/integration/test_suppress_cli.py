@@ -8,9 +8,8 @@ import os
 from pathlib import Path
 
 import psycopg
+from ledger_support import suppressed_at_load
 from services import run_mailbus
-
-from mailbus.sqlfiles import load_queries
 
 
 def env_for(database_url: str) -> dict[str, str]:
@@ -107,10 +106,7 @@ def test_import_skips_bad_lines_with_their_numbers(database_url: str, tmp_path: 
             " VALUES ('k', 'TWO@Example.COM', 't') RETURNING id"
         ).fetchone()
         assert send is not None
-        loaded = conn.execute(
-            load_queries("consumer", "queries.sql")["load_sends"], {"ids": [send[0]]}
-        ).fetchone()
-    assert loaded is not None and loaded[-1] is True
+    assert suppressed_at_load(database_url, [send[0]]) == {send[0]: True}
 
 
 def test_import_in_batches_streams_a_large_file(database_url: str, tmp_path: Path) -> None:

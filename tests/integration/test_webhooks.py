@@ -18,13 +18,13 @@ from typing import Any
 
 import aiohttp
 import psycopg
+from ledger_support import suppressed_at_load
 from services import REPO, run_mailbus
 
 from feedback.events import STATUS_RANK, parse_event
 from feedback.server import RunningReceiver, start
 from feedback.signature import signature_header
 from feedback.store import EventStore
-from mailbus.sqlfiles import load_queries
 
 SECRET = "whsec_integration_0123456789"
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -268,14 +268,11 @@ def test_a_hard_bounce_suppresses_every_capitalisation_of_the_address(
             " VALUES ('later', 'ANA.SMITH@example.com', 't'), ('other', 'bo@example.com', 't')"
             " RETURNING id"
         ).fetchall()
-        loaded = conn.execute(
-            load_queries("consumer", "queries.sql")["load_sends"],
-            {"ids": [row[0] for row in later]},
-        ).fetchall()
-    assert sorted((row[2], row[-1]) for row in loaded) == [
-        ("ANA.SMITH@example.com", True),
-        ("bo@example.com", False),
-    ]
+    (later_id,), (other_id,) = later
+    assert suppressed_at_load(database_url, [later_id, other_id]) == {
+        later_id: True,
+        other_id: False,
+    }
 
 
 def test_an_older_event_arriving_late_does_not_overwrite_a_newer_one(database_url: str) -> None:
