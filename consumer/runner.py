@@ -173,6 +173,7 @@ def _primary_provider(settings: Settings) -> Provider:
             connect_timeout=settings.connect_timeout,
             request_timeout=settings.request_timeout,
             max_connections=settings.max_in_flight,
+            at_least_once=settings.smtp_unknown == "at_least_once",
         )
     return _http_provider(settings, settings.provider_url, settings.provider_api_key)
 

@@ -64,6 +64,7 @@ class Settings:
     smtp_url: str = ""  # smtp://host:port, smtp+starttls://user@host:587, smtps://...
     smtp_password: str = ""
     smtp_from: str = ""
+    smtp_unknown: str = "at_most_once"  # at_most_once | at_least_once
     retry_schedule: tuple[float, ...] = ()  # explicit retry delays (s); () = exponential
 
     def __repr__(self) -> str:  # never print the API key
@@ -152,6 +153,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         smtp_url=reader._raw("MAILBUS_SMTP_URL") or "",
         smtp_password=reader.secret("MAILBUS_SMTP_PASSWORD"),
         smtp_from=reader._raw("MAILBUS_SMTP_FROM") or "",
+        smtp_unknown=_smtp_unknown(env.get("MAILBUS_SMTP_UNKNOWN")),
         retry_schedule=_retry_schedule(env.get("MAILBUS_RETRY_SCHEDULE")),
     )
     if settings.provider == "smtp" and not settings.smtp_url:
@@ -168,6 +170,15 @@ def _provider_kind(raw: str | None) -> str:
     if kind not in ("http", "smtp"):
         raise ConfigError("MAILBUS_PROVIDER", f"expected http or smtp, got {raw!r}")
     return kind
+
+
+def _smtp_unknown(raw: str | None) -> str:
+    policy = (raw or "").strip().lower() or "at_most_once"
+    if policy not in ("at_most_once", "at_least_once"):
+        raise ConfigError(
+            "MAILBUS_SMTP_UNKNOWN", f"expected at_most_once or at_least_once, got {raw!r}"
+        )
+    return policy
 
 
 def _retry_schedule(raw: str | None) -> tuple[float, ...]:

@@ -73,6 +73,12 @@ SETTINGS: tuple[Setting, ...] = (
     _s("SMTP_PASSWORD", "-", "SMTP AUTH password (user from the URL)", {"consume"}, from_file=True),
     _s("SMTP_FROM", "-", "sender address (also the Message-ID domain)", {"consume"}),
     _s(
+        "SMTP_UNKNOWN",
+        "at_most_once",
+        "SMTP connection lost after DATA: stay unknown, or at_least_once (resend)",
+        {"consume"},
+    ),
+    _s(
         "LATE_ACCEPT_WINDOW",
         "2 x request timeout",
         "seconds the provider may still accept a call with no known outcome",

@@ -14,8 +14,10 @@ lost or timed out once DATA was sent, before its reply     ``TransportFailure(se
 =========================================================  ====================================
 
 SMTP has no look-up: :meth:`SmtpProvider.lookup` always fails, so an unknown outcome (the
-connection lost after DATA) stays ``unknown`` -- never resent (at most once) -- until a
-delivery event or an operator resolves it. Each mail carries a deterministic
+connection lost after DATA) stays ``unknown`` -- never resent (at most once) -- until an
+operator resolves it; with ``at_least_once`` (MAILBUS_SMTP_UNKNOWN) the look-up says "not
+found" and the mail is sent again at its next retry (a duplicate possible). Each mail
+carries a deterministic
 ``Message-ID: <sha256(dedupe_key)[:32]@domain>``, so a receiver can spot a duplicate.
 Connections are kept and reused (at most ``max_connections``); a kept connection that
 fails before DATA is replaced once, without counting as a call.
@@ -125,6 +127,7 @@ class SmtpProvider:
         request_timeout: float = 15.0,
         max_connections: int = 32,
         message_id_domain: str | None = None,
+        at_least_once: bool = False,
     ) -> None:
         self._target = SmtpTarget.parse(url)
         if "@" not in sender or any(ch in sender for ch in "\r\n<> "):
@@ -133,6 +136,7 @@ class SmtpProvider:
             raise ConfigError("MAILBUS_REQUEST_TIMEOUT", "must be > 0")
         self._sender = sender
         self._password = password
+        self._at_least_once = at_least_once
         self._domain = message_id_domain or sender.rsplit("@", 1)[1]
         self._connect_timeout = connect_timeout
         self._request_timeout = request_timeout
@@ -195,7 +199,11 @@ class SmtpProvider:
         return TransportFailure(False, "no connection")  # pragma: no cover - loop returns
 
     async def lookup(self, dedupe_key: str) -> LookupResult:
-        """SMTP cannot tell whether it accepted a mail: the look-up always fails."""
+        """SMTP cannot tell whether it accepted a mail: the look-up always fails (at most
+        once), or, with ``at_least_once``, says "not found" so an unknown call is retried
+        (a duplicate possible, under the same Message-ID)."""
+        if self._at_least_once:
+            return LookupResult(None, False, f"{NO_LOOKUP}: at least once, retried")
         return LookupResult(None, True, NO_LOOKUP)
 
     async def aclose(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -193,3 +194,17 @@ def test_header_injection_is_an_invalid_send(bad: dict[str, object]) -> None:
     with pytest.raises(InvalidSendError) as error:
         provider.prepare(_mail(**bad))
     assert error.value.field == "subject"
+
+
+def test_unknown_policy_setting_and_lookup() -> None:
+    assert load_settings({}).smtp_unknown == "at_most_once"
+    assert load_settings({"MAILBUS_SMTP_UNKNOWN": "at_least_once"}).smtp_unknown == (
+        "at_least_once"
+    )
+    with pytest.raises(ConfigError, match="MAILBUS_SMTP_UNKNOWN"):
+        load_settings({"MAILBUS_SMTP_UNKNOWN": "exactly_once"})
+    strict = SmtpProvider("smtp://127.0.0.1:1", "noreply@shop.example")
+    loose = SmtpProvider("smtp://127.0.0.1:1", "noreply@shop.example", at_least_once=True)
+    assert asyncio.run(strict.lookup("k")).failed
+    resend = asyncio.run(loose.lookup("k"))
+    assert (resend.failed, resend.message_id) == (False, None)
