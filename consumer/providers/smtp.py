@@ -17,8 +17,8 @@ SMTP has no look-up: :meth:`SmtpProvider.lookup` always fails, so an unknown out
 connection lost after DATA) stays ``unknown`` -- never resent (at most once) -- until an
 operator resolves it; with ``at_least_once`` (MAILBUS_SMTP_UNKNOWN) the look-up says "not
 found" and the mail is sent again at its next retry (a duplicate possible). Each mail
-carries a deterministic
-``Message-ID: <sha256(dedupe_key)[:32]@domain>``, so a receiver can spot a duplicate.
+carries a deterministic ``Message-ID: <sha256(dedupe_key)[:32]@domain>``, so a receiver
+can spot a duplicate.
 Connections are kept and reused (at most ``max_connections``); a kept connection that
 fails before DATA is replaced once, without counting as a call.
 """
