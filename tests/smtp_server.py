@@ -2,6 +2,7 @@
 
 ``rcpt421-*``, ``rcpt452-*``, ``rcpt550-*``: that reply to RCPT TO (550 as ``5.1.1``);
 ``data451-*``: ``451 4.3.0`` to the first DATA of each Message-ID, accepted after;
+``always451-*``: ``451 4.3.0`` to every DATA;
 ``drop-*``: the connection is dropped once the message arrived, before any reply;
 anything else: ``250 2.0.0 Ok: queued as Q<n>``. ``messages`` counts what was accepted per
 Message-ID, ``data_seen`` every message received (answered or not) per Message-ID.
@@ -44,9 +45,7 @@ class SmtpRecorder:
         envelope.rcpt_tos.append(address)
         return "250 2.1.5 Ok"
 
-    async def handle_DATA(
-        self, server: Any, session: Any, envelope: Any
-    ) -> str:
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         message_id = str(message_from_bytes(envelope.content)["Message-ID"])
         rcpt = envelope.rcpt_tos[0]
         with self._lock:
@@ -55,7 +54,7 @@ class SmtpRecorder:
         if rcpt.startswith("drop-"):
             server.transport.abort()  # no reply: the client cannot know
             return "250 OK"
-        if rcpt.startswith("data451-") and seen == 1:
+        if rcpt.startswith("always451-") or (rcpt.startswith("data451-") and seen == 1):
             return "451 4.3.0 Try again later"
         with self._lock:
             self.messages[message_id] += 1

@@ -31,6 +31,7 @@ def test_smtp_rows_are_accepted_once_rejected_with_codes_and_unknown_never_resen
     [rejected] = stack.seed(1, prefix="rcpt550")
     [later] = stack.seed(1, prefix="data451")
     [dropped] = stack.seed(1, prefix="drop")
+    [never] = stack.seed(1, prefix="always451")
     stack.start_relay()
     stack.start_consumer(
         MAILBUS_PROVIDER="smtp",
@@ -46,7 +47,7 @@ def test_smtp_rows_are_accepted_once_rejected_with_codes_and_unknown_never_resen
         counts = stack.statuses()
         return (
             counts["accepted"] == len(ok) + 1
-            and counts["failed"] == 1
+            and counts["failed"] == 2
             and (status(dropped) == "unknown")
         )
 
@@ -81,6 +82,16 @@ def test_smtp_rows_are_accepted_once_rejected_with_codes_and_unknown_never_resen
             later,
         )
     ] == ["451 4.3.0", "250 2.0.0"]
+
+    # 451 on every try: failed after the schedule's last retry (1 + 2 calls), with no
+    # look-up needed (never in doubt), so not left unknown for want of one
+    assert rows[never][1:] == ("451 4.3.0", 3)
+    assert server.data_seen[message_id_for(never, SENDER_DOMAIN)] == 3
+    assert stack.query(
+        "SELECT d.reason FROM email_dead_letters d JOIN email_sends s ON s.id = d.send_id"
+        " WHERE s.dedupe_key = %s",
+        never,
+    ) == [("max_attempts",)]
 
     time.sleep(6)  # the reconciler looks the dropped row up meanwhile: it is never resent
     [(state, attempts, error)] = stack.query(
