@@ -101,3 +101,23 @@ def test_smtp_rows_are_accepted_once_rejected_with_codes_and_unknown_never_resen
     assert "SMTP has no look-up" in error
     assert server.data_seen[message_id_for(dropped, SENDER_DOMAIN)] == 1
     assert stack.terminate("consumer") == 0
+
+
+def test_at_least_once_resends_what_was_lost_after_data(
+    stack: Stack, smtp: tuple[str, SmtpRecorder]
+) -> None:
+    url, server = smtp
+    [dropped] = stack.seed(1, prefix="drop")  # the server drops every try after DATA
+    stack.start_relay()
+    stack.start_consumer(
+        MAILBUS_PROVIDER="smtp",
+        MAILBUS_SMTP_URL=url,
+        MAILBUS_SMTP_FROM=f"noreply@{SENDER_DOMAIN}",
+        MAILBUS_RETRY_SCHEDULE="1s,1s",
+        MAILBUS_SMTP_UNKNOWN="at_least_once",
+    )
+    assert stack.wait_settled(60) == {"failed": 1}
+    [(attempts,)] = stack.query("SELECT attempts FROM email_sends")
+    assert attempts == 3
+    assert server.data_seen[message_id_for(dropped, SENDER_DOMAIN)] == 3  # resent, same id
+    assert stack.terminate("consumer") == 0
