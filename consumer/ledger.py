@@ -261,7 +261,7 @@ def dead_letter_reason(decision: Decision) -> str:
     """The dead letter's ``reason``: rejected, max_attempts or invalid."""
     if decision.reason.startswith("gave up"):
         return "max_attempts"
-    if decision.status_code is not None:
+    if decision.provider_code is not None:
         return "rejected"
     return "invalid"
 
@@ -296,6 +296,7 @@ def _settle_row(settlement: _Settlement) -> dict[str, Any]:
         "message_id": decision.message_id,
         "latency_ms": settlement.latency_ms,
         "status_code": decision.status_code,
+        "provider_code": decision.provider_code,
         "dead_letter": decision.dead_letter,
         "dl_reason": dead_letter_reason(decision),
         "dl_error": decision.reason[:500],

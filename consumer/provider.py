@@ -94,6 +94,8 @@ def _utc_now() -> datetime:
 class HttpProvider:
     """Sends and looks up mails at ``base_url`` with at most ``max_connections`` open."""
 
+    can_look_up = True
+
     def __init__(
         self,
         base_url: str,

@@ -55,7 +55,7 @@ RETURNING id
 WITH decided AS (
     SELECT * FROM jsonb_to_recordset(%(decisions)s::jsonb) AS d (
         id bigint, attempt int, token uuid, status text, next_try_at timestamptz,
-        in_doubt_since timestamptz, last_error text, message_id text, latency_ms int, status_code int, dead_letter bool,
+        in_doubt_since timestamptz, last_error text, message_id text, latency_ms int, status_code int, provider_code text, dead_letter bool,
         dl_reason text, dl_error text, topic text, kafka_partition int, kafka_offset bigint)
 ), settled AS (
     UPDATE email_sends s
@@ -64,6 +64,7 @@ WITH decided AS (
         in_doubt_since = GREATEST(s.in_doubt_since, d.in_doubt_since),
         last_error = d.last_error,
         message_id = coalesce(d.message_id, s.message_id),
+        provider_code = coalesce(d.provider_code, s.provider_code),
         accepted_at = CASE WHEN d.status = 'accepted' THEN now() ELSE s.accepted_at END,
         lease_until = NULL, lease_token = NULL, published_at = NULL
     FROM decided d
@@ -72,11 +73,12 @@ WITH decided AS (
                THEN s.status = 'pending' AND s.attempts = d.attempt
                ELSE s.status = 'sending' AND s.lease_token = d.token END
     RETURNING s.id, s.dedupe_key, s.priority, s.template, s.attempts, d.status,
-              d.status_code, d.last_error, d.latency_ms, d.dead_letter, d.dl_reason,
+              d.status_code, d.provider_code, d.last_error, d.latency_ms, d.dead_letter, d.dl_reason,
               d.dl_error, d.topic, d.kafka_partition, d.kafka_offset
 ), attempt AS (
-    INSERT INTO email_attempts (send_id, attempt, outcome, status_code, reason, latency_ms)
-    SELECT id, attempts, status, status_code, last_error, latency_ms
+    INSERT INTO email_attempts (
+        send_id, attempt, outcome, status_code, provider_code, reason, latency_ms)
+    SELECT id, attempts, status, status_code, provider_code, last_error, latency_ms
     FROM settled WHERE latency_ms IS NOT NULL
 ), dead_letter AS (
     INSERT INTO email_dead_letters (

@@ -18,11 +18,14 @@ import threading
 from collections.abc import Sequence
 
 from consumer.core import RetryPolicy
+from consumer.core.backoff import with_schedule
 from consumer.core.breaker import BreakerPolicy, BreakerState
 from consumer.gate import ProviderGate
 from consumer.kafka_source import KafkaSource
 from consumer.ledger import MessageOrigin, SendLedger
 from consumer.provider import HttpProvider
+from consumer.providers import Provider
+from consumer.providers.smtp import SmtpProvider
 from consumer.rate_limit import GlobalRateLimiter
 from consumer.reconciler import Reconciler
 from consumer.service import DeliveryService, Stopping
@@ -64,7 +67,9 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         max_connections=min(settings.max_in_flight, 20),
         lease_s=lease_seconds(settings),
     )
-    reporter = _HealthReporter(ledger, settings.provider_url)
+    reporter = _HealthReporter(
+        ledger, settings.smtp_url if settings.provider == "smtp" else settings.provider_url
+    )
     gate = ProviderGate(
         settings.max_in_flight,
         BreakerPolicy(),
@@ -76,9 +81,15 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         default_pause_s=settings.backoff_base,
     )
     slots = gate.slots
-    provider = _http_provider(settings, settings.provider_url, settings.provider_api_key)
-    policy = RetryPolicy(
-        settings.max_attempts, settings.backoff_base, settings.backoff_cap, settings.late_accept_s
+    provider = _primary_provider(settings)
+    policy = with_schedule(
+        RetryPolicy(
+            settings.max_attempts,
+            settings.backoff_base,
+            settings.backoff_cap,
+            settings.late_accept_s,
+        ),
+        settings.retry_schedule,
     )
     fallback = None
     if settings.fallback_provider_url:
@@ -153,6 +164,21 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
     failed = [source.topic for source in sources if source.failure]
     log.info("consumer stopped%s", f"; failed sources: {failed}" if failed else "")
     return 1 if failed else 0
+
+
+def _primary_provider(settings: Settings) -> Provider:
+    """MAILBUS_PROVIDER: the HTTP API (default) or an SMTP server."""
+    if settings.provider == "smtp":
+        return SmtpProvider(
+            settings.smtp_url,
+            settings.smtp_from,
+            password=settings.smtp_password,
+            connect_timeout=settings.connect_timeout,
+            request_timeout=settings.request_timeout,
+            max_connections=settings.max_in_flight,
+            at_least_once=settings.smtp_unknown == "at_least_once",
+        )
+    return _http_provider(settings, settings.provider_url, settings.provider_api_key)
 
 
 def _http_provider(settings: Settings, url: str, api_key: str) -> HttpProvider:

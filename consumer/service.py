@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from consumer.core import (
     Decision,
@@ -42,9 +42,11 @@ from consumer.core import (
     wait_for_provider,
 )
 from consumer.core.breaker import BreakerState
+from consumer.core.smtp_outcome import classify_call
 from consumer.gate import Admission, ProviderGate
 from consumer.ledger import Claim, LoadedSend, MessageOrigin, SendLedger, dead_letter_reason
-from consumer.provider import HttpProvider, LookupResult, OutgoingMail, PreparedMail
+from consumer.provider import LookupResult, OutgoingMail
+from consumer.providers import Provider
 from mailbus import metrics
 from mailbus.errors import CodecError, InvalidSendError, StorageError
 from mailbus.policies import PolicyBook
@@ -78,13 +80,13 @@ class DeliveryService:
     def __init__(
         self,
         ledger: SendLedger,
-        provider: HttpProvider,
+        provider: Provider,
         gate: ProviderGate,
         policy: RetryPolicy,
         slot_wait_s: float,
         *,
         policies: PolicyBook,
-        fallback: HttpProvider | None = None,
+        fallback: Provider | None = None,
         stop_requested: Callable[[], bool] = lambda: False,
         clock: Callable[[], datetime] | None = None,
         rand: Callable[[], float] = random.random,
@@ -164,12 +166,12 @@ class DeliveryService:
             return FALLBACK
         return None
 
-    def _provider(self, route: str | None) -> HttpProvider | None:
+    def _provider(self, route: str | None) -> Provider | None:
         """The provider for ``route``; None when it is the fallback and this process has
         none configured."""
         return self.fallback if route == FALLBACK else self.provider
 
-    def _verdict(self, loaded: LoadedSend, route: str | None) -> Decision | PreparedMail:
+    def _verdict(self, loaded: LoadedSend, route: str | None) -> Decision | Any:
         """What happens without a call (expired, suppressed, invalid, cannot be encoded,
         or its provider is not here), else the encoded request to send."""
         row = loaded.view
@@ -192,7 +194,7 @@ class DeliveryService:
         """Record a decision taken with no call, on a row still ``pending``; a final one for
         a row that was tried stands only after a look-up at the provider that took it."""
         row = loaded.view
-        if needs_confirmation(verdict, earlier_calls=row.attempts):
+        if self._must_confirm(verdict, row.attempts, row, loaded.provider):
             found = await self._lookup(row.dedupe_key, loaded.provider)
             verdict = confirm_final(
                 row,
@@ -210,7 +212,7 @@ class DeliveryService:
                 metrics.observe_dead_letter(dead_letter_reason(verdict))
 
     async def _attempt(
-        self, loaded: LoadedSend, origin: MessageOrigin, route: str | None, mail: PreparedMail
+        self, loaded: LoadedSend, origin: MessageOrigin, route: str | None, mail: Any
     ) -> _Attempt | None:
         """Wait at the gate, then claim, then call (and look up when the call leaves doubt)
         in an in-flight slot. The gate is passed before a claim permit is taken, so mail
@@ -253,7 +255,7 @@ class DeliveryService:
         claim: Claim,
         admission: Admission | None,
         route: str | None,
-        mail: PreparedMail,
+        mail: Any,
         origin: MessageOrigin,
     ) -> _Attempt | None:
         row = loaded.view
@@ -291,7 +293,7 @@ class DeliveryService:
         token: uuid.UUID,
         admission: Admission | None,
         route: str | None,
-        mail: PreparedMail,
+        mail: Any,
     ) -> _Attempt:
         row = replace(loaded.view, status=Status.SENDING, attempts=loaded.view.attempts + 1)
         provider = self._provider(route)
@@ -300,7 +302,7 @@ class DeliveryService:
         called_at = self.clock()
         started = time.monotonic()
         try:
-            result = classify(await provider.send(mail))
+            result = classify_call(await provider.send(mail))
         except Exception as exc:  # a bug, not an outage: the request may have left
             log.exception("send %d: the call failed unexpectedly", row.id)
             result = classify(TransportFailure(True, f"internal error: {type(exc).__name__}"))
@@ -311,7 +313,7 @@ class DeliveryService:
         if decision.next_status is Status.UNKNOWN:
             row = replace(row, in_doubt_since=called_at)
             decision = await self._decide_by_lookup(row, route)
-        elif needs_confirmation(decision, earlier_calls=row.attempts - 1):
+        elif self._must_confirm(decision, row.attempts - 1, row, route):
             found = await self._lookup(row.dedupe_key, route)
             decision = confirm_final(
                 row,
@@ -324,6 +326,16 @@ class DeliveryService:
                 detail=found.detail,
             )
         return _Attempt(row, token, decision, latency_s, result.status_code)
+
+    def _must_confirm(
+        self, decision: Decision, earlier_calls: int, row: SendView, route: str | None
+    ) -> bool:
+        """:func:`needs_confirmation`, except at a provider with no look-up (SMTP) for a row
+        never in doubt: its earlier calls all had definite replies, none was accepted."""
+        if not needs_confirmation(decision, earlier_calls):
+            return False
+        provider = self._provider(route)
+        return provider is None or provider.can_look_up or row.in_doubt_since is not None
 
     async def _lookup(self, dedupe_key: str, route: str | None) -> LookupResult:
         """Ask the provider that took the calls whether it accepted the key."""

@@ -60,6 +60,12 @@ class Settings:
     webhook_secret: str = ""  # `mailbus webhooks` refuses to start without one
     webhook_listen: tuple[str, int] = ("127.0.0.1", 8026)
     kafka_security: KafkaSecurity = _PLAINTEXT  # TLS/SASL: see kafka_client_config
+    provider: str = "http"  # http | smtp
+    smtp_url: str = ""  # smtp://host:port, smtp+starttls://user@host:587, smtps://...
+    smtp_password: str = ""
+    smtp_from: str = ""
+    smtp_unknown: str = "at_most_once"  # at_most_once | at_least_once
+    retry_schedule: tuple[float, ...] = ()  # explicit retry delays (s); () = exponential
 
     def __repr__(self) -> str:  # never print the API key
         return f"Settings(database={_redact_url(self.database_url)}, kafka={self.kafka_bootstrap})"
@@ -147,10 +153,42 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         webhook_secret=reader.secret("MAILBUS_WEBHOOK_SECRET"),
         webhook_listen=reader.listen("MAILBUS_WEBHOOK_LISTEN", Settings.webhook_listen),
         kafka_security=parse_kafka_security(env),
+        provider=_provider_kind(env.get("MAILBUS_PROVIDER")),
+        smtp_url=reader._raw("MAILBUS_SMTP_URL") or "",
+        smtp_password=reader.secret("MAILBUS_SMTP_PASSWORD"),
+        smtp_from=reader._raw("MAILBUS_SMTP_FROM") or "",
+        smtp_unknown=_smtp_unknown(env.get("MAILBUS_SMTP_UNKNOWN")),
+        retry_schedule=_retry_schedule(env.get("MAILBUS_RETRY_SCHEDULE")),
     )
+    if settings.provider == "smtp" and not settings.smtp_url:
+        raise ConfigError("MAILBUS_SMTP_URL", "required with MAILBUS_PROVIDER=smtp")
+    if settings.provider == "smtp" and "@" not in settings.smtp_from:
+        raise ConfigError("MAILBUS_SMTP_FROM", "required with MAILBUS_PROVIDER=smtp: an address")
     if settings.backoff_cap < settings.backoff_base:
         raise ConfigError("MAILBUS_BACKOFF_CAP", "must be at least MAILBUS_BACKOFF_BASE")
     return settings
+
+
+def _provider_kind(raw: str | None) -> str:
+    kind = (raw or "http").strip().lower() or "http"
+    if kind not in ("http", "smtp"):
+        raise ConfigError("MAILBUS_PROVIDER", f"expected http or smtp, got {raw!r}")
+    return kind
+
+
+def _smtp_unknown(raw: str | None) -> str:
+    policy = (raw or "").strip().lower() or "at_most_once"
+    if policy not in ("at_most_once", "at_least_once"):
+        raise ConfigError(
+            "MAILBUS_SMTP_UNKNOWN", f"expected at_most_once or at_least_once, got {raw!r}"
+        )
+    return policy
+
+
+def _retry_schedule(raw: str | None) -> tuple[float, ...]:
+    from consumer.core.backoff import parse_schedule  # the pure parser lives with its use
+
+    return () if raw is None or not raw.strip() else parse_schedule(raw)
 
 
 class _Reader:

@@ -58,6 +58,27 @@ SETTINGS: tuple[Setting, ...] = (
     _s("BACKOFF_BASE", "2", "seconds: first retry delay (doubling, jittered)", {"consume"}),
     _s("BACKOFF_CAP", "300", "seconds: longest retry delay", {"consume"}),
     _s(
+        "RETRY_SCHEDULE",
+        "off (exponential)",
+        "explicit retry delays, e.g. 5m,30m,2h,24h; failed after the last",
+        {"consume"},
+    ),
+    _s("PROVIDER", "http", "which provider the consumer calls: http or smtp", {"consume"}),
+    _s(
+        "SMTP_URL",
+        "-",
+        "smtp://host:port, smtp+starttls://user@host:587 or smtps://user@host:465",
+        {"consume"},
+    ),
+    _s("SMTP_PASSWORD", "-", "SMTP AUTH password (user from the URL)", {"consume"}, from_file=True),
+    _s("SMTP_FROM", "-", "sender address (also the Message-ID domain)", {"consume"}),
+    _s(
+        "SMTP_UNKNOWN",
+        "at_most_once",
+        "SMTP connection lost after DATA: stay unknown, or at_least_once (resend)",
+        {"consume"},
+    ),
+    _s(
         "LATE_ACCEPT_WINDOW",
         "2 x request timeout",
         "seconds the provider may still accept a call with no known outcome",

@@ -5,7 +5,10 @@ For the n-th provider call (``attempts`` = n >= 1) the ceiling is
 is fixed, so delays grow steadily and never shrink from one attempt to the next while the
 ceiling is still doubling; the jittered half spreads a burst of failures so the retries do
 not arrive together. A provider's Retry-After is a minimum, never shortened by the
-jitter. Randomness is injected (``rand`` returns a float in ``[0, 1)``, e.g.
+jitter. With a ``schedule`` (MAILBUS_RETRY_SCHEDULE, e.g. ``5m,30m,2h,24h``) the n-th
+retry waits the n-th delay (plus up to 10% jitter, Retry-After still a minimum) and the
+call after the last one is the last: ``max_attempts`` is then ``len(schedule) + 1``.
+Randomness is injected (``rand`` returns a float in ``[0, 1)``, e.g.
 ``random.Random().random``) so tests and replays are deterministic.
 """
 
@@ -18,10 +21,13 @@ from dataclasses import dataclass
 from consumer.core.outcome import MAX_RETRY_AFTER_S
 from mailbus.errors import ConfigError
 
-__all__ = ["RetryPolicy", "backoff_ceiling", "retry_delay"]
+__all__ = ["RetryPolicy", "backoff_ceiling", "parse_schedule", "retry_delay", "with_schedule"]
 
 # 2**1000 times any sane base is far past any sane cap, and still a finite float.
 _MAX_EXPONENT = 1000
+_SCHEDULE_JITTER = 0.1
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_MAX_SCHEDULE = 100
 
 
 @dataclass(frozen=True)
@@ -37,8 +43,13 @@ class RetryPolicy:
     base_s: float = 2.0
     cap_s: float = 300.0
     late_accept_s: float = 30.0
+    schedule: tuple[float, ...] = ()  # explicit retry delays in seconds; () = exponential
 
     def __post_init__(self) -> None:
+        if any(not (math.isfinite(d) and d > 0) for d in self.schedule):
+            raise ConfigError("MAILBUS_RETRY_SCHEDULE", "every delay must be positive")
+        if self.schedule and self.max_attempts != len(self.schedule) + 1:
+            raise ConfigError("MAILBUS_RETRY_SCHEDULE", "needs max_attempts = delays + 1")
         if self.max_attempts < 1:
             raise ConfigError("MAILBUS_MAX_ATTEMPTS", "must be at least 1")
         if not (math.isfinite(self.base_s) and self.base_s > 0):
@@ -66,10 +77,52 @@ def retry_delay(
 
     ``rand()`` is clamped into ``[0, 1]``, so a faulty source cannot break the bounds.
     """
-    ceiling = backoff_ceiling(attempts, policy)
     r = rand()
     r = 0.0 if math.isnan(r) else min(max(r, 0.0), 1.0)
-    delay = ceiling / 2 + r * ceiling / 2
+    if policy.schedule:
+        step = policy.schedule[min(max(attempts, 1), len(policy.schedule)) - 1]
+        delay = step * (1 + _SCHEDULE_JITTER * r)
+    else:
+        ceiling = backoff_ceiling(attempts, policy)
+        delay = ceiling / 2 + r * ceiling / 2
     if retry_after_s is not None and not math.isnan(retry_after_s):
         delay = max(delay, min(retry_after_s, MAX_RETRY_AFTER_S))
     return delay
+
+
+def parse_schedule(text: str, name: str = "MAILBUS_RETRY_SCHEDULE") -> tuple[float, ...]:
+    """``"5m,30m,2h,24h"`` -> seconds; units s, m, h, d. Bad input -> ConfigError(name)."""
+    parts = [part.strip() for part in text.split(",")]
+    if not text.strip() or any(not part for part in parts):
+        raise ConfigError(name, f"expected delays like 5m,30m,2h,24h, got {text!r}")
+    if len(parts) > _MAX_SCHEDULE:
+        raise ConfigError(name, f"at most {_MAX_SCHEDULE} delays")
+    delays = []
+    for part in parts:
+        unit = _UNITS.get(part[-1].lower())
+        try:
+            if unit is None or not part[:-1].isdigit():
+                raise ValueError(part)
+            seconds = int(part[:-1]) * unit
+        except ValueError:
+            raise ConfigError(
+                name, f"{part!r} is not a whole number with a unit s, m, h or d"
+            ) from None
+        if seconds <= 0:
+            raise ConfigError(name, f"{part!r}: every delay must be positive")
+        delays.append(seconds)
+    return tuple(delays)
+
+
+def with_schedule(policy: RetryPolicy, schedule: tuple[float, ...]) -> RetryPolicy:
+    """``policy`` with an explicit schedule (and ``max_attempts`` = delays + 1); the cap grows
+    to the longest delay, so a wait for a look-up is never capped below the schedule."""
+    if not schedule:
+        return policy
+    return RetryPolicy(
+        len(schedule) + 1,
+        policy.base_s,
+        max(policy.cap_s, max(schedule)),
+        policy.late_accept_s,
+        schedule,
+    )

@@ -30,7 +30,7 @@ database's clock.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from consumer.core.backoff import RetryPolicy, retry_delay
@@ -83,6 +83,11 @@ class Decision:
     message_id: str | None = None
     dead_letter: bool = False
     status_code: int | None = None
+    provider_code: str | None = None  # email_sends/email_attempts.provider_code
+
+    def __post_init__(self) -> None:
+        if self.provider_code is None and self.status_code is not None:
+            object.__setattr__(self, "provider_code", str(self.status_code))
 
 
 def before_send(row: SendView, now: datetime, suppressed: bool) -> Decision | None:
@@ -131,10 +136,15 @@ def after_call(
             reason=clip_reason(result.reason),
             message_id=result.message_id,
             status_code=code,
+            provider_code=result.provider_code,
         )
     if result.outcome is Outcome.REJECTED:
         return Decision(
-            Status.FAILED, reason=clip_reason(result.reason), dead_letter=True, status_code=code
+            Status.FAILED,
+            reason=clip_reason(result.reason),
+            dead_letter=True,
+            status_code=code,
+            provider_code=result.provider_code,
         )
     if result.outcome is Outcome.UNKNOWN:
         retry_at = _retry_at(row, now, policy, rand, result.retry_after_s)
@@ -143,8 +153,10 @@ def after_call(
             retry_at=retry_at,
             reason=clip_reason(result.reason),
             status_code=code,
+            provider_code=result.provider_code,
         )
-    return _retry_or_stop(row, result.reason, now, policy, rand, result.retry_after_s, code)
+    decision = _retry_or_stop(row, result.reason, now, policy, rand, result.retry_after_s, code)
+    return replace(decision, provider_code=result.provider_code or decision.provider_code)
 
 
 _FINAL_NOT_ACCEPTED = frozenset({Status.FAILED, Status.EXPIRED, Status.SUPPRESSED})
@@ -238,7 +250,11 @@ def _lookup_failed(
 ) -> Decision:
     head = "look-up failed, outcome unknown"
     reason = clip_reason(f"{head}: {detail}" if detail.strip() else head)
-    return Decision(Status.UNKNOWN, retry_at=_retry_at(row, now, policy, rand), reason=reason)
+    retry_at = _retry_at(row, now, policy, rand)
+    if row.in_doubt_since is not None:  # the longer in doubt, the rarer the look-ups
+        doubt_s = (now - row.in_doubt_since).total_seconds()
+        retry_at = max(retry_at, now + timedelta(seconds=min(max(doubt_s, 0.0), policy.cap_s)))
+    return Decision(Status.UNKNOWN, retry_at=retry_at, reason=reason)
 
 
 def _unless_in_doubt(

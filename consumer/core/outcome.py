@@ -95,6 +95,11 @@ class Classification:
     retry_after_s: float | None = None
     reason: str = ""
     status_code: int | None = None
+    provider_code: str | None = None  # stored as text: "503" (HTTP), "550 5.1.1" (SMTP)
+
+    def __post_init__(self) -> None:
+        if self.provider_code is None and self.status_code is not None:
+            object.__setattr__(self, "provider_code", str(self.status_code))
 
 
 def classify(result: CallResult) -> Classification:

@@ -141,6 +141,8 @@ class ModelLedger:
 class FlakyProvider:
     """An honest idempotent provider behind a flaky network, as the sandbox is."""
 
+    can_look_up = True
+
     def __init__(self, rng: random.Random, ledger: ModelLedger) -> None:
         self.rng, self.ledger = rng, ledger
         self.accepted: dict[str, str] = {}

@@ -1,0 +1,98 @@
+"""SMTP benchmark: sends/s of the SMTP adapter to a local aiosmtpd at ``--in-flight`` sends.
+
+    python bench/smtp_throughput.py [--in-flight 64] [--seconds 5] [--runs 3]
+
+The server (``python -m aiosmtpd`` with the Sink handler, which accepts and discards)
+runs in its own process, so client and server do not share an interpreter. Each run keeps
+``--in-flight`` senders busy for ``--seconds`` through one :class:`SmtpProvider` (kept
+connections, one mail per transaction: MAIL, RCPT, DATA); every send must be accepted.
+Prints each run's sends/s and min/median/max. Needs neither Kafka nor PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+from consumer.core.outcome import Outcome
+from consumer.core.smtp_outcome import classify_call
+from consumer.provider import OutgoingMail
+from consumer.providers.smtp import SmtpProvider
+
+
+async def one_run(url: str, in_flight: int, seconds: float) -> float:
+    provider = SmtpProvider(url, "bench@mailbus.example", max_connections=in_flight)
+    keys = itertools.count()
+    sent = 0
+
+    async def sender(until: float, count: bool) -> None:
+        nonlocal sent
+        while time.monotonic() < until:
+            mail = OutgoingMail(f"bench-{next(keys)}", "u@example.com", "welcome", {"n": 1})
+            result = classify_call(await provider.send(provider.prepare(mail)))
+            if result.outcome is not Outcome.ACCEPTED:
+                raise RuntimeError(f"not accepted: {result.reason}")
+            sent += count
+
+    await asyncio.gather(*(sender(time.monotonic() + 1, False) for _ in range(in_flight)))
+    started = time.monotonic()
+    await asyncio.gather(*(sender(started + seconds, True) for _ in range(in_flight)))
+    elapsed = time.monotonic() - started
+    await provider.aclose()
+    return sent / elapsed
+
+
+_SINK = ("-c", "aiosmtpd.handlers.Sink")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_listening(port: int, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("aiosmtpd did not start")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--in-flight", type=int, default=64)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "aiosmtpd", "-n", "-l", f"127.0.0.1:{port}", *_SINK]
+    )
+    try:
+        wait_listening(port)
+        rates = []
+        for run in range(1, args.runs + 1):
+            rate = asyncio.run(one_run(f"smtp://127.0.0.1:{port}", args.in_flight, args.seconds))
+            rates.append(rate)
+            print(f"run {run}: {rate:,.0f} sends/s at {args.in_flight} in flight")
+        print(
+            f"SMTP sends/s: min {min(rates):,.0f}  median {statistics.median(rates):,.0f}"
+            f"  max {max(rates):,.0f}"
+        )
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""What one SMTP exchange means: the SMTP reply table, as a pure function.
+
+The SMTP adapter turns every exchange into an :class:`SmtpReply` (a reply code from the
+server) or a :class:`~consumer.core.outcome.TransportFailure`; :func:`classify_smtp` maps
+a reply to an :class:`~consumer.core.outcome.Outcome`:
+
+=================================================  ========  ==============================
+reply                                              outcome   why
+=================================================  ========  ==============================
+2xx to the end of DATA                             accepted  the server took the message;
+                                                             its queue id if the text has
+                                                             one, else our Message-ID
+421, 450, 451, 452, any other 4xx (any stage)      retry     temporary, RFC 5321 4.2.1
+5xx (any stage: MAIL, RCPT, DATA)                  rejected  permanent: failed + DLQ
+anything else (1xx, 3xx, 2xx before the end)       unknown   says nothing about acceptance
+connection refused / lost before DATA              retry     (a TransportFailure, not sent)
+connection lost after DATA, before the final reply unknown   (a TransportFailure, sent)
+=================================================  ========  ==============================
+
+``provider_code`` keeps the reply code and the enhanced status code if the text starts with
+one (``550 5.1.1``). :func:`classify_call` classifies any provider's result.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from consumer.core.outcome import (
+    CallResult,
+    Classification,
+    Outcome,
+    classify,
+    clip_reason,
+)
+
+__all__ = ["AnyCallResult", "SmtpReply", "classify_call", "classify_smtp", "queue_id"]
+
+_ENHANCED = re.compile(r"\s*([245]\.[0-9]{1,3}\.[0-9]{1,3})\b")
+# "250 2.0.0 Ok: queued as 4B3C21E0F" (Postfix), "250 OK id=1rABCD-000123-AB" (Exim),
+# "250 2.0.0 Ok <queue id>" -- the queue id is the token after "queued as" or "id=".
+_QUEUE_ID = re.compile(r"(?i)(?:queued as|id=)\s*<?([A-Za-z0-9][A-Za-z0-9._@-]{2,127})>?")
+
+
+@dataclass(frozen=True)
+class SmtpReply:
+    """A reply from the SMTP server at ``stage`` (``mail``, ``rcpt``, ``data`` or ``end``:
+    the reply to the message's final dot). ``fallback_id`` is our own Message-ID."""
+
+    code: int
+    text: str
+    stage: str = "end"
+    fallback_id: str | None = None
+
+
+AnyCallResult = CallResult | SmtpReply
+
+
+def enhanced_code(reply: SmtpReply) -> str | None:
+    match = _ENHANCED.match(reply.text)
+    return match.group(1) if match else None
+
+
+def provider_code(reply: SmtpReply) -> str:
+    """``"550 5.1.1"`` or ``"451"``: the reply code and its enhanced status code."""
+    enhanced = enhanced_code(reply)
+    return f"{reply.code} {enhanced}" if enhanced else str(reply.code)
+
+
+def queue_id(text: str) -> str | None:
+    """The server's queue id if the reply text carries one, else None."""
+    match = _QUEUE_ID.search(text)
+    return match.group(1) if match else None
+
+
+def classify_smtp(reply: SmtpReply) -> Classification:
+    """Map one SMTP reply to its outcome, per the table above."""
+    code = provider_code(reply)
+    reason = clip_reason(f"smtp {reply.stage} {reply.code} {reply.text}".strip())
+    if 200 <= reply.code <= 299 and reply.stage == "end":
+        message_id = queue_id(reply.text) or reply.fallback_id
+        if message_id:
+            return Classification(
+                Outcome.ACCEPTED, message_id=message_id, reason=reason, provider_code=code
+            )
+        return Classification(Outcome.UNKNOWN, reason=reason, provider_code=code)
+    if 400 <= reply.code <= 499:
+        return Classification(Outcome.RETRY, reason=reason, provider_code=code)
+    if 500 <= reply.code <= 599:
+        return Classification(Outcome.REJECTED, reason=reason, provider_code=code)
+    return Classification(Outcome.UNKNOWN, reason=reason, provider_code=code)
+
+
+def classify_call(result: AnyCallResult) -> Classification:
+    """Classify an HTTP or SMTP provider's result."""
+    if isinstance(result, SmtpReply):
+        return classify_smtp(result)
+    return classify(result)

@@ -1,0 +1,35 @@
+"""Providers as adapters of one interface (ARCHITECTURE.md): what the delivery service needs.
+
+A provider encodes a mail before any row is claimed (:meth:`Provider.prepare`, raising
+:class:`~mailbus.errors.InvalidSendError` for a mail that cannot travel), sends it
+(:meth:`Provider.send`, a result value, never an exception for a network problem), looks a
+dedupe key up (:meth:`Provider.lookup`) and closes (:meth:`Provider.aclose`). The HTTP
+adapter is :class:`consumer.provider.HttpProvider`, the SMTP one
+:class:`consumer.providers.smtp.SmtpProvider`; :func:`consumer.core.classify_call`
+classifies either's result.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from consumer.core.smtp_outcome import AnyCallResult
+from consumer.provider import LookupResult, OutgoingMail
+
+__all__ = ["Provider"]
+
+
+class Provider(Protocol):
+    """The interface the delivery service depends on; ``prepare``'s value is only ever
+    handed back to the same provider's ``send``. ``can_look_up`` False: ``lookup`` always
+    fails (SMTP), so only a row in doubt needs one."""
+
+    can_look_up: bool
+
+    def prepare(self, mail: OutgoingMail) -> Any: ...
+
+    async def send(self, mail: Any) -> AnyCallResult: ...
+
+    async def lookup(self, dedupe_key: str) -> LookupResult: ...
+
+    async def aclose(self) -> None: ...

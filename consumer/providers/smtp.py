@@ -1,0 +1,247 @@
+"""The SMTP provider adapter: one mail per SMTP transaction over aiosmtplib, as values.
+
+:meth:`SmtpProvider.send` returns an :class:`~consumer.core.smtp_outcome.SmtpReply` (any
+reply code, classified by :func:`~consumer.core.smtp_outcome.classify_smtp`) or a
+:class:`~consumer.core.outcome.TransportFailure`; it never raises for a network problem:
+
+=========================================================  ====================================
+what happened                                              result
+=========================================================  ====================================
+a reply to MAIL, RCPT or DATA other than success           ``SmtpReply(code, text, stage)``
+250 after the message's final dot                          ``SmtpReply(250, text, "end")``
+refused, TLS/AUTH failure, lost or timed out before DATA   ``TransportFailure(sent=False)``
+lost or timed out once DATA was sent, before its reply     ``TransportFailure(sent=True)``
+=========================================================  ====================================
+
+SMTP has no look-up: :meth:`SmtpProvider.lookup` always fails, so an unknown outcome (the
+connection lost after DATA) stays ``unknown`` -- never resent (at most once) -- until an
+operator resolves it; with ``at_least_once`` (MAILBUS_SMTP_UNKNOWN) the look-up says "not
+found" and the mail is sent again at its next retry (a duplicate possible). Each mail
+carries a deterministic ``Message-ID: <sha256(dedupe_key)[:32]@domain>``, so a receiver
+can spot a duplicate.
+Connections are kept and reused (at most ``max_connections``); a kept connection that
+fails before DATA is replaced once, without counting as a call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from email.message import EmailMessage
+from email.utils import formatdate
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import aiosmtplib
+
+from consumer.core.outcome import TransportFailure, clip_reason
+from consumer.core.smtp_outcome import AnyCallResult, SmtpReply
+from consumer.provider import LookupResult, OutgoingMail
+from mailbus.errors import ConfigError, InvalidSendError
+
+__all__ = ["SmtpPrepared", "SmtpProvider", "SmtpTarget", "message_id_for", "render_mail"]
+
+NO_LOOKUP = "SMTP has no look-up"
+_SCHEMES = {  # port, STARTTLS, implicit TLS
+    "smtp": (25, False, False),
+    "smtp+starttls": (587, True, False),
+    "smtps": (465, False, True),
+}
+
+
+@dataclass(frozen=True)
+class SmtpTarget:
+    """Where and how to connect: ``MAILBUS_SMTP_URL`` parsed."""
+
+    host: str
+    port: int
+    start_tls: bool
+    use_tls: bool
+    username: str | None
+
+    @classmethod
+    def parse(cls, url: str) -> SmtpTarget:
+        try:
+            parts = urlsplit(url.strip())
+            port = parts.port
+        except ValueError:
+            raise ConfigError("MAILBUS_SMTP_URL", "not a URL") from None
+        scheme = _SCHEMES.get(parts.scheme.lower())
+        if scheme is None or not parts.hostname:
+            raise ConfigError(
+                "MAILBUS_SMTP_URL", "expected smtp://, smtp+starttls:// or smtps:// with a host"
+            )
+        if parts.path not in ("", "/") or parts.query or parts.password:
+            raise ConfigError(
+                "MAILBUS_SMTP_URL", "no path, query or password (use MAILBUS_SMTP_PASSWORD)"
+            )
+        default_port, start_tls, use_tls = scheme
+        username = unquote(parts.username) if parts.username else None
+        return cls(parts.hostname, port or default_port, start_tls, use_tls, username)
+
+
+@dataclass(frozen=True)
+class SmtpPrepared:
+    """A mail encoded into its SMTP transaction."""
+
+    dedupe_key: str
+    recipient: str
+    message: bytes
+    message_id: str
+
+
+def message_id_for(dedupe_key: str, domain: str) -> str:
+    """``<sha256(dedupe_key)[:32]@domain>``: the same key, the same Message-ID."""
+    digest = hashlib.sha256(dedupe_key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"<{digest}@{domain}>"
+
+
+def render_mail(template: str, variables: Mapping[str, Any]) -> tuple[str, str, str | None]:
+    """(subject, text, html): the ``subject``/``text``/``html`` variables if present, else a
+    plain rendering of the template name and its variables."""
+    subject = variables.get("subject")
+    text = variables.get("text")
+    html = variables.get("html")
+    if not isinstance(subject, str):
+        subject = template
+    if not isinstance(text, str):
+        lines = [f"{key}: {value}" for key, value in sorted(variables.items()) if key != "html"]
+        text = "\n".join([template, "", *lines]) + "\n"
+    return subject, text, html if isinstance(html, str) else None
+
+
+class SmtpProvider:
+    """Sends through the SMTP server of ``url`` as ``sender``."""
+
+    can_look_up = False
+
+    def __init__(
+        self,
+        url: str,
+        sender: str,
+        *,
+        password: str = "",
+        connect_timeout: float = 2.0,
+        request_timeout: float = 15.0,
+        max_connections: int = 32,
+        message_id_domain: str | None = None,
+        at_least_once: bool = False,
+    ) -> None:
+        self._target = SmtpTarget.parse(url)
+        if "@" not in sender or any(ch in sender for ch in "\r\n<> "):
+            raise ConfigError("MAILBUS_SMTP_FROM", "must be a plain address like a@b.example")
+        if not (connect_timeout > 0 and request_timeout > 0):
+            raise ConfigError("MAILBUS_REQUEST_TIMEOUT", "must be > 0")
+        self._sender = sender
+        self._password = password
+        self._at_least_once = at_least_once
+        self._domain = message_id_domain or sender.rsplit("@", 1)[1]
+        self._connect_timeout = connect_timeout
+        self._request_timeout = request_timeout
+        self._idle: list[aiosmtplib.SMTP] = []
+        self._permits = asyncio.Semaphore(max_connections)
+
+    def prepare(self, mail: OutgoingMail) -> SmtpPrepared:
+        """Build the message with the stdlib email package; a header value with CR or LF
+        (or anything else the message cannot carry) raises :class:`InvalidSendError`."""
+        subject, text, html = render_mail(mail.template, mail.variables)
+        for field, value in (("to_address", mail.to_address), ("subject", subject)):
+            if "\r" in value or "\n" in value:
+                raise InvalidSendError(field, "must not contain CR or LF (header injection)")
+        message_id = message_id_for(mail.dedupe_key, self._domain)
+        msg = EmailMessage()
+        try:
+            msg["From"] = self._sender
+            msg["To"] = mail.to_address
+            msg["Subject"] = subject
+            msg["Message-ID"] = message_id
+            msg["Date"] = formatdate(usegmt=True)
+            msg.set_content(text)
+            if html is not None:
+                msg.add_alternative(html, subtype="html")
+            data = msg.as_bytes()
+        except (ValueError, TypeError, UnicodeError) as exc:
+            raise InvalidSendError("payload_json", f"not a mail SMTP can carry: {exc}") from None
+        return SmtpPrepared(mail.dedupe_key, mail.to_address, data, message_id)
+
+    async def send(self, mail: SmtpPrepared) -> AnyCallResult:
+        """One SMTP transaction; a reply or a transport failure, never raises for network
+        or SMTP problems."""
+        async with self._permits:
+            for reused in (True, False):
+                smtp = self._idle.pop() if reused and self._idle else None
+                fresh = smtp is None
+                stage = "connect"
+                try:
+                    async with asyncio.timeout(self._request_timeout):
+                        if smtp is None:
+                            smtp = await self._connect()
+                        stage = "mail"
+                        await smtp.mail(self._sender)
+                        stage = "rcpt"
+                        await smtp.rcpt(mail.recipient)
+                        stage = "data"
+                        reply = await smtp.data(mail.message)
+                except aiosmtplib.SMTPResponseException as exc:
+                    self._discard(smtp)  # its envelope is half-done: never reused
+                    return SmtpReply(exc.code, exc.message, stage, mail.message_id)
+                except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
+                    self._discard(smtp)
+                    if stage == "data":
+                        return TransportFailure(True, _describe(exc))
+                    if not fresh:
+                        continue  # a kept connection the server closed meanwhile
+                    return TransportFailure(False, _describe(exc))
+                self._release(smtp)
+                return SmtpReply(reply.code, reply.message, "end", mail.message_id)
+        return TransportFailure(False, "no connection")  # pragma: no cover - loop returns
+
+    async def lookup(self, dedupe_key: str) -> LookupResult:
+        """SMTP cannot tell whether it accepted a mail: the look-up always fails (at most
+        once), or, with ``at_least_once``, says "not found" so an unknown call is retried
+        (a duplicate possible, under the same Message-ID)."""
+        if self._at_least_once:
+            return LookupResult(None, False, f"{NO_LOOKUP}: at least once, retried")
+        return LookupResult(None, True, NO_LOOKUP)
+
+    async def aclose(self) -> None:
+        idle, self._idle = self._idle, []
+        for smtp in idle:
+            try:
+                await asyncio.wait_for(smtp.quit(), self._connect_timeout)
+            except (TimeoutError, aiosmtplib.SMTPException, OSError):
+                smtp.close()
+
+    async def _connect(self) -> aiosmtplib.SMTP:
+        target = self._target
+        smtp = aiosmtplib.SMTP(
+            hostname=target.host,
+            port=target.port,
+            use_tls=target.use_tls,
+            start_tls=target.start_tls,
+            timeout=self._request_timeout,
+            username=target.username,
+            password=self._password if target.username else None,
+        )
+        try:
+            await smtp.connect(timeout=self._connect_timeout)
+        except BaseException:
+            smtp.close()
+            raise
+        return smtp
+
+    def _release(self, smtp: aiosmtplib.SMTP) -> None:
+        """Keep a connection after a completed transaction."""
+        if smtp.is_connected:
+            self._idle.append(smtp)
+
+    def _discard(self, smtp: aiosmtplib.SMTP | None) -> None:
+        if smtp is not None:
+            smtp.close()
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return clip_reason(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)

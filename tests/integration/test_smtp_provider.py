@@ -1,0 +1,78 @@
+"""The SMTP adapter against a real SMTP server (aiosmtpd): every reply becomes its outcome."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+from smtp_server import SmtpRecorder, free_port, smtp_server
+
+from consumer.core.outcome import Outcome, TransportFailure
+from consumer.core.smtp_outcome import classify_call
+from consumer.provider import OutgoingMail
+from consumer.providers.smtp import SmtpProvider, message_id_for
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, SmtpRecorder]]:
+    with smtp_server() as running:
+        yield running
+
+
+def _send(url: str, *recipients: str) -> list[object]:
+    async def run() -> list[object]:
+        provider = SmtpProvider(url, "noreply@shop.example", request_timeout=5)
+        try:
+            results = []
+            for to in recipients:
+                prepared = provider.prepare(OutgoingMail(f"key-{to}", to, "welcome", {"n": 1}))
+                results.append(await provider.send(prepared))
+            results.append(await provider.lookup("anything"))
+            return results
+        finally:
+            await provider.aclose()
+
+    return asyncio.run(run())
+
+
+def test_each_reply_is_classified_with_its_codes(server: tuple[str, SmtpRecorder]) -> None:
+    url, recorder = server
+    recipients = [
+        "ok-1@example.com",
+        "rcpt421-1@example.com",
+        "rcpt452-1@example.com",
+        "rcpt550-1@example.com",
+        "data451-1@example.com",
+        "ok-2@example.com",  # after the failures: a kept or a fresh connection still works
+    ]
+    *results, lookup = _send(url, *recipients)
+    seen = [(c.outcome, c.provider_code) for c in map(classify_call, results)]  # type: ignore[arg-type]
+    assert seen == [
+        (Outcome.ACCEPTED, "250 2.0.0"),
+        (Outcome.RETRY, "421 4.3.2"),
+        (Outcome.RETRY, "452 4.5.3"),
+        (Outcome.REJECTED, "550 5.1.1"),
+        (Outcome.RETRY, "451 4.3.0"),
+        (Outcome.ACCEPTED, "250 2.0.0"),
+    ]
+    accepted = classify_call(results[0])  # type: ignore[arg-type]
+    assert accepted.message_id is not None and accepted.message_id.startswith("Q")
+    ours = message_id_for("key-ok-1@example.com", "shop.example")
+    assert recorder.messages[ours] == 1
+    assert sum(recorder.messages.values()) == 2
+    assert lookup.failed and lookup.message_id is None  # type: ignore[attr-defined]
+
+
+def test_a_connection_dropped_after_data_is_unknown(server: tuple[str, SmtpRecorder]) -> None:
+    url, recorder = server
+    [result, _] = _send(url, "drop-1@example.com")
+    assert isinstance(result, TransportFailure) and result.request_sent
+    assert classify_call(result).outcome is Outcome.UNKNOWN
+    assert recorder.data_seen[message_id_for("key-drop-1@example.com", "shop.example")] == 1
+
+
+def test_a_refused_connection_is_a_retry_not_sent() -> None:
+    [result, _] = _send(f"smtp://127.0.0.1:{free_port()}", "ok@example.com")
+    assert isinstance(result, TransportFailure) and not result.request_sent
+    assert classify_call(result).outcome is Outcome.RETRY
