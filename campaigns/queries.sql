@@ -140,12 +140,17 @@ WITH batch AS (
         SELECT convert_to('1:' || %(id)s::bigint || ':' || extract(epoch FROM now())::bigint
                           || ':' || lower(b.email), 'UTF8') AS payload
     ) m
+    -- URL-safe base64 by replace(), several times faster than translate() here; only the
+    -- payload can be long enough for encode() to break its lines.
     CROSS JOIN LATERAL (
         SELECT rtrim(%(unsub_base)s::text, '/') || '/unsubscribe/'
-               || translate(encode(m.payload, 'base64'), E'+/=\n', '-_') || '.'
-               || translate(encode(sha256(%(unsub_outer)s::bytea
-                                          || sha256(%(unsub_inner)s::bytea || m.payload)),
-                                   'base64'), E'+/=\n', '-_') AS url
+               || replace(replace(replace(rtrim(encode(m.payload, 'base64'), '='),
+                                          '+', '-'), '/', '_'), E'\n', '')
+               || '.'
+               || replace(replace(rtrim(encode(sha256(%(unsub_outer)s::bytea
+                                                      || sha256(%(unsub_inner)s::bytea
+                                                                || m.payload)),
+                                               'base64'), '='), '+', '-'), '/', '_') AS url
     ) u
     WHERE NOT b.suppressed
     ORDER BY b.ordinal

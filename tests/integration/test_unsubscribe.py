@@ -67,9 +67,11 @@ def token_of(payload: dict[str, Any]) -> str:
 
 def test_fan_out_rows_carry_a_signed_link_and_the_rfc_8058_headers(database_url: str) -> None:
     emails = [f"User{i}@Example.com" for i in range(20)]
+    # Long addresses: their payload's base64 is longer than encode()'s 76-character lines.
+    emails += [f"{'x' * 60}.{i}@{'long-domain.' * 5}example.com" for i in range(3)]
     campaign_id = fan_out(database_url, emails, Links(SECRET, BASE))
     found = rows(database_url, campaign_id)
-    assert len(found) == 20
+    assert len(found) == len(emails)
     for i, email in enumerate(emails):
         _send_id, payload = found[f"u{i}"]
         url = payload["unsubscribe_url"]
