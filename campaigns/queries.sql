@@ -139,9 +139,12 @@ WITH batch AS (
     CROSS JOIN LATERAL (
         SELECT convert_to('1:' || %(id)s::bigint || ':' || extract(epoch FROM now())::bigint
                           || ':' || lower(b.email), 'UTF8') AS payload
+        OFFSET 0
     ) m
     -- URL-safe base64 by replace(), several times faster than translate() here; only the
-    -- payload can be long enough for encode() to break its lines.
+    -- payload can be long enough for encode() to break its lines. OFFSET 0 keeps each
+    -- subquery a subquery: flattened, its expression was computed at every reference
+    -- (url three times, payload in each), which took a third of the fan-out's speed.
     CROSS JOIN LATERAL (
         SELECT rtrim(%(unsub_base)s::text, '/') || '/unsubscribe/'
                || replace(replace(replace(rtrim(encode(m.payload, 'base64'), '='),
@@ -151,6 +154,7 @@ WITH batch AS (
                                                       || sha256(%(unsub_inner)s::bytea
                                                                 || m.payload)),
                                                'base64'), '='), '+', '-'), '/', '_') AS url
+        OFFSET 0
     ) u
     WHERE NOT b.suppressed
     ORDER BY b.ordinal
