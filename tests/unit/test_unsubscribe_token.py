@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from campaigns.unsubscribe import Links, Unsubscribe, hmac_pads, make_token, verify_token
 from mailbus.errors import ConfigError
+from mailbus.settings import load_settings
 
 SECRET = "unsub_test_secret_0123456789"
 T0 = 1_764_576_000
@@ -102,3 +104,21 @@ def test_links_need_a_secret_and_a_base_url() -> None:
     assert missing.value.setting == "MAILBUS_UNSUBSCRIBE_BASE_URL"
     links = Links.of(SECRET, "https://x.test/mail/")
     assert links is not None and links.url("t.s") == "https://x.test/mail/unsubscribe/t.s"
+
+
+def test_settings_read_the_secret_from_a_file_and_check_the_base_url(tmp_path: Path) -> None:
+    secret_file = tmp_path / "unsubscribe_secret"
+    secret_file.write_text(SECRET + "\n")
+    settings = load_settings(
+        {
+            "MAILBUS_UNSUBSCRIBE_SECRET_FILE": str(secret_file),
+            "MAILBUS_UNSUBSCRIBE_BASE_URL": "https://mail.example.test",
+        }
+    )
+    assert Links.of(settings.unsubscribe_secret, settings.unsubscribe_base_url) == Links(
+        SECRET, "https://mail.example.test"
+    )
+    assert load_settings({}).unsubscribe_secret == ""
+    with pytest.raises(ConfigError) as bad:
+        load_settings({"MAILBUS_UNSUBSCRIBE_BASE_URL": "ftp://mail.example.test"})
+    assert bad.value.setting == "MAILBUS_UNSUBSCRIBE_BASE_URL"
