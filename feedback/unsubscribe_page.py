@@ -36,8 +36,10 @@ _PAGE = """<!doctype html>
 <meta name="robots" content="noindex"><title>{title}</title></head>
 <body><main><h1>{title}</h1><p>{text}</p>{form}</main></body></html>
 """
+# No action: the form posts back to the URL the page was fetched at, whatever path
+# prefix a reverse proxy puts in front of the receiver.
 _FORM = (
-    '<form method="post" action="{action}">'
+    '<form method="post">'
     '<input type="hidden" name="List-Unsubscribe" value="One-Click">'
     '<button type="submit">Unsubscribe</button></form>'
 )
@@ -63,12 +65,8 @@ def add_unsubscribe_routes(
         who = valid(request)
         if who is None:
             return _invalid()
-        action = html.escape(request.rel_url.path, quote=True)
         return _page(
-            200,
-            "Unsubscribe",
-            f"Stop campaign mail to {html.escape(who.address)}?",
-            _FORM.format(action=action),
+            200, "Unsubscribe", f"Stop campaign mail to {html.escape(who.address)}?", _FORM
         )
 
     async def unsubscribe(request: web.Request) -> web.Response:
