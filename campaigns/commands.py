@@ -115,16 +115,18 @@ def _list(settings: Settings, args: argparse.Namespace) -> int:
 def _run(settings: Settings, args: argparse.Namespace) -> int:
     from campaigns.pacer import Pacer
     from campaigns.store import transition
+    from campaigns.unsubscribe import Links
     from campaigns.views import collect_status
     from mailbus.cli import stop_on_signals
 
+    links = Links.of(settings.unsubscribe_secret, settings.unsubscribe_base_url)  # checked first
     state = collect_status(settings.database_url, args.id)["state"]
     if state == "draft":
         print(transition(settings.database_url, args.id, "start")[0])
     elif state != "running":
         raise CampaignError(f"campaign {args.id} is {state}: only a draft or running one can run")
     stop = stop_on_signals()
-    Pacer(settings.database_url, only=args.id).run(stop, until_idle=True)
+    Pacer(settings.database_url, only=args.id, links=links).run(stop, until_idle=True)
     status = collect_status(settings.database_url, args.id)
     print(
         f"campaign {args.id} is {status['state']}: handed out {status['handed_out']}"

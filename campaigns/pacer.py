@@ -27,6 +27,7 @@ from typing import Any
 import psycopg
 
 from campaigns.pacing import Bucket, Pace, Window, plan_tick, settle
+from campaigns.unsubscribe import Links, hmac_pads
 from mailbus.settings import Settings
 from mailbus.sqlfiles import load_queries
 
@@ -54,8 +55,16 @@ class Pacer:
         only: int | None = None,
         tick_s: float = 1.0,
         max_batch: int = MAX_BATCH,
+        links: Links | None = None,
     ) -> None:
         self.database_url = database_url
+        # Unsubscribe links in every row's variables (None: no secret, no links).
+        inner, outer = hmac_pads(links.secret) if links is not None else (None, None)
+        self._links = {
+            "unsub_base": None if links is None else links.base_url,
+            "unsub_inner": inner,
+            "unsub_outer": outer,
+        }
         self.only = only  # pace this campaign alone (``campaign run``)
         self.tick_s = tick_s
         self.max_batch = max_batch
@@ -107,6 +116,7 @@ class Pacer:
                         "limit": grant.rows,
                         "template": template,
                         "priority": priority,
+                        **self._links,
                     },
                 ).fetchone()
                 assert out is not None
@@ -176,7 +186,10 @@ class Pacer:
 def start_pacer_thread(settings: Settings, stop: threading.Event) -> threading.Thread:
     """The pacer of every running campaign, in a thread of a long-running process (the
     relay); join it after setting ``stop``."""
-    pacer = Pacer(settings.database_url)
+    pacer = Pacer(
+        settings.database_url,
+        links=Links.of(settings.unsubscribe_secret, settings.unsubscribe_base_url),
+    )
     thread = threading.Thread(target=pacer.run, args=(stop,), name="campaign-pacer", daemon=True)
     thread.start()
     return thread

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -142,15 +143,25 @@ class HttpProvider:
         """Encode ``mail`` into its request, before any row is claimed for it; raises
         :class:`InvalidSendError` naming the field that cannot travel (a dedupe key that is
         not printable ASCII cannot be an HTTP header; a number JSON cannot carry, such as
-        ``1e400`` stored in jsonb, cannot be a body)."""
+        ``1e400`` stored in jsonb, cannot be a body; a ``headers`` variable that is not an
+        object of valid names to values without CR/LF). That variable is also sent as the
+        body's top-level ``"headers"`` field, the mail headers the provider adds."""
         key = mail.dedupe_key
         if not (key.isascii() and key.isprintable() and key.strip()):
             raise InvalidSendError(
                 "dedupe_key", "must be printable ASCII to travel as the Idempotency-Key header"
             )
+        document: dict[str, Any] = {
+            "to": mail.to_address,
+            "template": mail.template,
+            "variables": mail.variables,
+        }
+        headers = mail.variables.get("headers")
+        if headers is not None:  # e.g. List-Unsubscribe of a campaign: a top-level field
+            document["headers"] = _mail_headers(headers)
         try:
             body = json.dumps(
-                {"to": mail.to_address, "template": mail.template, "variables": mail.variables},
+                document,
                 ensure_ascii=False,
                 allow_nan=False,
             ).encode()
@@ -247,6 +258,24 @@ class HttpProvider:
         if self._api_key:
             text = text.replace(self._api_key, "***")
         return clip_reason(text)
+
+
+_HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,75}")
+
+
+def _mail_headers(headers: object) -> dict[str, str]:
+    """The ``headers`` variable as mail headers to pass on: an object of header names to
+    string values, none with CR, LF or NUL (a header injection), else InvalidSendError."""
+    if not isinstance(headers, Mapping):
+        raise InvalidSendError("payload_json", "variable headers must be an object")
+    for name, value in headers.items():
+        if not _HEADER_NAME.fullmatch(name):
+            raise InvalidSendError("payload_json", f"header name {name[:80]!r} is not valid")
+        if not isinstance(value, str) or any(ch in value for ch in "\r\n\0"):
+            raise InvalidSendError(
+                "payload_json", f"header {name} must be a string without CR, LF or NUL"
+            )
+    return dict(headers)
 
 
 _MAX_MESSAGE_ID_CHARS = 512

@@ -13,6 +13,9 @@ safe).
 Every ``sweep_s`` seconds (10) the receiver applies events that had come before their
 send recorded its ``message_id`` (:meth:`feedback.store.EventStore.apply_late_events`).
 
+With ``MAILBUS_UNSUBSCRIBE_SECRET`` set, the receiver also serves campaign unsubscribe
+links, ``GET``/``POST /unsubscribe/{token}`` (:mod:`feedback.unsubscribe_page`).
+
 ``GET /healthz`` is 200 while the process serves; ``GET /readyz`` is 200 when PostgreSQL
 answers, else 503. SIGTERM/SIGINT: stop listening, let requests in flight finish (up to
 5 s), close the pool, exit 0.
@@ -35,6 +38,7 @@ from aiohttp import web
 from feedback.events import DeliveryEvent, InvalidEventError, parse_event
 from feedback.signature import HEADER, verify
 from feedback.store import EventStore, LateEvents, Recorded
+from feedback.unsubscribe_page import add_unsubscribe_routes
 from mailbus import metrics
 from mailbus.errors import ConfigError, StorageError
 from mailbus.settings import Settings
@@ -60,9 +64,17 @@ class Store(Protocol):
 
     async def apply_late_events(self) -> LateEvents: ...
 
+    async def unsubscribe(self, address: str, source: str) -> bool: ...
 
-def make_app(store: Store, secret: str, clock: Callable[[], float] = time.time) -> web.Application:
-    """The receiver's routes over ``store``; ``clock`` gives unix seconds."""
+
+def make_app(
+    store: Store,
+    secret: str,
+    clock: Callable[[], float] = time.time,
+    unsubscribe_secret: str = "",
+) -> web.Application:
+    """The receiver's routes over ``store``; ``clock`` gives unix seconds; with an
+    ``unsubscribe_secret``, the unsubscribe routes too."""
     key = secret.encode()
 
     async def receive(request: web.Request) -> web.Response:
@@ -107,6 +119,8 @@ def make_app(store: Store, secret: str, clock: Callable[[], float] = time.time) 
     app.router.add_post("/webhooks/{provider}", receive)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    if unsubscribe_secret:
+        add_unsubscribe_routes(app, store, unsubscribe_secret, clock)
     return app
 
 
@@ -145,10 +159,11 @@ async def start(
     clock: Callable[[], float] = time.time,
     shutdown_timeout: float = 5.0,
     sweep_s: float | None = 10.0,
+    unsubscribe_secret: str = "",
 ) -> RunningReceiver:
     """Serve on ``host:port`` (0: any free port, see ``.port``); sweep late events every
     ``sweep_s`` seconds (None: never)."""
-    app = make_app(store, secret, clock)
+    app = make_app(store, secret, clock, unsubscribe_secret)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
     try:
@@ -190,7 +205,13 @@ async def _serve(settings: Settings) -> int:
     await store.open()
     host, port = settings.webhook_listen
     try:
-        receiver = await start(store, settings.webhook_secret, host=host, port=port)
+        receiver = await start(
+            store,
+            settings.webhook_secret,
+            host=host,
+            port=port,
+            unsubscribe_secret=settings.unsubscribe_secret,
+        )
     except OSError as exc:
         await store.close()
         raise ConfigError(

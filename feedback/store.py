@@ -76,6 +76,7 @@ class EventStore:
             reconnect_timeout=3600,
         )
         self._queries = load_queries("feedback", "events.sql")
+        self._unsubscribe = load_queries("feedback", "unsubscribe.sql")["unsubscribe"]
         self._batches: Coalescer[tuple[str, DeliveryEvent], Recorded] = Coalescer(
             self._record_batch, max_batch=max_batch
         )
@@ -104,6 +105,18 @@ class EventStore:
             raise StorageError(f"applying late delivery events failed: {exc}") from exc
         assert row is not None
         return LateEvents(int(row[0]), int(row[1]), int(row[2]))
+
+    async def unsubscribe(self, address: str, source: str) -> bool:
+        """Suppress ``address`` (reason ``unsubscribed``); whether it was new. Idempotent."""
+        try:
+            async with self._pool.connection(timeout=10) as conn:
+                cursor = await conn.execute(
+                    self._unsubscribe, {"address": address, "source": source}
+                )
+                added = await cursor.fetchone()
+        except psycopg.Error as exc:
+            raise StorageError(f"unsubscribing failed: {exc}") from exc
+        return added is not None
 
     async def ready(self) -> bool:
         """Whether PostgreSQL answers within a second or two."""

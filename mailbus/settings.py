@@ -59,6 +59,8 @@ class Settings:
     queue_cap_shares: tuple[float, float, float] = DEFAULT_CAP_SHARES  # p2, p1, p0
     webhook_secret: str = ""  # `mailbus webhooks` refuses to start without one
     webhook_listen: tuple[str, int] = ("127.0.0.1", 8026)
+    unsubscribe_secret: str = ""  # signs unsubscribe links; empty: campaigns carry none
+    unsubscribe_base_url: str | None = None  # where `mailbus webhooks` is reached
     kafka_security: KafkaSecurity = _PLAINTEXT  # TLS/SASL: see kafka_client_config
     provider: str = "http"  # http | smtp
     smtp_url: str = ""  # smtp://host:port, smtp+starttls://user@host:587, smtps://...
@@ -152,6 +154,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         queue_cap_shares=parse_cap_shares(env.get("MAILBUS_QUEUE_CAP_SHARES")),
         webhook_secret=reader.secret("MAILBUS_WEBHOOK_SECRET"),
         webhook_listen=reader.listen("MAILBUS_WEBHOOK_LISTEN", Settings.webhook_listen),
+        unsubscribe_secret=reader.secret("MAILBUS_UNSUBSCRIBE_SECRET"),
+        unsubscribe_base_url=reader.optional_url("MAILBUS_UNSUBSCRIBE_BASE_URL", ("https", "http")),
         kafka_security=parse_kafka_security(env),
         provider=_provider_kind(env.get("MAILBUS_PROVIDER")),
         smtp_url=reader._raw("MAILBUS_SMTP_URL") or "",

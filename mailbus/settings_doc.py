@@ -102,6 +102,19 @@ SETTINGS: tuple[Setting, ...] = (
         from_file=True,
     ),
     _s("WEBHOOK_LISTEN", "127.0.0.1:8026", "address of the webhooks receiver", {"webhooks"}),
+    _s(
+        "UNSUBSCRIBE_SECRET",
+        "off (no links)",
+        "HMAC secret of campaign unsubscribe links",
+        {"relay", "campaign", "webhooks"},
+        from_file=True,
+    ),
+    _s(
+        "UNSUBSCRIBE_BASE_URL",
+        "-",
+        "public URL of `mailbus webhooks`; links are <it>/unsubscribe/<token>",
+        {"relay", "campaign"},
+    ),
     _s("INTAKE_TOPIC", "orders.events", "topic of the domain events", {"intake"}),
     _s(
         "INTAKE_MAPPINGS", "schemas/intake_mappings.json", "event type -> mail mappings", {"intake"}

@@ -306,7 +306,16 @@ def test_a_tick_walks_the_recipients_by_index_from_the_checkpoint(database_url: 
             row[0]
             for row in conn.execute(
                 "EXPLAIN " + queries["fan_out"],
-                {"id": campaign_id, "after": 0, "limit": 100, "template": "t", "priority": "p2"},
+                {
+                    "id": campaign_id,
+                    "after": 0,
+                    "limit": 100,
+                    "template": "t",
+                    "priority": "p2",
+                    "unsub_base": "https://x.test",  # links on (campaigns/unsubscribe.py)
+                    "unsub_inner": b"i" * 64,
+                    "unsub_outer": b"o" * 64,
+                },
             )
         )
         conn.rollback()
