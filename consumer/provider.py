@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -47,6 +46,7 @@ from consumer.core.outcome import (
     parse_retry_after,
 )
 from mailbus.errors import ConfigError, InvalidSendError
+from schemas.send_request import mail_headers
 
 __all__ = ["HttpProvider", "LookupResult", "OutgoingMail", "PreparedMail"]
 
@@ -158,7 +158,7 @@ class HttpProvider:
         }
         headers = mail.variables.get("headers")
         if headers is not None:  # e.g. List-Unsubscribe of a campaign: a top-level field
-            document["headers"] = _mail_headers(headers)
+            document["headers"] = mail_headers(headers)
         try:
             body = json.dumps(
                 document,
@@ -258,24 +258,6 @@ class HttpProvider:
         if self._api_key:
             text = text.replace(self._api_key, "***")
         return clip_reason(text)
-
-
-_HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,75}")
-
-
-def _mail_headers(headers: object) -> dict[str, str]:
-    """The ``headers`` variable as mail headers to pass on: an object of header names to
-    string values, none with CR, LF or NUL (a header injection), else InvalidSendError."""
-    if not isinstance(headers, Mapping):
-        raise InvalidSendError("payload_json", "variable headers must be an object")
-    for name, value in headers.items():
-        if not _HEADER_NAME.fullmatch(name):
-            raise InvalidSendError("payload_json", f"header name {name[:80]!r} is not valid")
-        if not isinstance(value, str) or any(ch in value for ch in "\r\n\0"):
-            raise InvalidSendError(
-                "payload_json", f"header {name} must be a string without CR, LF or NUL"
-            )
-    return dict(headers)
 
 
 _MAX_MESSAGE_ID_CHARS = 512

@@ -20,6 +20,7 @@ __all__ = [
     "MAX_PAYLOAD_BYTES",
     "PRIORITIES",
     "SendRequest",
+    "mail_headers",
     "reject_line_breaks",
     "validate_address",
     "validate_send_request",
@@ -97,3 +98,23 @@ def reject_line_breaks(field_name: str, value: str) -> None:
     """Raise if ``value`` holds CR, LF or NUL (a header injection), naming ``field_name``."""
     if "\r" in value or "\n" in value or "\x00" in value:
         raise InvalidSendError(field_name, "contains CR, LF or NUL (header injection)")
+
+
+_HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,75}")
+
+
+def mail_headers(headers: object) -> dict[str, str]:
+    """The ``headers`` variable as mail headers to pass on (e.g. a campaign's
+    List-Unsubscribe): an object of header names to string values, none with CR, LF or
+    NUL (a header injection), else InvalidSendError naming payload_json. Every provider
+    adapter carries them the same way."""
+    if not isinstance(headers, Mapping):
+        raise InvalidSendError("payload_json", "variable headers must be an object")
+    for name, value in headers.items():
+        if not _HEADER_NAME.fullmatch(name):
+            raise InvalidSendError("payload_json", f"header name {name[:80]!r} is not valid")
+        if not isinstance(value, str) or any(ch in value for ch in "\r\n\0"):
+            raise InvalidSendError(
+                "payload_json", f"header {name} must be a string without CR, LF or NUL"
+            )
+    return dict(headers)

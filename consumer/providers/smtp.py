@@ -40,6 +40,7 @@ from consumer.core.outcome import TransportFailure, clip_reason
 from consumer.core.smtp_outcome import AnyCallResult, SmtpReply
 from consumer.provider import LookupResult, OutgoingMail
 from mailbus.errors import ConfigError, InvalidSendError
+from schemas.send_request import mail_headers
 
 __all__ = ["SmtpPrepared", "SmtpProvider", "SmtpTarget", "message_id_for", "render_mail"]
 
@@ -112,6 +113,9 @@ def render_mail(template: str, variables: Mapping[str, Any]) -> tuple[str, str, 
     return subject, text, html if isinstance(html, str) else None
 
 
+_OWN_HEADERS = frozenset({"from", "to", "subject", "message-id", "date"})
+
+
 class SmtpProvider:
     """Sends through the SMTP server of ``url`` as ``sender``."""
 
@@ -151,6 +155,10 @@ class SmtpProvider:
             if "\r" in value or "\n" in value:
                 raise InvalidSendError(field, "must not contain CR or LF (header injection)")
         message_id = message_id_for(mail.dedupe_key, self._domain)
+        headers = mail.variables.get("headers")
+        extra = {} if headers is None else mail_headers(headers)  # e.g. List-Unsubscribe
+        if own := sorted(_OWN_HEADERS.intersection(name.lower() for name in extra)):
+            raise InvalidSendError("payload_json", f"header {own[0]} is set by mailbus")
         msg = EmailMessage()
         try:
             msg["From"] = self._sender
@@ -158,6 +166,8 @@ class SmtpProvider:
             msg["Subject"] = subject
             msg["Message-ID"] = message_id
             msg["Date"] = formatdate(usegmt=True)
+            for name, value in extra.items():
+                msg[name] = value
             msg.set_content(text)
             if html is not None:
                 msg.add_alternative(html, subtype="html")

@@ -196,6 +196,28 @@ def test_header_injection_is_an_invalid_send(bad: dict[str, object]) -> None:
     assert error.value.field == "subject"
 
 
+def test_a_campaigns_list_unsubscribe_headers_travel_in_the_mail() -> None:
+    provider = SmtpProvider("smtp://127.0.0.1:1", "noreply@shop.example")
+    headers = {
+        "List-Unsubscribe": "<https://shop.example/unsubscribe/t0k>",
+        "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
+    }
+    message = provider.prepare(_mail(headers=headers)).message
+    assert b"List-Unsubscribe: <https://shop.example/unsubscribe/t0k>" in message
+    assert b"List-Unsubscribe-Post: List-Unsubscribe=One-Click" in message
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"List-Unsubscribe": "<x>\r\nBcc: a@evil.example"}, {"From": "ceo@shop.example"}, ["x"]],
+)
+def test_headers_that_inject_or_replace_ours_are_an_invalid_send(headers: object) -> None:
+    provider = SmtpProvider("smtp://127.0.0.1:1", "noreply@shop.example")
+    with pytest.raises(InvalidSendError) as error:
+        provider.prepare(_mail(headers=headers))
+    assert error.value.field == "payload_json"
+
+
 def test_unknown_policy_setting_and_lookup() -> None:
     assert load_settings({}).smtp_unknown == "at_most_once"
     assert load_settings({"MAILBUS_SMTP_UNKNOWN": "at_least_once"}).smtp_unknown == (
