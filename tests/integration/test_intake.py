@@ -352,9 +352,9 @@ def test_sigkill_mid_stream_then_restart_gives_exactly_one_row_per_order(
     settings: Settings, intake_env: dict[str, str], start_intake: Callable[..., Intake]
 ) -> None:
     topic = _topic(intake_env)
-    count = 4000
-    records = list(sample_events(count, duplicates=200, malformed=0, run="kill"))
-    chunks = [records[start : start + 300] for start in range(0, len(records), 300)]
+    count = 20_000  # the figure
+    records = list(sample_events(count, duplicates=1000, malformed=0, run="kill"))
+    chunks = [records[start : start + 1000] for start in range(0, len(records), 1000)]
 
     def publish() -> None:  # events keep arriving while the intake is killed and restarted
         for chunk in chunks:
@@ -366,7 +366,7 @@ def test_sigkill_mid_stream_then_restart_gives_exactly_one_row_per_order(
     chosen = random.Random(9)
     at_kill: list[int] = []
     try:
-        for threshold in (chosen.randint(300, 1200), chosen.randint(1800, 2800)):
+        for threshold in (chosen.randint(1500, 6000), chosen.randint(9000, 14000)):
             intake = start_intake(MAILBUS_INTAKE_BATCH="100")
             while _count(settings.database_url) < threshold:
                 assert intake.process.poll() is None, intake.output()
