@@ -195,17 +195,7 @@ class DeliveryService:
         a row that was tried stands only after a look-up at the provider that took it."""
         row = loaded.view
         if self._must_confirm(verdict, row.attempts, row, loaded.provider):
-            found = await self._lookup(row.dedupe_key, loaded.provider)
-            verdict = confirm_final(
-                row,
-                verdict,
-                found.message_id,
-                found.failed,
-                self.clock(),
-                self.policy,
-                self.rand,
-                detail=found.detail,
-            )
+            verdict = await self._confirm_by_lookup(row, verdict, loaded.provider)
         if await self._durably(lambda: self.ledger.settle_gate(row, verdict, origin)):
             metrics.observe_call(row.priority, verdict.next_status.value, 0.0, None)
             if verdict.dead_letter:
@@ -314,17 +304,7 @@ class DeliveryService:
             row = replace(row, in_doubt_since=called_at)
             decision = await self._decide_by_lookup(row, route)
         elif self._must_confirm(decision, row.attempts - 1, row, route):
-            found = await self._lookup(row.dedupe_key, route)
-            decision = confirm_final(
-                row,
-                decision,
-                found.message_id,
-                found.failed,
-                self.clock(),
-                self.policy,
-                self.rand,
-                detail=found.detail,
-            )
+            decision = await self._confirm_by_lookup(row, decision, route)
         return _Attempt(row, token, decision, latency_s, result.status_code)
 
     def _must_confirm(
@@ -346,6 +326,22 @@ class DeliveryService:
             await self.gate.before_request()
         metrics.observe_lookup()
         return await provider.lookup(dedupe_key)
+
+    async def _confirm_by_lookup(
+        self, row: SendView, final: Decision, route: str | None
+    ) -> Decision:
+        """A final state other than accepted, checked against the provider that took it."""
+        found = await self._lookup(row.dedupe_key, route)
+        return confirm_final(
+            row,
+            final,
+            found.message_id,
+            found.failed,
+            self.clock(),
+            self.policy,
+            self.rand,
+            detail=found.detail,
+        )
 
     async def _decide_by_lookup(self, row: SendView, route: str | None) -> Decision:
         found = await self._lookup(row.dedupe_key, route)
