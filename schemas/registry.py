@@ -39,6 +39,7 @@ __all__ = [
     "dead_letter_value_codec",
     "pointer_codec",
     "register",
+    "register_shipped",
     "registry_client",
     "subject",
     "value_codec",
@@ -143,3 +144,17 @@ def dead_letter_value_codec(settings: Settings) -> ValueCodec:
     if settings.schema_registry_url is None:
         return dead_letter_codec()
     return value_codec(settings, "dead_letter.avsc", [settings.dlq_topic])
+
+
+def register_shipped(settings: Settings, intake_topic: str) -> list[str]:
+    """`mailbus migrate`: register the shipped schemas under their topics' subjects (BACKWARD);
+    the subjects, each with its schema id."""
+    url = settings.schema_registry_url
+    assert url is not None
+    client = registry_client(url)
+    plan = [("send_pointer.avsc", settings.topic(p)) for p in PRIORITIES]
+    plan += [("dead_letter.avsc", settings.dlq_topic)]
+    plan += [("order_placed.avsc", intake_topic)]
+    return [
+        f"{subject(topic)}={register(client, shipped_schema(name), topic)}" for name, topic in plan
+    ]

@@ -24,7 +24,14 @@ from test_relay import published, seed
 from mailbus.errors import ConfigError
 from mailbus.settings import Settings
 from schemas.codec import shipped_schema
-from schemas.registry import pointer_codec, register, registry_client, subject, value_codec
+from schemas.registry import (
+    pointer_codec,
+    register,
+    register_shipped,
+    registry_client,
+    subject,
+    value_codec,
+)
 
 URL = os.environ.get("MAILBUS_TEST_SCHEMA_REGISTRY_URL", "http://127.0.0.1:8081/apis/ccompat/v7")
 
@@ -95,3 +102,14 @@ def test_an_incompatible_schema_change_is_refused(registry_settings: Settings) -
         register(registry_client(url), json.dumps(changed), topic)
     versions = registry_client(url).get_versions(subject(topic))
     assert versions == [1]
+
+
+def test_migrate_registers_the_shipped_schemas(registry_settings: Settings) -> None:
+    settings = registry_settings
+    intake_topic = f"{settings.topic_prefix}.orders"
+    done = register_shipped(settings, intake_topic)
+    assert len(done) == 5
+    client = registry_client(URL)
+    for topic in (settings.topic("p2"), settings.dlq_topic, intake_topic):
+        assert client.get_compatibility(subject(topic)) == "BACKWARD"
+        assert f"{subject(topic)}=" in " ".join(done)
