@@ -59,6 +59,7 @@ class AvroCodec:
 
     def __init__(self, schema_json: str, older: tuple[str, ...] = ()) -> None:
         self._schema = fastavro.parse_schema(json.loads(schema_json))
+        self.schema: Any = self._schema  # parsed; its "name" is the record's full name
         self.fingerprint = schema_fingerprint(self._schema)
         self._header = _MAGIC + self.fingerprint
         self._writers: dict[bytes, Any] = {}

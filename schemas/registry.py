@@ -35,7 +35,9 @@ from .send_request import PRIORITIES
 
 __all__ = [
     "RegistryCodec",
+    "RegistryWriters",
     "ValueCodec",
+    "confluent_schema_id",
     "dead_letter_value_codec",
     "pointer_codec",
     "register",
@@ -61,6 +63,51 @@ def registry_client(url: str) -> SchemaRegistryClient:
     return SchemaRegistryClient({"url": url})
 
 
+def confluent_schema_id(value: bytes | None) -> int:
+    """The schema id of a Confluent wire-format ``value``, else raise CodecError."""
+    if value is None or len(value) <= _HEADER_LENGTH or value[:1] != _MAGIC:
+        raise CodecError("not a Confluent wire-format Avro value")
+    return int(struct.unpack(">I", value[1:_HEADER_LENGTH])[0])
+
+
+class RegistryWriters:
+    """Writer schemas by registry id, fetched once each."""
+
+    def __init__(self, client: SchemaRegistryClient) -> None:
+        self._client = client
+        self._parsed: dict[int, Any] = {}
+
+    def add(self, schema_id: int, parsed: Any) -> None:
+        self._parsed[schema_id] = parsed
+
+    def get(self, schema_id: int) -> Any:
+        found = self._parsed.get(schema_id)
+        if found is None:
+            found = self._parsed[schema_id] = self._fetch(schema_id)
+        return found
+
+    def decode(self, value: bytes | None, reader: Any) -> dict[str, Any]:
+        """``value`` (Confluent framing) resolved into the parsed ``reader`` schema."""
+        schema_id = confluent_schema_id(value)
+        assert value is not None
+        return read_body(value, _HEADER_LENGTH, self.get(schema_id), reader)
+
+    def _fetch(self, schema_id: int) -> Any:
+        try:
+            found = self._client.get_schema(schema_id)
+        except SchemaRegistryError as exc:
+            status = exc.http_status_code
+            raise CodecError(f"unknown writer schema id {schema_id} ({status})") from None
+        except Exception as exc:  # unreachable registry: httpx errors
+            raise CodecError(f"schema registry unreachable: {type(exc).__name__}") from None
+        if found.schema_type not in (None, "AVRO") or found.schema_str is None:
+            raise CodecError(f"writer schema id {schema_id} is not Avro")
+        try:
+            return fastavro.parse_schema(json.loads(found.schema_str))
+        except Exception as exc:  # a registry may hold schemas fastavro rejects
+            raise CodecError(f"writer schema id {schema_id}: {type(exc).__name__}") from None
+
+
 class RegistryCodec:
     """Encodes with the current schema's registry id; decodes any id the registry knows,
     resolved into the current schema (the same interface as :class:`AvroCodec`)."""
@@ -68,40 +115,21 @@ class RegistryCodec:
     def __init__(
         self, client: SchemaRegistryClient, schema_json: str, topics: Iterable[str]
     ) -> None:
-        self._client = client
         self._schema = fastavro.parse_schema(json.loads(schema_json))
         ids = [register(client, schema_json, topic) for topic in topics]
         if not ids:
             raise ValueError("a registry codec needs at least one topic")
         self.schema_id = ids[0]
         self._header = _MAGIC + struct.pack(">I", self.schema_id)
-        self._writers: dict[int, Any] = {schema_id: self._schema for schema_id in ids}
+        self._writers = RegistryWriters(client)
+        for schema_id in ids:
+            self._writers.add(schema_id, self._schema)
 
     def encode(self, record: dict[str, Any]) -> bytes:
         return write_body(self._header, self._schema, record)
 
     def decode(self, value: bytes | None) -> dict[str, Any]:
-        if value is None or len(value) <= _HEADER_LENGTH or value[:1] != _MAGIC:
-            raise CodecError("not a Confluent wire-format Avro value")
-        (schema_id,) = struct.unpack(">I", value[1:_HEADER_LENGTH])
-        writer = self._writers.get(schema_id)
-        if writer is None:
-            writer = self._writers[schema_id] = self._fetch(schema_id)
-        return read_body(value, _HEADER_LENGTH, writer, self._schema)
-
-    def _fetch(self, schema_id: int) -> Any:
-        try:
-            found = self._client.get_schema(schema_id)
-        except SchemaRegistryError as exc:
-            raise CodecError(
-                f"unknown writer schema id {schema_id} ({exc.http_status_code})"
-            ) from None
-        if found.schema_type not in (None, "AVRO") or found.schema_str is None:
-            raise CodecError(f"writer schema id {schema_id} is not Avro")
-        try:
-            return fastavro.parse_schema(json.loads(found.schema_str))
-        except Exception as exc:  # a registry may hold schemas fastavro rejects
-            raise CodecError(f"writer schema id {schema_id}: {type(exc).__name__}") from None
+        return self._writers.decode(value, self._schema)
 
 
 def register(client: SchemaRegistryClient, schema_json: str, topic: str) -> int:
