@@ -259,7 +259,7 @@ registry_start() {
     rm -f "$RPIDFILE"
     echo "---- $(date -Is) starting registry" >>"$RLOG"
     # shellcheck disable=SC2016
-    setsid nohup bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$RPIDFILE" \
+    exec setsid nohup bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$RPIDFILE" \
       java -Xmx256m -Xms64m -Djava.awt.headless=true \
       -Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$REGISTRY_PORT" \
       -jar "$REGISTRY_HOME/apicurio-registry-app-$REGISTRY_VERSION-runner.jar" >>"$RLOG" 2>&1 </dev/null 9>&- &
