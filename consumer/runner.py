@@ -34,6 +34,7 @@ from mailbus.errors import StorageError
 from mailbus.kafka_security import kafka_client_config
 from mailbus.policies import configured_policy_book
 from mailbus.settings import Settings
+from schemas.registry import pointer_codec
 
 __all__ = ["lease_seconds", "run_consumer", "slot_wait_seconds"]
 
@@ -105,6 +106,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         policies=configured_policy_book(),
         fallback=fallback,
         stop_requested=stop.is_set,
+        codec=pointer_codec(settings),
     )
     await ledger.open()
     if settings.metrics_port is not None:

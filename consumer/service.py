@@ -51,6 +51,7 @@ from mailbus import metrics
 from mailbus.errors import CodecError, InvalidSendError, StorageError
 from mailbus.policies import PolicyBook
 from schemas.codec import send_pointer_codec
+from schemas.registry import ValueCodec
 
 __all__ = ["DeliveryService", "Stopping"]
 
@@ -90,6 +91,7 @@ class DeliveryService:
         stop_requested: Callable[[], bool] = lambda: False,
         clock: Callable[[], datetime] | None = None,
         rand: Callable[[], float] = random.random,
+        codec: ValueCodec | None = None,
     ) -> None:
         self.ledger = ledger
         self.provider = provider
@@ -102,7 +104,7 @@ class DeliveryService:
         self.rand = rand
         self.stop_requested = stop_requested  # no new call starts once it is True
         self.stopping = asyncio.Event()  # and storage retries give up once this is set
-        self._codec = send_pointer_codec()
+        self._codec = codec or send_pointer_codec()  # MAILBUS_SCHEMA_REGISTRY_URL: the runner's
 
     async def handle(self, origin: MessageOrigin) -> None:
         """Deliver the mail one Kafka message points at; return once the outcome is recorded."""

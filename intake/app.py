@@ -33,6 +33,7 @@ from mailbus import health
 from mailbus.policies import configured_policy_book
 from mailbus.settings import Settings
 from mailbus.topics import create_topics
+from schemas.registry import RegistryWriters, registry_client
 
 from .config import IntakeConfig
 from .dead_letters import DeadLetterProducer
@@ -121,7 +122,10 @@ def _incoming(event: Any) -> Incoming:
 def run_intake(settings: Settings, config: IntakeConfig, log_level: str = "WARNING") -> int:
     """Run until SIGTERM/SIGINT (then exit 0), or until the agent crashes (exit 1)."""
     mappings = load_mappings(config.mappings_path)
-    reader = EventReader(mappings, configured_policy_book())
+    registry = None
+    if settings.schema_registry_url is not None:
+        registry = RegistryWriters(registry_client(settings.schema_registry_url))
+    reader = EventReader(mappings, configured_policy_book(), registry)
     create_topics(settings, [config.topic, config.dlq_topic])
     if logging.getLevelName(log_level) != logging.DEBUG:
         for noisy in ("faust", "mode", "aiokafka"):  # their INFO is a line per service step

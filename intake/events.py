@@ -22,6 +22,7 @@ from uuid import UUID
 from mailbus.errors import CodecError, InvalidSendError
 from mailbus.policies import PolicyBook
 from schemas.codec import single_object_fingerprint
+from schemas.registry import RegistryWriters, confluent_schema_id
 from schemas.send_request import SendRequest, reject_line_breaks, validate_send_request
 
 from .mappings import EventMapping
@@ -53,20 +54,46 @@ class Rejected:
 class EventReader:
     """Turns raw event values into decisions, for the event types of ``mappings``."""
 
-    def __init__(self, mappings: Iterable[EventMapping], policies: PolicyBook) -> None:
+    def __init__(
+        self,
+        mappings: Iterable[EventMapping],
+        policies: PolicyBook,
+        registry: RegistryWriters | None = None,
+    ) -> None:
         self._by_fingerprint: dict[bytes, EventMapping] = {}
+        self._by_name: dict[str, EventMapping] = {}
         self._policies = policies
+        self._registry = registry  # MAILBUS_SCHEMA_REGISTRY_URL: Confluent framing
         for mapping in mappings:
+            self._by_name[mapping.codec.schema["name"]] = mapping
             for fingerprint in mapping.codec.fingerprints:
                 self._by_fingerprint[fingerprint] = mapping
 
     def read(self, value: bytes | None) -> NewRow | Rejected:
+        if self._registry is not None:
+            return self._read_confluent(value, self._registry)
         try:
             fingerprint = single_object_fingerprint(value)
             mapping = self._by_fingerprint.get(fingerprint)
             if mapping is None:
                 return Rejected("undecodable", f"no mapping reads schema {fingerprint.hex()}")
             event = mapping.codec.decode(value)
+        except CodecError as exc:
+            return Rejected("undecodable", str(exc))
+        try:
+            return self._row(mapping, event)
+        except InvalidSendError as exc:
+            return Rejected("invalid", f"{mapping.event}: {exc}")
+
+    def _read_confluent(self, value: bytes | None, registry: RegistryWriters) -> NewRow | Rejected:
+        """The event type is the writer schema's record name, as the registry holds it."""
+        try:
+            writer = registry.get(confluent_schema_id(value))
+            name = writer.get("name") if isinstance(writer, dict) else None
+            mapping = self._by_name.get(str(name))
+            if mapping is None:
+                return Rejected("undecodable", f"no mapping reads records named {name}")
+            event = registry.decode(value, mapping.codec.schema)
         except CodecError as exc:
             return Rejected("undecodable", str(exc))
         try:

@@ -78,6 +78,11 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
     if not args.skip_topics:
         created = ensure_topics(settings)
         print(f"topics: created {created or 'nothing (all exist)'}")
+    if settings.schema_registry_url is not None:
+        from schemas.registry import register_shipped
+
+        intake_topic = os.environ.get("MAILBUS_INTAKE_TOPIC") or "orders.events"
+        print(f"schema registry: {', '.join(register_shipped(settings, intake_topic))}")
     return 0
 
 

@@ -15,27 +15,31 @@ from relay.batch import Outbox
 from relay.publisher import OutgoingMessage
 from schemas.codec import dead_letter_codec
 from schemas.dead_letter import DeadLetter
+from schemas.registry import ValueCodec, dead_letter_value_codec
 
 __all__ = ["dead_letter_message", "dead_letter_outbox"]
 
 
-def dead_letter_message(letter: DeadLetter, topic: str) -> OutgoingMessage:
+def dead_letter_message(
+    letter: DeadLetter, topic: str, codec: ValueCodec | None = None
+) -> OutgoingMessage:
     """The DLQ record of ``letter``: Avro value, why-and-where headers, stable key."""
     return OutgoingMessage(
         topic=topic,
         key=letter.kafka_key(),
-        value=dead_letter_codec().encode(letter.record()),
+        value=(codec or dead_letter_codec()).encode(letter.record()),
         headers=letter.headers(),
     )
 
 
 def dead_letter_outbox(settings: Settings, queries: dict[str, str]) -> Outbox[DeadLetter]:
     topic = settings.dlq_topic
+    codec = dead_letter_value_codec(settings)
     return Outbox(
         name="dead letters",
         claim=queries["claim_dead_letters"],
         unclaim=queries["unclaim_dead_letters"],
         row_factory=class_row(DeadLetter),  # the claim returns exactly its fields
         row_id=lambda letter: letter.id,
-        to_message=lambda letter: dead_letter_message(letter, topic),
+        to_message=lambda letter: dead_letter_message(letter, topic, codec),
     )

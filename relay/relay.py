@@ -33,7 +33,8 @@ from mailbus.sqlfiles import load_queries
 from relay.batch import BatchResult, Outbox, publish_claimed
 from relay.dead_letters import dead_letter_outbox
 from relay.publisher import OutgoingMessage, PointerPublisher, PublishError
-from schemas.codec import SendPointer, send_pointer_codec
+from schemas.codec import SendPointer
+from schemas.registry import pointer_codec
 
 __all__ = ["NOTIFY_CHANNEL", "Relay", "RelayStats"]
 
@@ -56,7 +57,7 @@ class Relay:
         self.stats = RelayStats()
         self._publisher = publisher or PointerPublisher(kafka_client_config(settings))
         self._queries = load_queries("relay", "queries.sql")
-        self._codec = send_pointer_codec()
+        self._codec = pointer_codec(settings)
         self._sends: Outbox[TupleRow] = Outbox(
             name="send pointers",
             claim=self._queries["claim_due"],

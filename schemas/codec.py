@@ -24,9 +24,12 @@ __all__ = [
     "SendPointer",
     "dead_letter_codec",
     "order_placed_codec",
+    "read_body",
     "schema_fingerprint",
     "send_pointer_codec",
+    "shipped_schema",
     "single_object_fingerprint",
+    "write_body",
 ]
 
 _MAGIC = b"\xc3\x01"
@@ -56,6 +59,7 @@ class AvroCodec:
 
     def __init__(self, schema_json: str, older: tuple[str, ...] = ()) -> None:
         self._schema = fastavro.parse_schema(json.loads(schema_json))
+        self.schema: Any = self._schema  # parsed; its "name" is the record's full name
         self.fingerprint = schema_fingerprint(self._schema)
         self._header = _MAGIC + self.fingerprint
         self._writers: dict[bytes, Any] = {}
@@ -70,10 +74,7 @@ class AvroCodec:
         return (self.fingerprint, *self._writers)
 
     def encode(self, record: dict[str, Any]) -> bytes:
-        body = io.BytesIO()
-        body.write(self._header)
-        fastavro.schemaless_writer(body, self._schema, record)
-        return body.getvalue()
+        return write_body(self._header, self._schema, record)
 
     def decode(self, value: bytes | None) -> dict[str, Any]:
         found = single_object_fingerprint(value)
@@ -81,18 +82,33 @@ class AvroCodec:
         writer = self._schema if found == self.fingerprint else self._writers.get(found)
         if writer is None:
             raise CodecError(f"unknown writer schema fingerprint {found.hex()}")
-        reader = None if writer is self._schema else self._schema
-        body = io.BytesIO(value)
-        body.seek(_HEADER_LENGTH)
-        try:
-            record = fastavro.schemaless_reader(body, writer, reader)
-        except Exception as exc:  # fastavro raises assorted errors on truncated bodies
-            raise CodecError(f"undecodable Avro body: {type(exc).__name__}") from None
-        if not isinstance(record, dict):
-            raise CodecError("the Avro body is not a record")
-        if body.tell() != len(value):
-            raise CodecError("trailing bytes after the Avro body")
-        return record
+        return read_body(value, _HEADER_LENGTH, writer, self._schema)
+
+
+def read_body(value: bytes, offset: int, writer: Any, reader: Any) -> dict[str, Any]:
+    """The Avro record at ``value[offset:]`` written with ``writer``, resolved into ``reader``.
+
+    Shared by both framings (single-object here, Confluent in ``schemas.registry``).
+    """
+    body = io.BytesIO(value)
+    body.seek(offset)
+    try:
+        record = fastavro.schemaless_reader(body, writer, None if writer is reader else reader)
+    except Exception as exc:  # fastavro raises assorted errors on truncated bodies
+        raise CodecError(f"undecodable Avro body: {type(exc).__name__}") from None
+    if not isinstance(record, dict):
+        raise CodecError("the Avro body is not a record")
+    if body.tell() != len(value):
+        raise CodecError("trailing bytes after the Avro body")
+    return record
+
+
+def write_body(header: bytes, schema: Any, record: dict[str, Any]) -> bytes:
+    """``header`` followed by the Avro binary body of ``record``."""
+    body = io.BytesIO()
+    body.write(header)
+    fastavro.schemaless_writer(body, schema, record)
+    return body.getvalue()
 
 
 class SendPointer(dict[str, Any]):
@@ -111,9 +127,14 @@ class SendPointer(dict[str, Any]):
         )
 
 
+def shipped_schema(filename: str) -> str:
+    """The JSON text of ``schemas/<filename>``."""
+    return resources.files("schemas").joinpath(filename).read_text()
+
+
 @cache
 def _shipped_codec(filename: str) -> AvroCodec:
-    return AvroCodec(resources.files("schemas").joinpath(filename).read_text())
+    return AvroCodec(shipped_schema(filename))
 
 
 def send_pointer_codec() -> AvroCodec:

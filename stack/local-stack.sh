@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Local PostgreSQL + single-node Kafka (KRaft) without Docker.
-# Usage: local-stack.sh up|down|status|kafka-start|kafka-stop|pg-restart|env
+# Usage: local-stack.sh up|down|status|kafka-start|kafka-stop|registry-start|registry-stop|pg-restart|env
 # Runs as root. Idempotent: `up` twice leaves one healthy stack.
 set -euo pipefail
 
@@ -18,6 +18,16 @@ KLOG="$LOGDIR/kafka.log"
 PG_PORT=5432
 KAFKA_PORT=9092
 KAFKA_READY_TIMEOUT=120
+# Schema registry: Apicurio Registry (Confluent-compatible API at /apis/ccompat/v7).
+# 3.0.9 is the newest that runs on Java 17 (3.3.x needs Java 21).
+REGISTRY_VERSION=3.0.9
+REGISTRY_PORT=8081
+REGISTRY_HOME="$CACHE/apicurio-registry-$REGISTRY_VERSION"
+REGISTRY_MARKER="$REGISTRY_HOME/.complete"
+RDIR="$STACK_DIR/registry"
+RPIDFILE="$RDIR/registry.pid"
+RLOG="$LOGDIR/registry.log"
+REGISTRY_READY_TIMEOUT=90
 
 log() { echo "[local-stack] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -205,9 +215,81 @@ kafka_stop() {
   rm -f "$PIDFILE"
 }
 
+# ------------------------------------------------------------ Schema registry
+# Fetch the Apicurio app (tar.gz, classifier `all`) once from Maven Central, check its
+# sha1, unpack it. Plain curl, not Maven: the app's parent pom (io.apicurio:apicurio-registry
+# 3.0.9) is not on Central, so `mvn dependency:copy` fails to read the artifact descriptor.
+REGISTRY_URL="https://repo.maven.apache.org/maven2/io/apicurio/apicurio-registry-app/$REGISTRY_VERSION/apicurio-registry-app-$REGISTRY_VERSION-all.tar.gz"
+registry_dist() {
+  [ -f "$REGISTRY_MARKER" ] && [ -f "$REGISTRY_HOME/apicurio-registry-app-$REGISTRY_VERSION-runner.jar" ] && return 0
+  log "fetching Apicurio Registry $REGISTRY_VERSION into $REGISTRY_HOME"
+  rm -rf "$REGISTRY_HOME.tmp"; mkdir -p "$REGISTRY_HOME.tmp"
+  local tgz="$REGISTRY_HOME.tmp/app.tar.gz" sha1
+  curl -fsSL --retry 3 -o "$tgz" "$REGISTRY_URL"
+  sha1="$(curl -fsSL --retry 3 "$REGISTRY_URL.sha1" | cut -c1-40)"
+  [ "$(sha1sum "$tgz" | cut -d' ' -f1)" = "$sha1" ] || die "sha1 mismatch for $REGISTRY_URL"
+  tar -xzf "$tgz" -C "$REGISTRY_HOME.tmp"; rm -f "$tgz"
+  rm -rf "$REGISTRY_HOME"; mv "$REGISTRY_HOME.tmp" "$REGISTRY_HOME"
+  echo "$REGISTRY_VERSION" >"$REGISTRY_MARKER"
+}
+
+# Pid of our live registry, or nothing.
+registry_pid() {
+  local pid; pid="$(cat "$RPIDFILE" 2>/dev/null || true)"
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 0
+  [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] || return 0
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q 'apicurio-registry-app' && echo "$pid"
+  return 0
+}
+
+registry_ready() {
+  curl -fsS -o /dev/null --max-time 2 "http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7/subjects"
+}
+
+registry_start() {
+  command -v java >/dev/null || apt_install openjdk-17-jre-headless
+  registry_dist
+  mkdir -p "$RDIR" "$LOGDIR"
+  if [ -z "$(registry_pid)" ]; then
+    if port_open "$REGISTRY_PORT"; then
+      ss -ltnp "sport = :$REGISTRY_PORT" >&2 || true
+      die "127.0.0.1:$REGISTRY_PORT is taken by a process not recorded in $RPIDFILE (another checkout's stack?)"
+    fi
+    log "starting Apicurio Registry $REGISTRY_VERSION (in-memory storage)"
+    rm -f "$RPIDFILE"
+    echo "---- $(date -Is) starting registry" >>"$RLOG"
+    # shellcheck disable=SC2016
+    exec setsid nohup bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$RPIDFILE" \
+      java -Xmx256m -Xms64m -Djava.awt.headless=true \
+      -Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$REGISTRY_PORT" \
+      -jar "$REGISTRY_HOME/apicurio-registry-app-$REGISTRY_VERSION-runner.jar" >>"$RLOG" 2>&1 </dev/null 9>&- &
+    for _ in $(seq 1 50); do [ -s "$RPIDFILE" ] && break; sleep 0.1; done
+  fi
+  local waited=0
+  until registry_ready; do
+    if [ -z "$(registry_pid)" ] || [ "$waited" -ge "$REGISTRY_READY_TIMEOUT" ]; then
+      tail -n 40 "$RLOG" >&2 || true
+      die "schema registry not ready on 127.0.0.1:$REGISTRY_PORT (waited ${waited}s)"
+    fi
+    sleep 1; waited=$((waited + 1))
+  done
+  log "schema registry up on http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7 (pid $(registry_pid))"
+}
+
+registry_stop() {
+  local pid; pid="$(registry_pid)"
+  if [ -n "$pid" ]; then
+    log "stopping schema registry (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 20); do [ -z "$(registry_pid)" ] && break; sleep 1; done
+    if [ -n "$(registry_pid)" ]; then kill -KILL "$pid" 2>/dev/null || true; sleep 1; fi
+  fi
+  rm -f "$RPIDFILE"
+}
+
 # -------------------------------------------------------------------- status
 status() {
-  local rc=0 pgpid="" kpid
+  local rc=0 pgpid="" kpid rpid
   if command -v pg_ctlcluster >/dev/null && PG_VER="$(pg_version)" && pg_ready; then
     pgpid="$(head -n1 "/var/lib/postgresql/$PG_VER/main/postmaster.pid" 2>/dev/null || true)"
     echo "postgresql: up   pid=${pgpid:-?} port=127.0.0.1:$PG_PORT version=$PG_VER"
@@ -220,6 +302,12 @@ status() {
   else
     echo "kafka:      down pid=${kpid:--} port=127.0.0.1:$KAFKA_PORT"; rc=1
   fi
+  rpid="$(registry_pid)"
+  if [ -n "$rpid" ] && registry_ready; then
+    echo "registry:   up   pid=$rpid port=127.0.0.1:$REGISTRY_PORT version=apicurio-$REGISTRY_VERSION"
+  else
+    echo "registry:   down pid=${rpid:--} port=127.0.0.1:$REGISTRY_PORT"; rc=1
+  fi
   return "$rc"
 }
 
@@ -229,10 +317,11 @@ case "$cmd" in
   env)
     echo "export MAILBUS_DATABASE_URL=postgresql://mailbus:mailbus@127.0.0.1:$PG_PORT/mailbus"
     echo "export MAILBUS_KAFKA_BOOTSTRAP=127.0.0.1:$KAFKA_PORT"
+    echo "# export MAILBUS_SCHEMA_REGISTRY_URL=http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7"
     exit 0 ;;
   status) status; exit ;;
-  up|down|kafka-start|kafka-stop|pg-restart) ;;
-  *) echo "usage: $0 up|down|status|kafka-start|kafka-stop|pg-restart|env" >&2; exit 2 ;;
+  up|down|kafka-start|kafka-stop|registry-start|registry-stop|pg-restart) ;;
+  *) echo "usage: $0 up|down|status|kafka-start|kafka-stop|registry-start|registry-stop|pg-restart|env" >&2; exit 2 ;;
 esac
 
 # Daemons must not inherit our caller's descriptors (pipes would stay open forever).
@@ -247,9 +336,11 @@ exec 9>"$STACK_DIR/.lock"
 flock 9
 
 case "$cmd" in
-  up)          pg_up; kafka_start; status ;;
-  down)        kafka_stop; pg_down ;;
+  up)          pg_up; kafka_start; registry_start; status ;;
+  down)        registry_stop; kafka_stop; pg_down ;;
   kafka-start) kafka_start ;;
   kafka-stop)  kafka_stop ;;
+  registry-start) registry_start ;;
+  registry-stop)  registry_stop ;;
   pg-restart)  pg_restart ;;
 esac
