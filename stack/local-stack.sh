@@ -243,7 +243,7 @@ registry_pid() {
 }
 
 registry_ready() {
-  curl -fsS -o /dev/null --max-time 2 "http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7/subjects"
+  curl -fs -o /dev/null --max-time 2 "http://127.0.0.1:$REGISTRY_PORT/apis/ccompat/v7/subjects"
 }
 
 registry_start() {
