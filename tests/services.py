@@ -22,8 +22,10 @@ import pytest
 from mailbus.settings import Settings
 
 __all__ = [
+    "APACHE_KAFKA_IMAGE",
     "REPO",
     "StackServices",
+    "apache_kafka_env",
     "database_url_for",
     "find_services",
     "run_mailbus",
@@ -31,6 +33,7 @@ __all__ = [
     "stack_script",
 ]
 
+APACHE_KAFKA_IMAGE = "apache/kafka:4.2.0"
 REPO = Path(__file__).resolve().parent.parent
 _HOW = (
     "no PostgreSQL/Kafka for the integration tests: run `make stack-up` and export the "
@@ -68,16 +71,54 @@ def find_services(cleanup: ExitStack) -> StackServices:
             pytest.fail(f"MAILBUS_KAFKA_BOOTSTRAP={bootstrap} does not answer. {_HOW}")
         return StackServices(database_url, bootstrap)
     if _docker_answers():
-        from testcontainers.community.kafka import KafkaContainer  # type: ignore[import-not-found]
-        from testcontainers.community.postgres import (  # type: ignore[import-not-found]
-            PostgresContainer,
-        )
-
-        postgres = cleanup.enter_context(PostgresContainer("postgres:15"))
-        kafka = cleanup.enter_context(KafkaContainer("apache/kafka:4.2.0").with_kraft())
-        url = postgres.get_connection_url().replace("+psycopg2", "")
-        return StackServices(url, kafka.get_bootstrap_server())
+        return _start_containers(cleanup)
     pytest.fail(_HOW)
+
+
+def _start_containers(cleanup: ExitStack) -> StackServices:
+    from testcontainers.community.postgres import (
+        PostgresContainer,
+    )
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.wait_strategies import (
+        LogMessageWaitStrategy,
+    )
+
+    postgres = cleanup.enter_context(PostgresContainer("postgres:15", driver=None))
+    port = _free_port()
+    kafka = DockerContainer(APACHE_KAFKA_IMAGE).with_bind_ports(9092, port)
+    for name, value in apache_kafka_env("127.0.0.1", port).items():
+        kafka.with_env(name, value)
+    kafka.waiting_for(LogMessageWaitStrategy("Kafka Server started"))
+    cleanup.enter_context(kafka)
+    return StackServices(postgres.get_connection_url(), f"127.0.0.1:{port}")
+
+
+def apache_kafka_env(host: str, port: int) -> dict[str, str]:
+    """The official image's settings for one KRaft node reachable at ``host:port`` from
+    the tests. testcontainers' KafkaContainer cannot run it (it rejects 4.x in KRaft mode
+    and runs Confluent-image scripts), so the generic container gets these instead."""
+    return {
+        "KAFKA_NODE_ID": "1",
+        "KAFKA_PROCESS_ROLES": "broker,controller",
+        "KAFKA_LISTENERS": "PLAINTEXT://0.0.0.0:9092,CONTROLLER://127.0.0.1:9093",
+        "KAFKA_ADVERTISED_LISTENERS": f"PLAINTEXT://{host}:{port}",
+        "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER",
+        "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@127.0.0.1:9093",
+        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1",
+        "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+    }
+
+
+def _free_port() -> int:
+    # The advertised listener must name the host port before the broker starts, so the
+    # port is chosen here rather than by Docker.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def stack_script(*args: str) -> None:
