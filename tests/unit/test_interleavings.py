@@ -62,6 +62,7 @@ class ModelLedger:
     async def claim_for_send(
         self, send_id: int, attempt: int, provider: str | None, token: uuid.UUID
     ) -> Claim | None:
+        submitted = asyncio.get_running_loop().time()  # as the real ledger: errs early
         row, now = self.rows[send_id], self.now()
         view = row.view
         fresh = (
@@ -78,7 +79,7 @@ class ModelLedger:
         row.token, row.provider = token, provider
         row.lease_until = now + timedelta(seconds=LEASE_S)
         left = None if view.expires_at is None else (view.expires_at - now).total_seconds()
-        return Claim(token, None if left is None else asyncio.get_running_loop().time() + left)
+        return Claim(token, None if left is None else submitted + left)
 
     async def release_claim(self, send_id: int, token: uuid.UUID) -> None:
         row = self.rows[send_id]
