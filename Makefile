@@ -26,7 +26,7 @@ demo: install stack-up
 ## The whole test suite against the real broker and database.
 test: install stack-up
 	$(PYTHON) -m ruff check .
-	$(PYTHON) -m mypy consumer mailbus relay sandbox schemas feedback intake campaigns
+	$(PYTHON) -m mypy client/mailbus_client consumer mailbus relay sandbox schemas feedback intake campaigns
 	PYTHON=$(PYTHON) bash stack/validate.sh
 	$(PYTHON) -m pytest
 
@@ -35,7 +35,7 @@ test-unit: install
 
 lint:
 	$(PYTHON) -m ruff check .
-	$(PYTHON) -m mypy consumer mailbus relay sandbox schemas feedback intake campaigns
+	$(PYTHON) -m mypy client/mailbus_client consumer mailbus relay sandbox schemas feedback intake campaigns
 
 ## Deployment files (k8s/, docker-compose.yml, ops/alerts.yml) against their schemas and
 ## promtool, offline: no cluster, Docker engine or Prometheus server needed.

@@ -14,7 +14,17 @@ from mailbus.settings_doc import SETTINGS, epilog, names
 
 REPO = Path(__file__).resolve().parents[2]
 # Packages whose MAILBUS_* names must all be documented (add new top-level packages here).
-SCANNED = ("mailbus", "relay", "consumer", "sandbox", "schemas", "feedback", "intake", "campaigns")
+SCANNED = (
+    "client",
+    "mailbus",
+    "relay",
+    "consumer",
+    "sandbox",
+    "schemas",
+    "feedback",
+    "intake",
+    "campaigns",
+)
 
 
 class RecordingEnv(Mapping[str, str]):
