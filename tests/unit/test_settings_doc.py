@@ -92,6 +92,9 @@ def test_every_command_help_lists_its_settings(
         main([command, "--help"])
     assert exit_.value.code == 0
     out = capsys.readouterr().out
+    if command == "completion":  # prints a script from the parser alone
+        assert "MAILBUS_" not in out and "reads no settings" in out
+        return
     assert "MAILBUS_DATABASE_URL(*)" in out
     assert "MAILBUS_LOG_LEVEL" in out
     for setting in SETTINGS:
