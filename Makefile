@@ -4,7 +4,7 @@ STACK := bash stack/local-stack.sh
 export MAILBUS_DATABASE_URL ?= postgresql://mailbus:mailbus@127.0.0.1:5432/mailbus
 export MAILBUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:9092
 
-.PHONY: install stack-up stack-down stack-status demo test test-unit lint validate bench
+.PHONY: install stack-up stack-down stack-status demo test test-unit lint validate bench docs
 
 install:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
@@ -41,6 +41,10 @@ lint:
 ## promtool, offline: no cluster, Docker engine or Prometheus server needed.
 validate: install
 	PYTHON=$(PYTHON) bash stack/validate.sh
+
+## docs/configuration.md from the settings table (a test keeps the committed file equal).
+docs: install
+	$(PYTHON) -m mailbus.settings_doc > docs/configuration.md
 
 bench: install stack-up
 	$(PYTHON) bench/relay_throughput.py

@@ -3,13 +3,15 @@
 ``mailbus COMMAND --help`` ends with :func:`epilog` of that command, built from this table;
 tests/unit/test_settings_doc.py checks that every variable :func:`load_settings` reads and
 every ``MAILBUS_*`` name in the code is in it, so help and code cannot drift apart.
+``python -m mailbus.settings_doc > docs/configuration.md`` (``make docs``) writes the
+reference of :func:`markdown`; a test keeps the committed file equal to it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SETTINGS", "Setting", "epilog", "names"]
+__all__ = ["SETTINGS", "Setting", "epilog", "markdown", "names"]
 
 # Commands grouped by what they touch.
 _LONG_RUNNING = frozenset({"relay", "consume", "intake", "webhooks"})
@@ -161,3 +163,38 @@ def epilog(command: str | None = None) -> str:
     for name, s in zip(shown, rows, strict=True):
         lines.append(f"  {name:<{width}}  {s.meaning} [{s.default}]")
     return "\n".join(lines)
+
+
+def markdown() -> str:
+    """The configuration reference, docs/configuration.md."""
+    lines = [
+        "# Configuration reference",
+        "",
+        "<!-- Generated from mailbus/settings_doc.py by `make docs`; do not edit. -->",
+        "",
+        "Every setting is an environment variable, read once at start-up; `mailbus --env-file"
+        " FILE` reads a `.env`-style file first (variables already set win). A setting marked"
+        " *file* may instead be given as `NAME_FILE`, the path of a file holding the value (as"
+        " Kubernetes mounts Secrets). A bad value exits with status 2 and one line naming the"
+        " variable. `mailbus COMMAND --help` lists the settings that command reads. The"
+        " enqueue helper (`mailbus_client`) reads `MAILBUS_POLICY_FILE`, `MAILBUS_QUEUE_CAP`"
+        " and `MAILBUS_QUEUE_CAP_SHARES` from the environment of the service calling it.",
+        "",
+        "| variable | default | meaning | read by |",
+        "| --- | --- | --- | --- |",
+    ]
+    for s in SETTINGS:
+        name = f"`{s.name}` (*file*)" if s.from_file else f"`{s.name}`"
+        readers = ", ".join(f"`{c}`" for c in sorted(s.commands)) or "every command"
+        default = "none" if s.default == "-" else _cell(s.default)
+        lines.append(f"| {name} | {default} | {_cell(s.meaning)} | {readers} |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    """``text`` safe inside a Markdown table cell (code spans kept as they are)."""
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

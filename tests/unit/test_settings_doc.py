@@ -10,7 +10,7 @@ import pytest
 
 from mailbus.cli import _build_parser, main
 from mailbus.settings import load_settings
-from mailbus.settings_doc import SETTINGS, epilog, names
+from mailbus.settings_doc import SETTINGS, epilog, markdown, names
 
 REPO = Path(__file__).resolve().parents[2]
 # Packages whose MAILBUS_* names must all be documented (add new top-level packages here).
@@ -68,6 +68,12 @@ def test_every_mailbus_name_in_the_code_is_documented() -> None:
     }
     assert len(found) >= 20
     assert found - names() == set()
+
+
+def test_committed_configuration_reference_is_generated() -> None:
+    committed = (REPO / "docs" / "configuration.md").read_text()
+    assert committed == markdown(), "docs/configuration.md is stale: run `make docs`"
+    assert all(f"`{setting.name}`" in committed for setting in SETTINGS)
 
 
 def test_table_has_no_duplicates_and_names_real_commands() -> None:
