@@ -4,7 +4,7 @@ STACK := bash stack/local-stack.sh
 export MAILBUS_DATABASE_URL ?= postgresql://mailbus:mailbus@127.0.0.1:5432/mailbus
 export MAILBUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:9092
 
-.PHONY: install stack-up stack-down stack-status demo test test-unit lint validate bench
+.PHONY: install stack-up stack-down stack-status demo test test-unit lint validate bench docs
 
 install:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
@@ -26,7 +26,7 @@ demo: install stack-up
 ## The whole test suite against the real broker and database.
 test: install stack-up
 	$(PYTHON) -m ruff check .
-	$(PYTHON) -m mypy consumer mailbus relay sandbox schemas feedback intake campaigns
+	$(PYTHON) -m mypy client/mailbus_client consumer mailbus relay sandbox schemas feedback intake campaigns
 	PYTHON=$(PYTHON) bash stack/validate.sh
 	$(PYTHON) -m pytest
 
@@ -35,12 +35,16 @@ test-unit: install
 
 lint:
 	$(PYTHON) -m ruff check .
-	$(PYTHON) -m mypy consumer mailbus relay sandbox schemas feedback intake campaigns
+	$(PYTHON) -m mypy client/mailbus_client consumer mailbus relay sandbox schemas feedback intake campaigns
 
 ## Deployment files (k8s/, docker-compose.yml, ops/alerts.yml) against their schemas and
 ## promtool, offline: no cluster, Docker engine or Prometheus server needed.
 validate: install
 	PYTHON=$(PYTHON) bash stack/validate.sh
+
+## docs/configuration.md from the settings table (a test keeps the committed file equal).
+docs: install
+	$(PYTHON) -m mailbus.settings_doc > docs/configuration.md
 
 bench: install stack-up
 	$(PYTHON) bench/relay_throughput.py

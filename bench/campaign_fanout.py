@@ -26,7 +26,7 @@ from pathlib import Path
 import psycopg
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "client")]  # this checkout first, client included
 
 from mailbus.migrate import apply_migrations  # noqa: E402
 

@@ -16,7 +16,7 @@ import psycopg
 from confluent_kafka.admin import AdminClient, NewTopic
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "client")]  # this checkout first, client included
 
 from mailbus.migrate import apply_migrations  # noqa: E402
 from mailbus.settings import Settings  # noqa: E402

@@ -30,7 +30,7 @@ import aiohttp
 import psycopg
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "client")]  # this checkout first, client included
 
 from feedback.signature import signature_header  # noqa: E402
 from mailbus.migrate import apply_migrations  # noqa: E402

@@ -18,7 +18,7 @@ from typing import IO, NamedTuple
 
 from campaigns.errors import CampaignError
 from mailbus.errors import InvalidSendError
-from schemas.send_request import validate_address
+from mailbus_client.send_request import validate_address
 
 __all__ = ["MAX_USER_ID_LENGTH", "Audience", "Recipient", "Rejected", "open_audience"]
 

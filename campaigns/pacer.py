@@ -29,7 +29,7 @@ import psycopg
 from campaigns.pacing import Bucket, Pace, Window, plan_tick, settle
 from campaigns.unsubscribe import Links, hmac_pads
 from mailbus.settings import Settings
-from mailbus.sqlfiles import load_queries
+from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["MAX_BATCH", "Pacer", "TickResult", "start_pacer_thread"]
 

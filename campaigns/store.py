@@ -22,8 +22,8 @@ from campaigns.audience import Recipient, Rejected, open_audience
 from campaigns.errors import CampaignError
 from campaigns.pacing import Window
 from mailbus.errors import InvalidSendError, StorageError
-from mailbus.sqlfiles import load_queries
-from schemas.send_request import SendRequest, validate_send_request
+from mailbus_client.send_request import SendRequest, validate_send_request
+from mailbus_client.sqlfiles import load_queries
 
 __all__ = [
     "CampaignSpec",

@@ -9,7 +9,7 @@ import psycopg
 
 from campaigns.errors import CampaignError
 from mailbus.errors import StorageError
-from mailbus.sqlfiles import load_queries
+from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["COUNTS", "campaign_counts", "collect_list", "collect_status", "render_status"]
 

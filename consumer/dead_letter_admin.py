@@ -46,7 +46,7 @@ from consumer.dead_letter_views import (
 )
 from mailbus.errors import ConfigError, MailbusError, StorageError
 from mailbus.settings import Settings
-from mailbus.sqlfiles import load_queries
+from mailbus_client.sqlfiles import load_queries
 
 __all__ = [
     "DeadLetterNotFound",

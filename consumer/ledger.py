@@ -25,7 +25,7 @@ from consumer.core import Decision, SendView, Status
 from consumer.db_clock import DatabaseClock
 from mailbus.coalescer import Coalescer
 from mailbus.errors import StorageError
-from mailbus.sqlfiles import load_queries
+from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["Claim", "LoadedSend", "MessageOrigin", "SendLedger", "dead_letter_reason"]
 

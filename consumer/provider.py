@@ -46,7 +46,7 @@ from consumer.core.outcome import (
     parse_retry_after,
 )
 from mailbus.errors import ConfigError, InvalidSendError
-from schemas.send_request import mail_headers
+from mailbus_client.send_request import mail_headers
 
 __all__ = ["HttpProvider", "LookupResult", "OutgoingMail", "PreparedMail"]
 

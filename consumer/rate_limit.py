@@ -16,7 +16,7 @@ import math
 
 import psycopg
 
-from mailbus.sqlfiles import load_queries
+from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["GlobalRateLimiter"]
 

@@ -32,8 +32,8 @@ from consumer.service import DeliveryService, Stopping
 from mailbus import health, metrics
 from mailbus.errors import StorageError
 from mailbus.kafka_security import kafka_client_config
-from mailbus.policies import configured_policy_book
 from mailbus.settings import Settings
+from mailbus_client.policies import configured_policy_book
 from schemas.registry import pointer_codec
 
 __all__ = ["lease_seconds", "run_consumer", "slot_wait_seconds"]

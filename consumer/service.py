@@ -49,7 +49,7 @@ from consumer.provider import LookupResult, OutgoingMail
 from consumer.providers import Provider
 from mailbus import metrics
 from mailbus.errors import CodecError, InvalidSendError, StorageError
-from mailbus.policies import PolicyBook
+from mailbus_client.policies import PolicyBook
 from schemas.codec import send_pointer_codec
 from schemas.registry import ValueCodec
 

@@ -32,7 +32,7 @@ from psycopg_pool import AsyncConnectionPool
 from feedback.events import STATUS_RANK, DeliveryEvent
 from mailbus.coalescer import Coalescer
 from mailbus.errors import StorageError
-from mailbus.sqlfiles import load_queries
+from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["EventStore", "LateEvents", "Recorded"]
 

@@ -16,7 +16,7 @@ from itertools import islice
 from typing import TypeVar
 
 from mailbus.errors import InvalidSendError, MailbusError
-from schemas.send_request import validate_address
+from mailbus_client.send_request import validate_address
 
 __all__ = [
     "BadLine",

@@ -30,7 +30,7 @@ from feedback.suppression_file import (
 )
 from mailbus.errors import ConfigError, InvalidSendError, StorageError
 from mailbus.settings import Settings
-from mailbus.sqlfiles import load_queries
+from mailbus_client.sqlfiles import load_queries
 
 __all__ = [
     "ImportSummary",

@@ -30,9 +30,9 @@ import faust
 from mode import CrashingSupervisor
 
 from mailbus import health
-from mailbus.policies import configured_policy_book
 from mailbus.settings import Settings
 from mailbus.topics import create_topics
+from mailbus_client.policies import configured_policy_book
 from schemas.registry import RegistryWriters, registry_client
 
 from .config import IntakeConfig

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from mailbus.errors import ConfigError
+from mailbus_client.send_request import PRIORITIES
 from schemas.codec import AvroCodec
-from schemas.send_request import PRIORITIES
 
 __all__ = ["EventMapping", "load_mappings", "parse_mappings"]
 

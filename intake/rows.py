@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 
 from mailbus.errors import StorageError
-from mailbus.sqlfiles import load_queries
+from mailbus_client.sqlfiles import load_queries
 
 from .dead_letters import IntakeDeadLetter
 from .events import NewRow

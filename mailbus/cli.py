@@ -22,6 +22,11 @@ __all__ = ["main"]
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
+    if args.command == "completion":  # reads no settings, so a shell's rc file never fails
+        import shtab
+
+        print(shtab.complete(parser, shell=args.shell))
+        return 0
     try:
         if args.env_file:
             load_env_file(Path(args.env_file), os.environ)
@@ -240,6 +245,15 @@ def _build_parser() -> argparse.ArgumentParser:
     from sandbox.server import add_arguments as add_sandbox_arguments
 
     add_sandbox_arguments(sandbox)
+    text = "print a shell completion script (bash or zsh)"
+    completion = commands.add_parser(
+        "completion",
+        help=text,
+        description=text,
+        epilog="reads no settings. bash: source <(mailbus completion bash) in ~/.bashrc;"
+        ' zsh: mailbus completion zsh > "${fpath[1]}/_mailbus"',
+    )
+    completion.add_argument("shell", choices=("bash", "zsh"))
     return parser
 
 

@@ -18,7 +18,7 @@ from dotenv.parser import parse_stream
 
 from mailbus.errors import ConfigError
 from mailbus.kafka_security import KafkaSecurity, parse_kafka_security
-from mailbus.policies import (
+from mailbus_client.policies import (
     DEFAULT_CAP_SHARES,
     load_policy_book,
     parse_cap_shares,

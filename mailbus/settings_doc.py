@@ -3,13 +3,15 @@
 ``mailbus COMMAND --help`` ends with :func:`epilog` of that command, built from this table;
 tests/unit/test_settings_doc.py checks that every variable :func:`load_settings` reads and
 every ``MAILBUS_*`` name in the code is in it, so help and code cannot drift apart.
+``python -m mailbus.settings_doc > docs/configuration.md`` (``make docs``) writes the
+reference of :func:`markdown`; a test keeps the committed file equal to it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SETTINGS", "Setting", "epilog", "names"]
+__all__ = ["SETTINGS", "Setting", "epilog", "markdown", "names"]
 
 # Commands grouped by what they touch.
 _LONG_RUNNING = frozenset({"relay", "consume", "intake", "webhooks"})
@@ -97,11 +99,16 @@ SETTINGS: tuple[Setting, ...] = (
     _s(
         "WEBHOOK_SECRET",
         "-",
-        "HMAC secret of delivery events (the sandbox signs with it)",
+        "HMAC secret of delivery events (the sandbox signs with it); webhooks needs it",
         {"webhooks", "sandbox"},
         from_file=True,
     ),
-    _s("WEBHOOK_LISTEN", "127.0.0.1:8026", "address of the webhooks receiver", {"webhooks"}),
+    _s(
+        "WEBHOOK_LISTEN",
+        "127.0.0.1:8026",
+        "host:port of the webhooks receiver ([::1]:8026 for IPv6; port 0: any free one)",
+        {"webhooks"},
+    ),
     _s(
         "UNSUBSCRIBE_SECRET",
         "off (no links)",
@@ -131,19 +138,50 @@ SETTINGS: tuple[Setting, ...] = (
     _s("INTAKE_WEB_PORT", "off", "faust's web server port", {"intake"}),
     _s("STATE_DIR", "a temporary dir", "faust's data dir goes under it", {"intake"}),
     _s("OPERATOR", "the login name", "who replays, recorded in the audit", {"dlq"}),
-    _s("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT", "PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL", _KAFKA),
-    _s("KAFKA_SASL_MECHANISM", "-", "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER", _KAFKA),
-    _s("KAFKA_SASL_USERNAME", "-", "SASL user (PLAIN, SCRAM)", _KAFKA),
-    _s("KAFKA_SASL_PASSWORD", "-", "SASL password; never logged", _KAFKA, from_file=True),
-    _s("KAFKA_SSL_CA_LOCATION", "system CAs", "PEM file of the brokers' CA", _KAFKA),
-    _s("KAFKA_SSL_CERTIFICATE_LOCATION", "-", "client certificate (mutual TLS)", _KAFKA),
-    _s("KAFKA_SSL_KEY_LOCATION", "-", "its private key", _KAFKA),
-    _s("KAFKA_SSL_KEY_PASSWORD", "-", "password of that key", _KAFKA, from_file=True),
-    _s("KAFKA_OAUTH_TOKEN_URL", "-", "OAUTHBEARER (OIDC) token endpoint", _KAFKA),
-    _s("KAFKA_OAUTH_CLIENT_ID", "-", "OAUTHBEARER client id", _KAFKA),
-    _s("KAFKA_OAUTH_CLIENT_SECRET", "-", "OAUTHBEARER client secret", _KAFKA, from_file=True),
-    _s("KAFKA_OAUTH_SCOPE", "-", "OAUTHBEARER scope", _KAFKA),
-    _s("LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
+    _s(
+        "KAFKA_SECURITY_PROTOCOL",
+        "PLAINTEXT",
+        "security.protocol: PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL",
+        _KAFKA,
+    ),
+    _s(
+        "KAFKA_SASL_MECHANISM",
+        "-",
+        "sasl.mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER",
+        _KAFKA,
+    ),
+    _s("KAFKA_SASL_USERNAME", "-", "sasl.username (PLAIN, SCRAM)", _KAFKA),
+    _s("KAFKA_SASL_PASSWORD", "-", "sasl.password; never logged", _KAFKA, from_file=True),
+    _s(
+        "KAFKA_SSL_CA_LOCATION",
+        "system CAs",
+        "ssl.ca.location: PEM file of the brokers' CA (hostnames verified)",
+        _KAFKA,
+    ),
+    _s(
+        "KAFKA_SSL_CERTIFICATE_LOCATION",
+        "-",
+        "ssl.certificate.location: client certificate (mutual TLS)",
+        _KAFKA,
+    ),
+    _s("KAFKA_SSL_KEY_LOCATION", "-", "ssl.key.location: its private key", _KAFKA),
+    _s("KAFKA_SSL_KEY_PASSWORD", "-", "ssl.key.password", _KAFKA, from_file=True),
+    _s(
+        "KAFKA_OAUTH_TOKEN_URL",
+        "-",
+        "OAUTHBEARER through OIDC (sasl.oauthbearer.method=oidc): token endpoint URL",
+        _KAFKA,
+    ),
+    _s("KAFKA_OAUTH_CLIENT_ID", "-", "sasl.oauthbearer.client.id", _KAFKA),
+    _s(
+        "KAFKA_OAUTH_CLIENT_SECRET",
+        "-",
+        "sasl.oauthbearer.client.secret",
+        _KAFKA,
+        from_file=True,
+    ),
+    _s("KAFKA_OAUTH_SCOPE", "-", "sasl.oauthbearer.scope", _KAFKA),
+    _s("LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR (JSON lines on stderr)"),
 )
 
 
@@ -161,3 +199,38 @@ def epilog(command: str | None = None) -> str:
     for name, s in zip(shown, rows, strict=True):
         lines.append(f"  {name:<{width}}  {s.meaning} [{s.default}]")
     return "\n".join(lines)
+
+
+def markdown() -> str:
+    """The configuration reference, docs/configuration.md."""
+    lines = [
+        "# Configuration reference",
+        "",
+        "<!-- Generated from mailbus/settings_doc.py by `make docs`; do not edit. -->",
+        "",
+        "Every setting is an environment variable, read once at start-up; `mailbus --env-file"
+        " FILE` reads a `.env`-style file first (variables already set win). A setting marked"
+        " *file* may instead be given as `NAME_FILE`, the path of a file holding the value (as"
+        " Kubernetes mounts Secrets). A bad value exits with status 2 and one line naming the"
+        " variable. `mailbus COMMAND --help` lists the settings that command reads. The"
+        " enqueue helper (`mailbus_client`) reads `MAILBUS_POLICY_FILE`, `MAILBUS_QUEUE_CAP`"
+        " and `MAILBUS_QUEUE_CAP_SHARES` from the environment of the service calling it.",
+        "",
+        "| variable | default | meaning | read by |",
+        "| --- | --- | --- | --- |",
+    ]
+    for s in SETTINGS:
+        name = f"`{s.name}` (*file*)" if s.from_file else f"`{s.name}`"
+        readers = ", ".join(f"`{c}`" for c in sorted(s.commands)) or "every command"
+        default = "none" if s.default == "-" else _cell(s.default)
+        lines.append(f"| {name} | {default} | {_cell(s.meaning)} | {readers} |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    """``text`` safe inside a Markdown table cell (code spans kept as they are)."""
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

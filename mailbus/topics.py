@@ -9,7 +9,7 @@ from confluent_kafka.cimpl import NewTopic
 from mailbus.errors import MailbusError
 from mailbus.kafka_security import kafka_client_config
 from mailbus.settings import Settings
-from schemas.send_request import PRIORITIES
+from mailbus_client.send_request import PRIORITIES
 
 __all__ = ["create_topics", "ensure_topics", "send_topics"]
 

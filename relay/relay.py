@@ -29,7 +29,7 @@ from psycopg.rows import TupleRow, tuple_row
 from mailbus import health, metrics
 from mailbus.kafka_security import kafka_client_config
 from mailbus.settings import Settings
-from mailbus.sqlfiles import load_queries
+from mailbus_client.sqlfiles import load_queries
 from relay.batch import BatchResult, Outbox, publish_claimed
 from relay.dead_letters import dead_letter_outbox
 from relay.publisher import OutgoingMessage, PointerPublisher, PublishError

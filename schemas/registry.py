@@ -22,6 +22,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from mailbus.errors import CodecError, ConfigError
 from mailbus.settings import Settings
+from mailbus_client.send_request import PRIORITIES
 
 from .codec import (
     AvroCodec,
@@ -31,7 +32,6 @@ from .codec import (
     shipped_schema,
     write_body,
 )
-from .send_request import PRIORITIES
 
 __all__ = [
     "RegistryCodec",

@@ -37,7 +37,7 @@ from consumer.core.backoff import RetryPolicy, retry_delay
 from consumer.core.outcome import Classification, Outcome, clip_reason
 from consumer.core.states import Status
 from mailbus.errors import InvalidSendError
-from schemas.send_request import validate_address
+from mailbus_client.send_request import validate_address
 
 __all__ = [
     "Decision",

@@ -40,7 +40,7 @@ from consumer.core.outcome import TransportFailure, clip_reason
 from consumer.core.smtp_outcome import AnyCallResult, SmtpReply
 from consumer.provider import LookupResult, OutgoingMail
 from mailbus.errors import ConfigError, InvalidSendError
-from schemas.send_request import mail_headers
+from mailbus_client.send_request import mail_headers
 
 __all__ = ["SmtpPrepared", "SmtpProvider", "SmtpTarget", "message_id_for", "render_mail"]
 

@@ -20,7 +20,7 @@ from campaigns.errors import CampaignError
 from campaigns.pacer import Pacer
 from campaigns.store import CampaignSpec, create_campaign, transition
 from campaigns.views import collect_status
-from mailbus.sqlfiles import load_queries
+from mailbus_client.sqlfiles import load_queries
 
 
 def audience_csv(n: int, upper_every: int = 0) -> bytes:

@@ -9,8 +9,8 @@ import psycopg
 import pytest
 
 from mailbus.errors import InvalidSendError
-from relay.enqueue import SendRequest, enqueue
-from schemas.send_request import MAX_PAYLOAD_BYTES
+from mailbus_client.enqueue import SendRequest, enqueue
+from mailbus_client.send_request import MAX_PAYLOAD_BYTES
 
 
 def _count(database_url: str, where: str = "true") -> int:

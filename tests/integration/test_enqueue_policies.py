@@ -9,8 +9,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from mailbus.policies import load_policy_book
-from relay.enqueue import SendRequest, enqueue
+from mailbus_client.enqueue import SendRequest, enqueue
+from mailbus_client.policies import load_policy_book
 
 
 def _expiry(database_url: str, send_id: int) -> tuple[datetime | None, datetime, datetime]:

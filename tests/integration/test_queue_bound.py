@@ -6,8 +6,8 @@ import psycopg
 import pytest
 
 from mailbus.errors import QueueFullError
-from mailbus.policies import QueueCap
-from relay.enqueue import SendRequest, enqueue
+from mailbus_client.enqueue import SendRequest, enqueue
+from mailbus_client.policies import QueueCap
 
 CAP = QueueCap(100)  # p2 refused from 60 open rows, p1 from 90, p0 from 100
 

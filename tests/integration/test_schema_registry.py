@@ -24,8 +24,8 @@ from test_relay import published, seed
 from intake.events import EventReader, NewRow, Rejected
 from intake.mappings import load_mappings
 from mailbus.errors import ConfigError
-from mailbus.policies import configured_policy_book
 from mailbus.settings import Settings
+from mailbus_client.policies import configured_policy_book
 from schemas.codec import shipped_schema
 from schemas.registry import (
     RegistryWriters,

@@ -13,7 +13,7 @@ from intake.events import EventReader, NewRow, Rejected
 from intake.mappings import load_mappings
 from intake.rows import rows_document
 from intake.service import Incoming, sort_batch
-from mailbus.policies import load_policy_book, parse_policy_book
+from mailbus_client.policies import load_policy_book, parse_policy_book
 from schemas.codec import AvroCodec, order_placed_codec
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"

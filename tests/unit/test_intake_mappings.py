@@ -11,7 +11,7 @@ import pytest
 from intake.events import EventReader, NewRow
 from intake.mappings import load_mappings
 from mailbus.errors import ConfigError
-from mailbus.policies import load_policy_book
+from mailbus_client.policies import load_policy_book
 from schemas.codec import AvroCodec
 
 _RESET_SCHEMA = {

@@ -28,7 +28,7 @@ from consumer.ledger import Claim, LoadedSend, MessageOrigin
 from consumer.provider import LookupResult, OutgoingMail, PreparedMail
 from consumer.reconciler import Reconciler
 from consumer.service import DeliveryService
-from mailbus.policies import configured_policy_book
+from mailbus_client.policies import configured_policy_book
 from schemas.codec import SendPointer, send_pointer_codec
 
 LEASE_S = 0.4

@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mailbus.errors import ConfigError
-from mailbus.policies import (
+from mailbus.settings import load_settings
+from mailbus_client.policies import (
     DEFAULT_CAP_SHARES,
     MailPolicy,
     PolicyBook,
@@ -23,7 +24,6 @@ from mailbus.policies import (
     parse_policy_book,
     parse_queue_cap,
 )
-from mailbus.settings import load_settings
 
 SHIPPED = load_policy_book(None)
 
@@ -260,7 +260,8 @@ def test_bad_queue_cap_names_the_setting(raw: str) -> None:
 
 def test_queue_cap_from_settings_and_environment() -> None:
     env = {"MAILBUS_QUEUE_CAP": "5000", "MAILBUS_QUEUE_CAP_SHARES": "0.5,0.8,1"}
-    assert QueueCap.from_settings(load_settings(env)) == QueueCap(5000, (0.5, 0.8, 1.0))
+    settings = load_settings(env)
+    assert (settings.queue_cap, settings.queue_cap_shares) == (5000, (0.5, 0.8, 1.0))
     assert QueueCap.from_environ(env) == QueueCap(5000, (0.5, 0.8, 1.0))
     assert QueueCap.from_environ({}) == QueueCap()
     assert parse_queue_cap(" ") is None

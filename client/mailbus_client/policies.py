@@ -1,7 +1,7 @@
 """Degradation policies per kind of mail, and the bound on the queue: values and loaders.
 
 A :class:`PolicyBook` maps a template name to its :class:`MailPolicy` by glob, first match
-wins, the last entry matching ``*``. The shipped book is ``schemas/mail_policies.json``;
+wins, the last entry matching ``*``. The shipped book is ``mailbus_client/mail_policies.json``;
 ``MAILBUS_POLICY_FILE`` names a file of the same shape that replaces it.
 
 A :class:`QueueCap` says, for a priority and a count of open rows (``pending``,
@@ -26,12 +26,9 @@ from fnmatch import fnmatchcase
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mailbus.errors import ConfigError
-
-if TYPE_CHECKING:
-    from mailbus.settings import Settings
+from mailbus_client.errors import ConfigError
 
 __all__ = [
     "DEFAULT_CAP_SHARES",
@@ -121,8 +118,8 @@ def parse_policy_book(data: object, setting: str = _POLICY_FILE) -> PolicyBook:
 def load_policy_book(path: str | None) -> PolicyBook:
     """The book in ``path`` (a MAILBUS_POLICY_FILE), or the shipped defaults when None."""
     if path is None:
-        text = resources.files("schemas").joinpath("mail_policies.json").read_text()
-        return parse_policy_book(json.loads(text), "schemas/mail_policies.json")
+        text = resources.files("mailbus_client").joinpath("mail_policies.json").read_text()
+        return parse_policy_book(json.loads(text), "mailbus_client/mail_policies.json")
     try:
         text = Path(path).read_text()
     except OSError as exc:
@@ -154,10 +151,6 @@ class QueueCap:
 
     limit: int | None = None
     shares: tuple[float, float, float] = DEFAULT_CAP_SHARES  # p2, p1, p0
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> QueueCap:
-        return cls(settings.queue_cap, settings.queue_cap_shares)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> QueueCap:

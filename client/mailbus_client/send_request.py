@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from mailbus.errors import InvalidSendError
+from mailbus_client.errors import InvalidSendError
 
 __all__ = [
     "MAX_ADDRESS_LENGTH",

@@ -17,10 +17,10 @@ from typing import Any
 
 import psycopg
 
-from mailbus.errors import InvalidSendError, QueueFullError
-from mailbus.policies import PolicyBook, QueueCap, configured_policy_book
-from mailbus.sqlfiles import load_queries
-from schemas.send_request import SendRequest, validate_send_request
+from mailbus_client.errors import InvalidSendError, QueueFullError
+from mailbus_client.policies import PolicyBook, QueueCap, configured_policy_book
+from mailbus_client.send_request import SendRequest, validate_send_request
+from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["EnqueueResult", "PolicyBook", "QueueCap", "SendRequest", "enqueue"]
 
@@ -45,7 +45,7 @@ def enqueue(
     ``expire_after_s``, the row gets ``expires_at = now + expire_after_s``, where ``now``
     is the given time or else PostgreSQL's ``now()`` of the caller's transaction (the
     instant ``created_at`` gets). Default: the book MAILBUS_POLICY_FILE names, else the
-    shipped ``schemas/mail_policies.json`` (each file read once per process).
+    shipped ``mailbus_client/mail_policies.json`` (each file read once per process).
 
     ``cap``: the bound on open rows (``pending``, ``sending``, ``unknown``); default
     ``QueueCap.from_environ()`` (MAILBUS_QUEUE_CAP, unbounded when unset); pass
@@ -79,7 +79,7 @@ def enqueue(
         "expires_at": expires_at,
         "expire_after_s": expire_after_s,
     }
-    queries = load_queries("relay", "queries.sql")
+    queries = load_queries("mailbus_client", "queries.sql")
     threshold = bound.threshold(request.priority)
     if threshold is None:
         row = conn.execute(queries["enqueue_with_policy"], params).fetchone()

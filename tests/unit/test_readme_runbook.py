@@ -1,0 +1,60 @@
+"""The README's operations runbook names only `mailbus` commands that exist, as written."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+from services import REPO
+
+from consumer.dead_letter_views import LetterFilter, parse_rate
+from mailbus.cli import _build_parser
+
+TOPICS = (
+    "The provider is down",
+    "Replaying dead letters",
+    "Pausing a campaign",
+    "Adding partitions",
+    "Rotating the provider API key",
+)
+
+
+def runbook() -> str:
+    text = (REPO / "README.md").read_text()
+    start = text.index("\n## Operations runbook\n")
+    end = text.index("\n## ", start + 1)
+    return text[start:end]
+
+
+def commands(section: str) -> list[str]:
+    """Every `mailbus ...` in the section: lines of code blocks and inline code spans."""
+    found = []
+    for block in re.findall(r"^```sh\n(.*?)^```", section, re.MULTILINE | re.DOTALL):
+        found += [line for line in block.splitlines() if line.startswith("mailbus ")]
+    found += [" ".join(span.split()) for span in re.findall(r"`(mailbus [^`]+)`", section)]
+    return found
+
+
+def test_runbook_covers_its_topics() -> None:
+    headings = re.findall(r"^### (.+)$", runbook(), re.MULTILINE)
+    assert headings == list(TOPICS)
+    assert len(commands(runbook())) >= 15
+
+
+@pytest.mark.parametrize("command", sorted(set(commands(runbook()))))
+def test_runbook_command_parses(command: str) -> None:
+    words = shlex.split(command)
+    assert words[0] == "mailbus"
+    args = _build_parser().parse_args(words[1:])  # exits 2 on an unknown command or option
+    if args.command == "dlq" and args.dlq_command in ("list", "replay"):
+        LetterFilter.from_options(args.reason, args.priority, args.template, args.since)
+        if args.dlq_command == "replay" and args.rate is not None:
+            parse_rate(args.rate)
+
+
+def test_a_wrong_command_would_be_caught(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        _build_parser().parse_args(shlex.split("dlq replay --reasons rejected"))
+    assert exit_.value.code == 2
+    assert "unrecognized arguments: --reasons" in capsys.readouterr().err
