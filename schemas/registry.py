@@ -136,7 +136,7 @@ def register(client: SchemaRegistryClient, schema_json: str, topic: str) -> int:
     """Register ``schema_json`` under ``{topic}-value`` with BACKWARD compatibility; its id."""
     name = subject(topic)
     try:
-        client.set_compatibility(subject_name=name, level=COMPATIBILITY)
+        _require_compatibility(client, name)
         return int(client.register_schema(name, Schema(schema_json, "AVRO")))
     except SchemaRegistryError as exc:
         raise ConfigError(
@@ -146,6 +146,16 @@ def register(client: SchemaRegistryClient, schema_json: str, topic: str) -> int:
         raise ConfigError(
             SETTING, f"cannot reach the schema registry: {type(exc).__name__}"
         ) from None
+
+
+def _require_compatibility(client: SchemaRegistryClient, name: str) -> None:
+    """Set the subject's BACKWARD rule. Processes starting together race to create it; a
+    loser hears 409 "already exists" (Apicurio) and accepts the rule the winner set."""
+    try:
+        client.set_compatibility(subject_name=name, level=COMPATIBILITY)
+    except SchemaRegistryError as exc:
+        if exc.http_status_code != 409 or client.get_compatibility(name) != COMPATIBILITY:
+            raise
 
 
 def value_codec(settings: Settings, filename: str, topics: Iterable[str]) -> ValueCodec:

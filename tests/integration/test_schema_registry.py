@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -124,3 +125,21 @@ def test_migrate_registers_the_shipped_schemas(registry_settings: Settings) -> N
     for topic in (settings.topic("p2"), settings.dlq_topic, intake_topic):
         assert client.get_compatibility(subject(topic)) == "BACKWARD"
         assert f"{subject(topic)}=" in " ".join(done)
+
+
+def test_processes_starting_together_all_register_the_same_schema(
+    registry_settings: Settings,
+) -> None:
+    """The relay and consumers start at once and register the same subjects: the registry
+    answers the losers of the compatibility-rule race 409 'already exists' (Apicurio), which
+    must not stop a process (it stopped the consumer of a fresh CI run)."""
+    url = registry_settings.schema_registry_url
+    assert url is not None
+    text = shipped_schema("send_pointer.avsc")
+    for attempt in range(5):
+        topic = f"{registry_settings.topic_prefix}.race{attempt}"
+        topics = [topic] * 6
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            ids = list(pool.map(lambda t: register(registry_client(url), text, t), topics))
+        assert len(set(ids)) == 1
+        assert registry_client(url).get_compatibility(subject(topic)) == "BACKWARD"
