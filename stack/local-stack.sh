@@ -93,7 +93,7 @@ MAILBUS_KAFKA_SASL_MECHANISM=SCRAM-SHA-512
 MAILBUS_KAFKA_SASL_USERNAME=$SASL_USER
 MAILBUS_KAFKA_SASL_PASSWORD=$SASL_PASSWORD
 MAILBUS_KAFKA_SSL_CA_LOCATION=$TLS_DIR/ca.pem
-MAILBUS_DATABASE_URL=postgresql://mailbus:mailbus@127.0.0.1:$PG_PORT/mailbus?sslmode=verify-full&sslrootcert=$TLS_DIR/ca.pem
+MAILBUS_DATABASE_URL='postgresql://mailbus:mailbus@127.0.0.1:$PG_PORT/mailbus?sslmode=verify-full&sslrootcert=$TLS_DIR/ca.pem'
 # The TLS-only listener (security protocol SSL, no SASL).
 MAILBUS_STACK_KAFKA_SSL_BOOTSTRAP=127.0.0.1:$KAFKA_SSL_PORT
 EOF
