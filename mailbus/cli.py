@@ -87,6 +87,10 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
 
     applied = apply_migrations(settings.database_url)
     print(f"schema: applied {applied or 'nothing (up to date)'}")
+    if args.roles:
+        from mailbus.migrate import apply_roles
+
+        print(f"roles: {', '.join(apply_roles(settings.database_url))} (grants set)")
     if not args.skip_topics:
         _check_kafka(settings)
         created = ensure_topics(settings)
@@ -237,6 +241,12 @@ def _build_parser() -> argparse.ArgumentParser:
 
     migrate = command("migrate", _migrate, "create or upgrade the schema and the topics")
     migrate.add_argument("--skip-topics", action="store_true", help="only the database schema")
+    migrate.add_argument(
+        "--roles",
+        action="store_true",
+        help="also create the NOLOGIN group roles mailbus_enqueuer, _relay, _consumer, _intake,"
+        " _webhooks and _operator and set their grants (needs CREATEROLE)",
+    )
     command("relay", _relay, "publish committed outbox rows to Kafka (long-running)")
     consume = command("consume", _consume, "deliver queued mail to the email API (long-running)")
     consume.add_argument(
