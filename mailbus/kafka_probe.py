@@ -29,8 +29,10 @@ def refusal(security: KafkaSecurity, errors: Sequence[KafkaError]) -> ConfigErro
     for error in errors:
         text = error.str()
         if error.code() == KafkaError._AUTHENTICATION:
-            secret = "OAUTH_CLIENT_SECRET" if security.sasl_mechanism == "OAUTHBEARER" else (
-                "SASL_PASSWORD"
+            secret = (
+                "OAUTH_CLIENT_SECRET"
+                if security.sasl_mechanism == "OAUTHBEARER"
+                else ("SASL_PASSWORD")
             )
             who = security.sasl_username or security.oauth_client_id
             return ConfigError(

@@ -20,9 +20,12 @@ def roles_db(database_url: str) -> Iterator[str]:
     apply_roles(database_url)
     with psycopg.connect(database_url) as conn:
         conn.execute(
-            "INSERT INTO email_sends (dedupe_key, to_address, template) VALUES ('seed', 'a@x.org', 't')"
+            "INSERT INTO email_sends (dedupe_key, to_address, template)"
+            " VALUES ('seed', 'a@x.org', 't')"
         )
-        conn.execute("INSERT INTO email_suppressions (address, reason, source) VALUES ('b@x.org', 'r', 's')")
+        conn.execute(
+            "INSERT INTO email_suppressions (address, reason, source) VALUES ('b@x.org', 'r', 's')"
+        )
     yield database_url
 
 
@@ -75,8 +78,9 @@ def test_enqueuer_enqueues_and_nothing_else(roles_db: str) -> None:
         assert refused(url, "SELECT * FROM email_suppressions")
         assert refused(url, "SELECT * FROM email_attempts")
         assert refused(
-            url, "INSERT INTO email_sends (dedupe_key, to_address, template, status)"
-            " VALUES ('k-3', 'e@x.org', 't', 'accepted')"
+            url,
+            "INSERT INTO email_sends (dedupe_key, to_address, template, status)"
+            " VALUES ('k-3', 'e@x.org', 't', 'accepted')",
         )
 
 
@@ -98,8 +102,11 @@ def test_consumer_settles_but_cannot_enqueue_delete_or_unsuppress(roles_db: str)
             conn.execute("SELECT 1 FROM email_suppressions")
         assert refused(url, "DELETE FROM email_sends")
         assert refused(url, "DELETE FROM email_suppressions")
-        assert refused(url, "INSERT INTO email_sends (dedupe_key, to_address, template)"
-                            " VALUES ('c-1', 'f@x.org', 't')")
+        assert refused(
+            url,
+            "INSERT INTO email_sends (dedupe_key, to_address, template)"
+            " VALUES ('c-1', 'f@x.org', 't')",
+        )
         assert refused(url, "UPDATE email_attempts SET status_code = 200")
         assert refused(url, "UPDATE campaigns SET state = 'running'")
 
@@ -116,11 +123,15 @@ def test_webhooks_suppress_but_cannot_unsuppress_or_enqueue(roles_db: str) -> No
     with login_as(roles_db, "mailbus_webhooks") as url:
         with psycopg.connect(url) as conn:
             conn.execute(
-                "INSERT INTO email_suppressions (address, reason, source) VALUES ('g@x.org', 'bounce', 'p')"
+                "INSERT INTO email_suppressions (address, reason, source)"
+                " VALUES ('g@x.org', 'bounce', 'p')"
             )
         assert refused(url, "DELETE FROM email_suppressions")
-        assert refused(url, "INSERT INTO email_sends (dedupe_key, to_address, template)"
-                            " VALUES ('w-1', 'h@x.org', 't')")
+        assert refused(
+            url,
+            "INSERT INTO email_sends (dedupe_key, to_address, template)"
+            " VALUES ('w-1', 'h@x.org', 't')",
+        )
         assert refused(url, "SELECT * FROM email_attempts")
 
 

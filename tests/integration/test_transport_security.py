@@ -35,12 +35,12 @@ def test_tls_listener_without_sasl(settings: Settings, security: StackSecurity) 
     assert "topics: created nothing (all exist)" in done.stdout
 
 
-@pytest.mark.parametrize("command", [["relay"], ["consume"], ["intake"], ["migrate"]])
+@pytest.mark.parametrize("command", ["relay", "consume", "intake", "migrate"])
 def test_a_wrong_password_stops_the_command_at_start_up(
-    settings: Settings, security: StackSecurity, command: list[str]
+    settings: Settings, security: StackSecurity, command: str
 ) -> None:
     env = settings_env(settings, **security.sasl_env(MAILBUS_KAFKA_SASL_PASSWORD="wrong"))
-    done = run_mailbus(*command, env=env, timeout=60)
+    done = run_mailbus(command, env=env, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "configuration error: MAILBUS_KAFKA_SASL_PASSWORD" in done.stderr
     assert "refused the credentials of 'mailbus'" in done.stderr
