@@ -276,9 +276,12 @@ EOF
 kafka_scram_user() {
   [ "$(cat "$KDIR/scram.user" 2>/dev/null)" = "$SASL_USER:$SASL_PASSWORD" ] && return 0
   log "adding the SCRAM user $SASL_USER"
-  java -Dlog4j2.configurationFile="$KDIR/log4j2.properties" -cp "$LIBS/*" kafka.admin.ConfigCommand \
-    --bootstrap-server "127.0.0.1:$KAFKA_PORT" --alter --entity-type users --entity-name "$SASL_USER" \
-    --add-config "SCRAM-SHA-512=[password=$SASL_PASSWORD],SCRAM-SHA-256=[password=$SASL_PASSWORD]" >&2
+  local mechanism  # one mechanism per request (the broker refuses two for one user)
+  for mechanism in SCRAM-SHA-512 SCRAM-SHA-256; do
+    java -Dlog4j2.configurationFile="$KDIR/log4j2.properties" -cp "$LIBS/*" kafka.admin.ConfigCommand \
+      --bootstrap-server "127.0.0.1:$KAFKA_PORT" --alter --entity-type users --entity-name "$SASL_USER" \
+      --add-config "$mechanism=[password=$SASL_PASSWORD]" >&2
+  done
   echo "$SASL_USER:$SASL_PASSWORD" >"$KDIR/scram.user"
 }
 
@@ -319,9 +322,12 @@ kafka_start() {
     sleep 1; waited=$((waited + 1))
   done
   kafka_scram_user
-  port_open "$KAFKA_SASL_PORT" \
-    || log "WARNING: no SASL_SSL listener on $KAFKA_SASL_PORT: a broker started by an older stack; run kafka-stop, then up"
-  log "Kafka up on 127.0.0.1:$KAFKA_PORT, TLS on $KAFKA_SSL_PORT, SASL_SSL on $KAFKA_SASL_PORT (pid $(kafka_pid))"
+  if port_open "$KAFKA_SASL_PORT"; then
+    log "Kafka up on 127.0.0.1:$KAFKA_PORT, TLS on $KAFKA_SSL_PORT, SASL_SSL on $KAFKA_SASL_PORT (pid $(kafka_pid))"
+  else
+    log "Kafka up on 127.0.0.1:$KAFKA_PORT (pid $(kafka_pid)) but WITHOUT its TLS and SASL_SSL listeners:"
+    log "  a broker started by an older stack; run: bash stack/local-stack.sh kafka-stop && bash stack/local-stack.sh up"
+  fi
 }
 
 kafka_stop() {
