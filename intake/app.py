@@ -24,12 +24,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from typing import Any
 
 import faust
 from mode import CrashingSupervisor
 
 from mailbus import health
+from mailbus.errors import ConfigError
+from mailbus.kafka_security import KafkaSecurity, kafka_client_config
 from mailbus.settings import Settings
 from mailbus.topics import create_topics
 from mailbus_client.policies import configured_policy_book
@@ -42,7 +45,7 @@ from .mappings import load_mappings
 from .rows import RowWriter
 from .service import Incoming, IntakeService, PreparedBatch
 
-__all__ = ["build_app", "run_intake"]
+__all__ = ["broker_credentials", "build_app", "run_intake"]
 
 log = logging.getLogger("mailbus.intake")
 
@@ -52,6 +55,7 @@ def build_app(settings: Settings, config: IntakeConfig, service: IntakeService) 
     app = faust.App(
         config.group,
         broker=f"kafka://{settings.kafka_bootstrap}",
+        broker_credentials=broker_credentials(settings.kafka_security),
         datadir=str(config.state_dir / f"faust-{config.group}"),
         store="memory://",
         autodiscover=False,
@@ -105,6 +109,37 @@ def build_app(settings: Settings, config: IntakeConfig, service: IntakeService) 
     return app
 
 
+def broker_credentials(security: KafkaSecurity) -> faust.auth.Credentials | None:
+    """faust's form of the MAILBUS_KAFKA_* TLS and SASL settings (the librdkafka clients
+    take them from :func:`kafka_client_config`). OAUTHBEARER is refused: faust and aiokafka
+    want a token callback, and the intake has no OIDC client to feed one."""
+    if security.protocol == "PLAINTEXT":
+        return None
+    if security.sasl_mechanism == "OAUTHBEARER":
+        raise ConfigError(
+            "MAILBUS_KAFKA_SASL_MECHANISM",
+            "OAUTHBEARER is not supported by `mailbus intake` (faust/aiokafka): give the"
+            " intake a SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN user",
+        )
+    context = None
+    if security.protocol.endswith("SSL"):  # hostnames verified, as librdkafka does
+        context = ssl.create_default_context(cafile=security.ssl_ca_location)
+        if security.ssl_certificate_location and security.ssl_key_location:
+            context.load_cert_chain(
+                security.ssl_certificate_location,
+                security.ssl_key_location,
+                security.ssl_key_password or None,
+            )
+    if security.sasl_mechanism is None:
+        return faust.SSLCredentials(context)
+    return faust.SASLCredentials(
+        username=security.sasl_username,
+        password=security.sasl_password,
+        mechanism=security.sasl_mechanism,
+        ssl_context=context,
+    )
+
+
 def _incoming(event: Any) -> Incoming:
     message = event.message
     headers = message.headers or ()
@@ -145,7 +180,7 @@ def run_intake(settings: Settings, config: IntakeConfig, log_level: str = "WARNI
         start_metrics_server(settings.metrics_port)
     health.mark("intake", True)  # until a batch cannot be written (/readyz)
     writer = RowWriter(settings.database_url)
-    dlq = DeadLetterProducer(settings.kafka_bootstrap, config.dlq_topic)
+    dlq = DeadLetterProducer(kafka_client_config(settings), config.dlq_topic)
     service = IntakeService(reader, writer, dlq)
     app = build_app(settings, config, service)
     worker = faust.Worker(

@@ -21,7 +21,7 @@ never loses one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -63,12 +63,15 @@ def dead_letter_headers(letter: IntakeDeadLetter) -> list[tuple[str, str | bytes
 class DeadLetterProducer:
     """Publishes dead letters and waits until the broker acknowledged every one."""
 
-    def __init__(self, bootstrap: str, topic: str, timeout: float = 30.0) -> None:
+    def __init__(
+        self, client_config: Mapping[str, object], topic: str, timeout: float = 30.0
+    ) -> None:
+        """``client_config``: bootstrap servers, TLS and SASL (``kafka_client_config``)."""
         self.topic = topic
         self._timeout = timeout
         self._producer = Producer(
             {
-                "bootstrap.servers": bootstrap,
+                **client_config,
                 "enable.idempotence": True,
                 "acks": "all",
                 "linger.ms": 5,

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from confluent_kafka import KafkaException, Producer
 
 from mailbus.errors import MailbusError
+from mailbus.kafka_security import kafka_client_config
 from mailbus.settings import Settings
 from mailbus.topics import create_topics
 from schemas.codec import order_placed_codec
@@ -73,7 +74,7 @@ def publish_records(
     """Publish and wait for every acknowledgement; return how many were published."""
     producer = Producer(
         {
-            "bootstrap.servers": settings.kafka_bootstrap,
+            **kafka_client_config(settings),
             "partitioner": "murmur2_random",
             "enable.idempotence": True,
             "linger.ms": 20,

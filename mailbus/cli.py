@@ -74,13 +74,25 @@ def stop_on_signals() -> threading.Event:
     return stop
 
 
+def _check_kafka(settings: Settings) -> None:
+    """A refused password or unverifiable broker: exit 2 now, not retries for ever."""
+    from mailbus.kafka_probe import check_kafka_access
+
+    check_kafka_access(settings)
+
+
 def _migrate(settings: Settings, args: argparse.Namespace) -> int:
     from mailbus.migrate import apply_migrations
     from mailbus.topics import ensure_topics
 
     applied = apply_migrations(settings.database_url)
     print(f"schema: applied {applied or 'nothing (up to date)'}")
+    if args.roles:
+        from mailbus.migrate import apply_roles
+
+        print(f"roles: {', '.join(apply_roles(settings.database_url))} (grants set)")
     if not args.skip_topics:
+        _check_kafka(settings)
         created = ensure_topics(settings)
         print(f"topics: created {created or 'nothing (all exist)'}")
     if settings.schema_registry_url is not None:
@@ -95,6 +107,7 @@ def _relay(settings: Settings, _args: argparse.Namespace) -> int:
     from campaigns.pacer import start_pacer_thread
     from relay.relay import Relay
 
+    _check_kafka(settings)
     stop = stop_on_signals()
     relay = Relay(settings)
     pacer = start_pacer_thread(settings, stop)  # paces running campaigns (campaigns/pacer.py)
@@ -115,6 +128,7 @@ def _relay(settings: Settings, _args: argparse.Namespace) -> int:
 def _consume(settings: Settings, args: argparse.Namespace) -> int:
     from consumer.runner import run_consumer
 
+    _check_kafka(settings)
     return run_consumer(settings, args.priority)
 
 
@@ -122,6 +136,7 @@ def _intake(settings: Settings, _args: argparse.Namespace) -> int:
     from intake.app import run_intake
     from intake.config import IntakeConfig
 
+    _check_kafka(settings)
     level = os.environ.get("MAILBUS_LOG_LEVEL", "INFO").upper()
     return run_intake(settings, IntakeConfig.from_environ(settings), level)
 
@@ -130,6 +145,7 @@ def _intake_publish_sample(settings: Settings, args: argparse.Namespace) -> int:
     from intake.config import IntakeConfig
     from intake.sample import publish_sample
 
+    _check_kafka(settings)
     config = IntakeConfig.from_environ(settings)
     return publish_sample(settings, config.topic, args.count, args.duplicates, args.malformed)
 
@@ -225,6 +241,12 @@ def _build_parser() -> argparse.ArgumentParser:
 
     migrate = command("migrate", _migrate, "create or upgrade the schema and the topics")
     migrate.add_argument("--skip-topics", action="store_true", help="only the database schema")
+    migrate.add_argument(
+        "--roles",
+        action="store_true",
+        help="also create the NOLOGIN group roles mailbus_enqueuer, _relay, _consumer, _intake,"
+        " _webhooks and _operator and set their grants (needs CREATEROLE)",
+    )
     command("relay", _relay, "publish committed outbox rows to Kafka (long-running)")
     consume = command("consume", _consume, "deliver queued mail to the email API (long-running)")
     consume.add_argument(

@@ -1,4 +1,5 @@
-"""`mailbus migrate`: the numbered SQL migrations in ``schemas/sql`` and the Kafka topics.
+"""`mailbus migrate`: the numbered SQL migrations in ``schemas/sql`` and the Kafka topics;
+with ``--roles`` also the least-privilege group roles of ``schemas/sql/roles/grants.sql``.
 
 Safe to run any number of times and concurrently: every run takes one transaction-level
 advisory lock, then applies only the versions not yet recorded.
@@ -13,9 +14,17 @@ import psycopg
 
 from mailbus.errors import StorageError
 
-__all__ = ["Migration", "apply_migrations", "available_migrations"]
+__all__ = ["ROLES", "Migration", "apply_migrations", "apply_roles", "available_migrations"]
 
 _LOCK_KEY = 0x6D61696C62757301  # "mailbus\x01": one lock for all migrators of a database
+ROLES = (
+    "mailbus_enqueuer",
+    "mailbus_relay",
+    "mailbus_consumer",
+    "mailbus_intake",
+    "mailbus_webhooks",
+    "mailbus_operator",
+)
 
 
 @dataclass(frozen=True)
@@ -60,3 +69,17 @@ def apply_migrations(database_url: str) -> list[int]:
             return applied
     except psycopg.Error as exc:
         raise StorageError(f"migration failed: {exc}") from exc
+
+
+def apply_roles(database_url: str) -> tuple[str, ...]:
+    """Create the group roles (once per cluster) and set their grants in this database to
+    exactly those of ``grants.sql``; return the role names. Run after the migrations."""
+    sql = resources.files("schemas").joinpath("sql", "roles", "grants.sql").read_text()
+    try:
+        with psycopg.connect(database_url, autocommit=False) as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+            conn.execute(sql.encode())
+            conn.commit()
+    except psycopg.Error as exc:
+        raise StorageError(f"roles not applied: {exc}") from exc
+    return ROLES

@@ -1,0 +1,85 @@
+-- `mailbus migrate --roles`: one NOLOGIN group role per kind of process, each with only
+-- the grants its statements need. Give a login role membership in a group (for example
+-- CREATE ROLE relay_1 LOGIN PASSWORD '...' IN ROLE mailbus_relay). Roles belong to the
+-- cluster, grants to this database: run it once per database, again after each upgrade
+-- (it first revokes what it grants, so a grant removed here is removed there too).
+-- Run it as the owner of the tables (the role that ran `mailbus migrate`), which needs
+-- CREATEROLE for the first run.
+
+DO $$
+DECLARE
+    name text;
+BEGIN
+    FOREACH name IN ARRAY ARRAY['mailbus_enqueuer', 'mailbus_relay', 'mailbus_consumer',
+                                'mailbus_intake', 'mailbus_webhooks', 'mailbus_operator'] LOOP
+        IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = name) THEN
+            BEGIN
+                EXECUTE format('CREATE ROLE %I NOLOGIN', name);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL;  -- created meanwhile by a run against another database
+            END;
+        END IF;
+    END LOOP;
+END $$;
+
+REVOKE ALL ON ALL TABLES IN SCHEMA public FROM mailbus_enqueuer, mailbus_relay,
+    mailbus_consumer, mailbus_intake, mailbus_webhooks, mailbus_operator;
+DO $$
+DECLARE
+    col record;
+BEGIN  -- column grants survive a table-level REVOKE ALL
+    FOR col IN SELECT c.relname AS tab, a.attname AS name, r.rolname AS who
+               FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+               JOIN pg_namespace n ON n.oid = c.relnamespace
+               CROSS JOIN LATERAL aclexplode(a.attacl) acl
+               JOIN pg_roles r ON r.oid = acl.grantee
+               WHERE n.nspname = 'public' AND a.attacl IS NOT NULL
+                 AND r.rolname LIKE 'mailbus\_%' LOOP
+        EXECUTE format('REVOKE ALL (%I) ON %I FROM %I', col.name, col.tab, col.who);
+    END LOOP;
+END $$;
+GRANT USAGE ON SCHEMA public TO mailbus_enqueuer, mailbus_relay, mailbus_consumer,
+    mailbus_intake, mailbus_webhooks, mailbus_operator;
+
+-- A domain service enqueuing in its own transaction (mailbus_client.enqueue): insert a
+-- send; read back the id of a duplicate and count open rows for the queue cap. It cannot
+-- read addresses or payloads, change or delete a send, or see any other table.
+GRANT INSERT (dedupe_key, to_address, template, payload_json, priority, expires_at)
+    ON email_sends TO mailbus_enqueuer;
+GRANT SELECT (id, dedupe_key, status) ON email_sends TO mailbus_enqueuer;
+
+-- `mailbus relay`: claims committed rows and dead letters and marks them published; its
+-- campaign pacer fans recipients out into sends, skipping suppressed addresses.
+GRANT SELECT, UPDATE ON email_sends, email_dead_letters, campaigns, campaign_recipients
+    TO mailbus_relay;
+GRANT INSERT ON email_sends TO mailbus_relay;
+GRANT SELECT ON email_suppressions TO mailbus_relay;
+
+-- `mailbus consume`: claims, settles and records attempts; dead-letters what fails;
+-- shares rate limits and provider health with the other consumers.
+GRANT SELECT, UPDATE ON email_sends TO mailbus_consumer;
+GRANT SELECT ON email_suppressions TO mailbus_consumer;
+GRANT SELECT, INSERT ON email_attempts, email_dead_letters TO mailbus_consumer;
+GRANT SELECT, INSERT, UPDATE ON rate_limits, provider_health TO mailbus_consumer;
+
+-- `mailbus intake`: inserts sends from domain events, dead-letters the undecodable.
+GRANT INSERT (dedupe_key, to_address, template, payload_json, priority, expires_at)
+    ON email_sends TO mailbus_intake;
+GRANT SELECT (id, dedupe_key) ON email_sends TO mailbus_intake;
+GRANT INSERT ON email_dead_letters TO mailbus_intake;
+
+-- `mailbus webhooks`: records delivery events on their sends, suppresses bounced and
+-- complaining addresses, takes unsubscribes.
+GRANT SELECT, INSERT, UPDATE ON delivery_events TO mailbus_webhooks;
+GRANT SELECT, UPDATE ON email_sends TO mailbus_webhooks;
+GRANT SELECT, INSERT ON email_suppressions TO mailbus_webhooks;
+
+-- People: `mailbus status`, `dlq`, `suppress`, `campaign`. Reads everything; replays dead
+-- letters, manages suppressions and campaigns. Never deletes a send or its history, and
+-- (owning nothing) cannot change the schema.
+GRANT SELECT ON ALL TABLES IN SCHEMA public TO mailbus_operator;
+GRANT UPDATE ON email_sends, email_dead_letters TO mailbus_operator;
+GRANT INSERT ON email_replays TO mailbus_operator;
+GRANT INSERT, UPDATE, DELETE ON email_suppressions TO mailbus_operator;
+GRANT INSERT, UPDATE ON campaigns TO mailbus_operator;
+GRANT INSERT, DELETE ON campaign_recipients TO mailbus_operator;

@@ -1,0 +1,148 @@
+"""`mailbus migrate --roles`: each group role can do its job and is refused the rest, on
+the real PostgreSQL, as a login role that is a member of the group."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg.errors import InsufficientPrivilege
+from services import run_mailbus
+from transport_security import login_as
+
+from mailbus.migrate import ROLES, apply_roles
+from mailbus_client.enqueue import QueueCap, SendRequest, enqueue
+
+
+@pytest.fixture
+def roles_db(database_url: str) -> Iterator[str]:
+    apply_roles(database_url)
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template)"
+            " VALUES ('seed', 'a@x.org', 't')"
+        )
+        conn.execute(
+            "INSERT INTO email_suppressions (address, reason, source) VALUES ('b@x.org', 'r', 's')"
+        )
+    yield database_url
+
+
+def refused(url: str, statement: str) -> bool:
+    """True when PostgreSQL refuses ``statement`` for lack of privilege (nothing changes)."""
+    with psycopg.connect(url) as conn:
+        try:
+            conn.execute(statement)
+        except InsufficientPrivilege:
+            return True
+        conn.rollback()
+        return False
+
+
+def test_migrate_roles_is_idempotent_and_creates_nologin_groups(database_url: str) -> None:
+    for _ in range(2):
+        done = run_mailbus(
+            "migrate", "--roles", "--skip-topics", env={"MAILBUS_DATABASE_URL": database_url}
+        )
+        assert done.returncode == 0, done.stderr
+        assert "mailbus_enqueuer" in done.stdout
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT rolname, rolcanlogin, rolsuper FROM pg_roles WHERE rolname = ANY(%s)",
+            (list(ROLES),),
+        ).fetchall()
+    assert sorted(rows) == sorted((role, False, False) for role in ROLES)
+
+
+def test_the_stacks_app_role_is_no_superuser(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        [(superuser, createdb, createrole)] = conn.execute(
+            "SELECT rolsuper, rolcreatedb, rolcreaterole FROM pg_roles WHERE rolname = current_user"
+        ).fetchall()
+    assert (superuser, createdb, createrole) == (False, True, True)
+
+
+def test_enqueuer_enqueues_and_nothing_else(roles_db: str) -> None:
+    with login_as(roles_db, "mailbus_enqueuer") as url:
+        with psycopg.connect(url) as conn:
+            first = enqueue(conn, SendRequest("k-1", "c@x.org", "welcome"))
+            again = enqueue(conn, SendRequest("k-1", "c@x.org", "welcome"))
+            capped = enqueue(conn, SendRequest("k-2", "d@x.org", "welcome"), cap=QueueCap(100))
+        assert first.created and not again.created and again.send_id == first.send_id
+        assert capped.created
+        assert refused(url, "UPDATE email_sends SET status = 'cancelled'")
+        assert refused(url, "DELETE FROM email_sends")
+        assert refused(url, "SELECT to_address FROM email_sends")
+        assert refused(url, "SELECT payload_json FROM email_sends")
+        assert refused(url, "SELECT * FROM email_suppressions")
+        assert refused(url, "SELECT * FROM email_attempts")
+        assert refused(
+            url,
+            "INSERT INTO email_sends (dedupe_key, to_address, template, status)"
+            " VALUES ('k-3', 'e@x.org', 't', 'accepted')",
+        )
+
+
+def test_relay_cannot_delete_or_touch_what_is_not_its_own(roles_db: str) -> None:
+    with login_as(roles_db, "mailbus_relay") as url:
+        with psycopg.connect(url) as conn:  # what it does: claim and mark published
+            conn.execute("UPDATE email_sends SET published_at = now() WHERE dedupe_key = 'seed'")
+        assert refused(url, "DELETE FROM email_sends")
+        assert refused(url, "DELETE FROM email_dead_letters")
+        assert refused(url, "INSERT INTO email_suppressions (address) VALUES ('z@x.org')")
+        assert refused(url, "SELECT * FROM email_attempts")
+        assert refused(url, "TRUNCATE email_sends")
+
+
+def test_consumer_settles_but_cannot_enqueue_delete_or_unsuppress(roles_db: str) -> None:
+    with login_as(roles_db, "mailbus_consumer") as url:
+        with psycopg.connect(url) as conn:
+            conn.execute("UPDATE email_sends SET status = 'sending' WHERE dedupe_key = 'seed'")
+            conn.execute("SELECT 1 FROM email_suppressions")
+        assert refused(url, "DELETE FROM email_sends")
+        assert refused(url, "DELETE FROM email_suppressions")
+        assert refused(
+            url,
+            "INSERT INTO email_sends (dedupe_key, to_address, template)"
+            " VALUES ('c-1', 'f@x.org', 't')",
+        )
+        assert refused(url, "UPDATE email_attempts SET status_code = 200")
+        assert refused(url, "UPDATE campaigns SET state = 'running'")
+
+
+def test_intake_inserts_but_cannot_change_or_read_suppressions(roles_db: str) -> None:
+    with login_as(roles_db, "mailbus_intake") as url:
+        assert refused(url, "UPDATE email_sends SET status = 'cancelled'")
+        assert refused(url, "DELETE FROM email_sends")
+        assert refused(url, "SELECT * FROM email_suppressions")
+        assert refused(url, "SELECT to_address FROM email_sends")
+
+
+def test_webhooks_suppress_but_cannot_unsuppress_or_enqueue(roles_db: str) -> None:
+    with login_as(roles_db, "mailbus_webhooks") as url:
+        with psycopg.connect(url) as conn:
+            conn.execute(
+                "INSERT INTO email_suppressions (address, reason, source)"
+                " VALUES ('g@x.org', 'bounce', 'p')"
+            )
+        assert refused(url, "DELETE FROM email_suppressions")
+        assert refused(
+            url,
+            "INSERT INTO email_sends (dedupe_key, to_address, template)"
+            " VALUES ('w-1', 'h@x.org', 't')",
+        )
+        assert refused(url, "SELECT * FROM email_attempts")
+
+
+def test_operator_reads_and_manages_but_never_deletes_sends_or_changes_the_schema(
+    roles_db: str,
+) -> None:
+    with login_as(roles_db, "mailbus_operator") as url:
+        with psycopg.connect(url) as conn:
+            conn.execute("SELECT * FROM email_sends, email_attempts, email_dead_letters")
+            conn.execute("DELETE FROM email_suppressions WHERE address = 'b@x.org'")
+        assert refused(url, "DELETE FROM email_sends")
+        assert refused(url, "TRUNCATE email_attempts")
+        assert refused(url, "DROP TABLE email_sends")
+        assert refused(url, "ALTER TABLE email_sends ADD COLUMN x int")
