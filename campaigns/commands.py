@@ -34,30 +34,41 @@ def _create(settings: Settings, args: argparse.Namespace) -> int:
         window=args.window,
         daily_cap=args.daily_cap,
         warmup=args.warmup or (),
-        audience=args.audience,
+        audience=args.audience or f"sql: {args.audience_sql}",
     )
+    where = args.audience or "--audience-sql"
+    item = "line" if args.audience else "row"
     shown = 0
 
     def report(rejected: Rejected) -> None:
         nonlocal shown
         shown += 1
         if shown <= MAX_REJECTS_SHOWN:
-            print(f"{args.audience}: line {rejected.line}: {rejected.problem}", file=sys.stderr)
+            print(f"{where}: {item} {rejected.line}: {rejected.problem}", file=sys.stderr)
 
-    try:
-        stream = open(args.audience, "rb")  # noqa: SIM115 - closed below, errors named
-    except OSError as exc:
-        raise CampaignError(f"--audience: cannot read {args.audience}: {exc.strerror}") from None
-    with stream:
-        result = create_campaign(settings.database_url, spec, stream, report)
+    if args.audience_sql is not None:
+        from campaigns.sql_audience import SqlAudience
+
+        spec.check()  # before the query runs
+        with SqlAudience(settings.database_url, args.audience_sql) as audience:
+            result = create_campaign(settings.database_url, spec, audience, report)
+    else:
+        try:
+            stream = open(args.audience, "rb")  # noqa: SIM115 - closed below, errors named
+        except OSError as exc:
+            raise CampaignError(
+                f"--audience: cannot read {args.audience}: {exc.strerror}"
+            ) from None
+        with stream:
+            result = create_campaign(settings.database_url, spec, stream, report)
     if shown > MAX_REJECTS_SHOWN:
         print(
-            f"{args.audience}: ... and {shown - MAX_REJECTS_SHOWN} more lines skipped",
+            f"{where}: ... and {shown - MAX_REJECTS_SHOWN} more {item}s skipped",
             file=sys.stderr,
         )
     print(
         f"campaign {result.campaign_id} {spec.name!r}: {result.recipients} recipients imported,"
-        f" {result.rejected} lines skipped"
+        f" {result.rejected} {item}s skipped"
     )
     if args.start:
         print(transition(settings.database_url, result.campaign_id, "start")[0])
@@ -160,13 +171,23 @@ def add_campaign_commands(commands: argparse._SubParsersAction[argparse.Argument
     create = action(
         "create",
         _create,
-        "create a draft campaign from a CSV with the header user_id,email[,more variables];"
-        " prints its id alone on the last line. Invalid lines are reported on stderr (with"
-        " their line number) and skipped; a bad header imports nothing.",
+        "create a draft campaign from a CSV with the header user_id,email[,more variables]"
+        " or from a SQL query over the application's tables; prints its id alone on the"
+        " last line. Invalid lines are reported on stderr (with their line number) and"
+        " skipped; a bad header (or a query without user_id and email) imports nothing.",
     )
     create.add_argument("--name", required=True, help="a name for people")
     create.add_argument("--template", required=True, help="the template of every mail")
-    create.add_argument("--audience", required=True, metavar="FILE.csv", help="the recipients")
+    source = create.add_mutually_exclusive_group(required=True)
+    source.add_argument("--audience", metavar="FILE.csv", help="the recipients")
+    source.add_argument(
+        "--audience-sql",
+        metavar="QUERY",
+        help="the recipients as a query over the application's tables in mailbus's"
+        ' database, e.g. "SELECT id AS user_id, email, first_name FROM users WHERE'
+        ' opted_in"; read in pages ordered by user_id (index it), in one read-only'
+        " snapshot",
+    )
     create.add_argument(
         "--priority", choices=("p0", "p1", "p2"), default="p2", help="default p2 (bulk)"
     )
