@@ -137,7 +137,10 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
     elif state != "running":
         raise CampaignError(f"campaign {args.id} is {state}: only a draft or running one can run")
     stop = stop_on_signals()
-    Pacer(settings.database_url, only=args.id, links=links).run(stop, until_idle=True)
+    pacer = Pacer(
+        settings.database_url, only=args.id, links=links, daily_quota=settings.campaign_daily_quota
+    )
+    pacer.run(stop, until_idle=True)
     status = collect_status(settings.database_url, args.id)
     print(
         f"campaign {args.id} is {status['state']}: handed out {status['handed_out']}"

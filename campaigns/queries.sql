@@ -84,6 +84,16 @@ RETURNING id
 -- name: running_ids
 SELECT id FROM campaigns WHERE state = 'running' ORDER BY id
 
+-- name: quota_lock
+-- The daily quota's round: one pacer process at a time (released at commit).
+SELECT pg_advisory_xact_lock(hashtext('mailbus.campaign_daily_quota'))
+
+-- name: quota_used_today
+-- Recipients every campaign handed out on today's UTC day (day_count counts `day`).
+SELECT coalesce(sum(day_count), 0)
+FROM campaigns
+WHERE day = (now() AT TIME ZONE 'UTC')::date
+
 -- name: lock_running
 -- One pacer at a time per campaign: another pacer's tick skips a locked campaign.
 SELECT template, priority, rate_per_min, window_start, window_end, daily_cap, warmup,
