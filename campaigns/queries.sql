@@ -205,3 +205,19 @@ SELECT id, name, template, priority, state, rate_per_min, recipients, processed,
 FROM campaigns
 ORDER BY id DESC
 LIMIT %(limit)s
+
+-- name: overview_campaigns
+-- The campaigns `mailbus status` and /metrics show: not ended, or ended in the last day;
+-- with how many recipients unsubscribed through this campaign's links.
+SELECT c.id, c.name, c.state, c.recipients, c.processed, c.suppressed,
+       (SELECT count(*) FROM email_suppressions x
+        WHERE x.source = 'campaign:' || c.id AND x.reason = 'unsubscribed')
+FROM campaigns c
+WHERE c.ended_at IS NULL OR c.ended_at > now() - interval '1 day'
+ORDER BY c.id
+
+-- name: overview_sends
+SELECT campaign_id, status, count(*)
+FROM email_sends
+WHERE campaign_id = ANY(%(ids)s)
+GROUP BY campaign_id, status
