@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +126,7 @@ def _list(settings: Settings, args: argparse.Namespace) -> int:
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:
     from campaigns.pacer import Pacer
+    from campaigns.progress import Progress
     from campaigns.store import transition
     from campaigns.unsubscribe import Links
     from campaigns.views import collect_status
@@ -140,13 +142,27 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
     pacer = Pacer(
         settings.database_url, only=args.id, links=links, daily_quota=settings.campaign_daily_quota
     )
-    pacer.run(stop, until_idle=True)
+    before = collect_status(settings.database_url, args.id)
+    progress = Progress(
+        args.id,
+        before["recipients"],
+        sys.stderr,
+        tty=sys.stderr.isatty() and not args.no_progress,
+        clock=time.monotonic,
+        already=before["handed_out"],
+    )
+    pacer.run(stop, until_idle=True, on_tick=lambda results: progress.add(_handed_out(results)))
+    progress.finish()
     status = collect_status(settings.database_url, args.id)
     print(
         f"campaign {args.id} is {status['state']}: handed out {status['handed_out']}"
         f" of {status['recipients']}"
     )
     return 0
+
+
+def _handed_out(results: list[Any]) -> int:
+    return sum(result.handed_out for result in results)
 
 
 def add_campaign_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -248,6 +264,12 @@ def add_campaign_commands(commands: argparse._SubParsersAction[argparse.Argument
         " running campaign",
     )
     run.add_argument("id", type=_option(_positive), metavar="ID", help="the campaign's id")
+    run.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar on a terminal (plain lines every 10 s instead, as when"
+        " stderr is not a terminal)",
+    )
 
 
 def _option(parse: Callable[[str], Any]) -> Callable[[str], Any]:

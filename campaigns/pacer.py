@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -215,9 +216,16 @@ class Pacer:
                 for p, share in zip(plans, shares, strict=True)
             ]
 
-    def run(self, stop: threading.Event, *, until_idle: bool = False) -> None:
+    def run(
+        self,
+        stop: threading.Event,
+        *,
+        until_idle: bool = False,
+        on_tick: Callable[[list[TickResult]], None] | None = None,
+    ) -> None:
         """Tick every ``tick_s`` until ``stop`` (or, with ``until_idle``, until no campaign
-        of this pacer is running); survives database outages."""
+        of this pacer is running); survives database outages. ``on_tick`` hears every
+        round's results (after their commit)."""
         delay = 0.5
         while not stop.is_set():
             try:
@@ -226,6 +234,8 @@ class Pacer:
                     while not stop.is_set():
                         started = time.monotonic()
                         results = self.tick_all(conn)
+                        if on_tick is not None:
+                            on_tick(results)
                         if until_idle and not self._still_running(conn):
                             return
                         if any(r.limited_by == "batch" for r in results):
