@@ -98,9 +98,7 @@ def test_sigkills_during_fan_out_and_delivery_lose_and_double_nothing(
     state, processed, created_rows = campaign_figures(stack, campaign_id)
     assert (state, processed, created_rows) == ("finished", N, N - len(SUPPRESSED))
     keys = stack.ledger()["keys"]
-    expected = {
-        f"campaign-{campaign_id}-user-{i}" for i in range(1, N + 1) if i not in SUPPRESSED
-    }
+    expected = {f"campaign-{campaign_id}-user-{i}" for i in range(1, N + 1) if i not in SUPPRESSED}
     assert {k for k in keys if k.startswith(f"campaign-{campaign_id}-")} == expected
     assert all(keys[k]["accepted"] == 1 for k in expected)  # each recipient accepted once
     suppressed = {f"user{i}@example.com" for i in SUPPRESSED}
