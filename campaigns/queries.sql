@@ -145,17 +145,20 @@ WITH batch AS (
     FROM batch b
     -- The recipient's unsubscribe link (campaigns/unsubscribe.py: the same token, with
     -- HMAC-SHA256 spelled as sha256(outer || sha256(inner || payload))); NULL when
-    -- %(unsub_base)s is NULL (no secret configured: no links).
-    CROSS JOIN LATERAL (
+    -- %(unsub_base)s is NULL (no secret configured: no links). The WHERE on the parameter
+    -- alone is a one-time filter: without links neither subquery runs per row (computing
+    -- the unused payload anyway cost a tenth or more of the fan-out's speed).
+    LEFT JOIN LATERAL (
         SELECT convert_to('1:' || %(id)s::bigint || ':' || extract(epoch FROM now())::bigint
                           || ':' || lower(b.email), 'UTF8') AS payload
+        WHERE %(unsub_base)s::text IS NOT NULL
         OFFSET 0
-    ) m
+    ) m ON true
     -- URL-safe base64 by replace(), several times faster than translate() here; only the
     -- payload can be long enough for encode() to break its lines. OFFSET 0 keeps each
     -- subquery a subquery: flattened, its expression was computed at every reference
     -- (url three times, payload in each), which took a third of the fan-out's speed.
-    CROSS JOIN LATERAL (
+    LEFT JOIN LATERAL (
         SELECT rtrim(%(unsub_base)s::text, '/') || '/unsubscribe/'
                || replace(replace(replace(rtrim(encode(m.payload, 'base64'), '='),
                                           '+', '-'), '/', '_'), E'\n', '')
@@ -164,8 +167,9 @@ WITH batch AS (
                                                       || sha256(%(unsub_inner)s::bytea
                                                                 || m.payload)),
                                                'base64'), '='), '+', '-'), '/', '_') AS url
+        WHERE %(unsub_base)s::text IS NOT NULL
         OFFSET 0
-    ) u
+    ) u ON true
     WHERE NOT b.suppressed
     ORDER BY b.ordinal
     ON CONFLICT (dedupe_key) DO NOTHING
