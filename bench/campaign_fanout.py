@@ -1,9 +1,13 @@
-"""Campaign benchmark: audience import and fan-out of a generated CSV, rows/s and peak RSS.
+"""Campaign benchmark: audience import and fan-out of a generated CSV (or of a SQL query
+over an application table, ``--source sql``), rows/s and peak RSS.
 
 Each run gets a fresh database (migrated), 1% of the audience in ``email_suppressions``
 (half of them in upper case), then times two real processes:
 
-- ``mailbus campaign create --audience FILE.csv`` (CSV → campaign_recipients by COPY);
+- ``mailbus campaign create --audience FILE.csv`` (CSV → campaign_recipients by COPY), or
+  with ``--source sql`` ``mailbus campaign create --audience-sql "SELECT id AS user_id,
+  email, first_name, plan FROM app_users"`` over a table of the same recipients made in
+  the run's database beforehand (keyset pages → campaign_recipients by COPY);
 - ``mailbus campaign run ID`` with an unbounded rate (recipients → email_sends rows, in
   transactions of ``campaigns.pacer.MAX_BATCH``).
 
@@ -58,7 +62,10 @@ def timed(args: list[str], env: dict[str, str]) -> tuple[float, int, str]:
     return elapsed, usage.ru_maxrss // 1024, out
 
 
-def one_run(base_url: str, audience: Path, n: int) -> dict[str, float]:
+SQL_AUDIENCE = "SELECT id AS user_id, email, first_name, plan FROM app_users"
+
+
+def one_run(base_url: str, audience: Path, n: int, source: str) -> dict[str, float]:
     dbname = f"mailbus_bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(base_url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{dbname}"')
@@ -73,10 +80,25 @@ def one_run(base_url: str, audience: Path, n: int) -> dict[str, float]:
                 " FROM generate_series(100, %s, 100) AS i",
                 (n,),
             )
+            if source == "sql":  # the application's table: the same recipients as the CSV
+                conn.execute(
+                    "CREATE TABLE app_users (id bigint PRIMARY KEY, email text NOT NULL,"
+                    " first_name text, plan text)"
+                )
+                conn.execute(
+                    "INSERT INTO app_users SELECT i, format('user%%s@example.com', i),"
+                    " format('Name%%s', i), CASE WHEN i %% 3 = 0 THEN 'free' ELSE 'gold' END"
+                    " FROM generate_series(1, %s) AS i",
+                    (n,),
+                )
+                conn.execute("ANALYZE app_users")
         env = {**os.environ, "MAILBUS_DATABASE_URL": url, "MAILBUS_LOG_LEVEL": "WARNING"}
+        what = ["--audience", str(audience)]
+        if source == "sql":
+            what = ["--audience-sql", SQL_AUDIENCE]
         create_s, create_rss, out = timed(
             ["campaign", "create", "--name", "bench", "--template", "newsletter",
-             "--audience", str(audience), "--rate", "1000000000/min"],
+             *what, "--rate", "1000000000/min"],
             env,
         )  # fmt: skip
         campaign_id = out.strip().splitlines()[-1]
@@ -107,6 +129,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipients", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--source", choices=("csv", "sql"), default="csv")
     args = parser.parse_args()
     base_url = os.environ.get(
         "MAILBUS_DATABASE_URL", "postgresql://mailbus:mailbus@127.0.0.1:5432/mailbus"
@@ -115,10 +138,13 @@ def main() -> None:
         audience = Path(tmp) / "audience.csv"
         generate(audience, args.recipients)
         size_mb = audience.stat().st_size / 1e6
-        print(f"audience: {args.recipients:,} recipients, {size_mb:.0f} MB, 1% suppressed")
+        print(
+            f"audience ({args.source}): {args.recipients:,} recipients,"
+            f" {size_mb:.0f} MB as CSV, 1% suppressed"
+        )
         runs = []
         for i in range(args.runs):
-            result = one_run(base_url, audience, args.recipients)
+            result = one_run(base_url, audience, args.recipients, args.source)
             runs.append(result)
             print(
                 f"run {i + 1}: import {result['import_s']:.1f}s ({result['import_rps']:,.0f}/s),"

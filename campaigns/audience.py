@@ -20,7 +20,14 @@ from campaigns.errors import CampaignError
 from mailbus.errors import InvalidSendError
 from mailbus_client.send_request import validate_address
 
-__all__ = ["MAX_USER_ID_LENGTH", "Audience", "Recipient", "Rejected", "open_audience"]
+__all__ = [
+    "MAX_USER_ID_LENGTH",
+    "Audience",
+    "Recipient",
+    "Rejected",
+    "check_recipient",
+    "open_audience",
+]
 
 # campaign-{id}-user-{user_id} must stay a valid dedupe key (printable ASCII, <= 200).
 MAX_USER_ID_LENGTH = 160
@@ -101,29 +108,36 @@ class Audience:
     def _recipient(self, line: int, row: list[str]) -> Recipient | Rejected:
         if len(row) != self._width:
             return Rejected(line, f"expected {self._width} fields, found {len(row)}")
-        joined = "\x1f".join(row)
-        if _LINE_BREAKS.search(joined):
-            return Rejected(line, "a field contains CR, LF or NUL (header injection)")
-        if not _is_utf8(joined):
-            return Rejected(line, "not valid UTF-8")
-        user_id = row[self._user_id].strip()
-        if not user_id:
-            return Rejected(line, "user_id: empty")
-        if len(user_id) > MAX_USER_ID_LENGTH or not _USER_ID.match(user_id):
-            return Rejected(
-                line,
-                f"user_id: must be printable ASCII without spaces, at most"
-                f" {MAX_USER_ID_LENGTH} characters",
-            )
-        email = row[self._email].strip()
-        try:
-            validate_address(email)
-        except InvalidSendError as exc:
-            return Rejected(line, f"email {email[:80]!r}: {exc.problem}")
-        variables = {"user_id": user_id}
-        for index, name in self._extra:
-            variables[name] = row[index]
-        return Recipient(line, user_id, email, variables)
+        extras = [(name, row[index]) for index, name in self._extra]
+        return check_recipient(line, row[self._user_id], row[self._email], extras)
+
+
+def check_recipient(
+    line: int, user_id: str, email: str, extras: list[tuple[str, str]]
+) -> Recipient | Rejected:
+    """One audience record checked (pure): the same rules for a CSV line and a SQL row."""
+    joined = "\x1f".join([user_id, email, *(value for _, value in extras)])
+    if _LINE_BREAKS.search(joined):
+        return Rejected(line, "a field contains CR, LF or NUL (header injection)")
+    if not _is_utf8(joined):
+        return Rejected(line, "not valid UTF-8")
+    user_id = user_id.strip()
+    if not user_id:
+        return Rejected(line, "user_id: empty")
+    if len(user_id) > MAX_USER_ID_LENGTH or not _USER_ID.match(user_id):
+        return Rejected(
+            line,
+            f"user_id: must be printable ASCII without spaces, at most"
+            f" {MAX_USER_ID_LENGTH} characters",
+        )
+    email = email.strip()
+    try:
+        validate_address(email)
+    except InvalidSendError as exc:
+        return Rejected(line, f"email {email[:80]!r}: {exc.problem}")
+    variables = {"user_id": user_id}
+    variables.update(extras)
+    return Recipient(line, user_id, email, variables)
 
 
 def open_audience(stream: IO[bytes]) -> Audience:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -34,30 +35,41 @@ def _create(settings: Settings, args: argparse.Namespace) -> int:
         window=args.window,
         daily_cap=args.daily_cap,
         warmup=args.warmup or (),
-        audience=args.audience,
+        audience=args.audience or f"sql: {args.audience_sql}",
     )
+    where = args.audience or "--audience-sql"
+    item = "line" if args.audience else "row"
     shown = 0
 
     def report(rejected: Rejected) -> None:
         nonlocal shown
         shown += 1
         if shown <= MAX_REJECTS_SHOWN:
-            print(f"{args.audience}: line {rejected.line}: {rejected.problem}", file=sys.stderr)
+            print(f"{where}: {item} {rejected.line}: {rejected.problem}", file=sys.stderr)
 
-    try:
-        stream = open(args.audience, "rb")  # noqa: SIM115 - closed below, errors named
-    except OSError as exc:
-        raise CampaignError(f"--audience: cannot read {args.audience}: {exc.strerror}") from None
-    with stream:
-        result = create_campaign(settings.database_url, spec, stream, report)
+    if args.audience_sql is not None:
+        from campaigns.sql_audience import SqlAudience
+
+        spec.check()  # before the query runs
+        with SqlAudience(settings.database_url, args.audience_sql) as audience:
+            result = create_campaign(settings.database_url, spec, audience, report)
+    else:
+        try:
+            stream = open(args.audience, "rb")  # noqa: SIM115 - closed below, errors named
+        except OSError as exc:
+            raise CampaignError(
+                f"--audience: cannot read {args.audience}: {exc.strerror}"
+            ) from None
+        with stream:
+            result = create_campaign(settings.database_url, spec, stream, report)
     if shown > MAX_REJECTS_SHOWN:
         print(
-            f"{args.audience}: ... and {shown - MAX_REJECTS_SHOWN} more lines skipped",
+            f"{where}: ... and {shown - MAX_REJECTS_SHOWN} more {item}s skipped",
             file=sys.stderr,
         )
     print(
         f"campaign {result.campaign_id} {spec.name!r}: {result.recipients} recipients imported,"
-        f" {result.rejected} lines skipped"
+        f" {result.rejected} {item}s skipped"
     )
     if args.start:
         print(transition(settings.database_url, result.campaign_id, "start")[0])
@@ -114,6 +126,7 @@ def _list(settings: Settings, args: argparse.Namespace) -> int:
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:
     from campaigns.pacer import Pacer
+    from campaigns.progress import Progress
     from campaigns.store import transition
     from campaigns.unsubscribe import Links
     from campaigns.views import collect_status
@@ -126,13 +139,30 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
     elif state != "running":
         raise CampaignError(f"campaign {args.id} is {state}: only a draft or running one can run")
     stop = stop_on_signals()
-    Pacer(settings.database_url, only=args.id, links=links).run(stop, until_idle=True)
+    pacer = Pacer(
+        settings.database_url, only=args.id, links=links, daily_quota=settings.campaign_daily_quota
+    )
+    before = collect_status(settings.database_url, args.id)
+    progress = Progress(
+        args.id,
+        before["recipients"],
+        sys.stderr,
+        tty=sys.stderr.isatty() and not args.no_progress,
+        clock=time.monotonic,
+        already=before["handed_out"],
+    )
+    pacer.run(stop, until_idle=True, on_tick=lambda results: progress.add(_handed_out(results)))
+    progress.finish()
     status = collect_status(settings.database_url, args.id)
     print(
         f"campaign {args.id} is {status['state']}: handed out {status['handed_out']}"
         f" of {status['recipients']}"
     )
     return 0
+
+
+def _handed_out(results: list[Any]) -> int:
+    return sum(result.handed_out for result in results)
 
 
 def add_campaign_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -160,13 +190,23 @@ def add_campaign_commands(commands: argparse._SubParsersAction[argparse.Argument
     create = action(
         "create",
         _create,
-        "create a draft campaign from a CSV with the header user_id,email[,more variables];"
-        " prints its id alone on the last line. Invalid lines are reported on stderr (with"
-        " their line number) and skipped; a bad header imports nothing.",
+        "create a draft campaign from a CSV with the header user_id,email[,more variables]"
+        " or from a SQL query over the application's tables; prints its id alone on the"
+        " last line. Invalid lines are reported on stderr (with their line number) and"
+        " skipped; a bad header (or a query without user_id and email) imports nothing.",
     )
     create.add_argument("--name", required=True, help="a name for people")
     create.add_argument("--template", required=True, help="the template of every mail")
-    create.add_argument("--audience", required=True, metavar="FILE.csv", help="the recipients")
+    source = create.add_mutually_exclusive_group(required=True)
+    source.add_argument("--audience", metavar="FILE.csv", help="the recipients")
+    source.add_argument(
+        "--audience-sql",
+        metavar="QUERY",
+        help="the recipients as a query over the application's tables in mailbus's"
+        ' database, e.g. "SELECT id AS user_id, email, first_name FROM users WHERE'
+        ' opted_in"; read in pages ordered by user_id (index it), in one read-only'
+        " snapshot",
+    )
     create.add_argument(
         "--priority", choices=("p0", "p1", "p2"), default="p2", help="default p2 (bulk)"
     )
@@ -224,6 +264,12 @@ def add_campaign_commands(commands: argparse._SubParsersAction[argparse.Argument
         " running campaign",
     )
     run.add_argument("id", type=_option(_positive), metavar="ID", help="the campaign's id")
+    run.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar on a terminal (plain lines every 10 s instead, as when"
+        " stderr is not a terminal)",
+    )
 
 
 def _option(parse: Callable[[str], Any]) -> Callable[[str], Any]:

@@ -9,6 +9,16 @@ key is the second guard. ``pause``/``cancel`` wait for that row lock, so once th
 no further row of the campaign is written (and, in the same transaction, the campaign's
 queued rows not yet offered to a provider are held back or expired: ``store.transition``).
 
+Under a daily quota across campaigns (``MAILBUS_CAMPAIGN_DAILY_QUOTA``) a round of ticks is
+one transaction instead: it takes a transaction-scoped advisory lock (so the pacers of
+several relay processes take their rounds one at a time), counts what every campaign
+handed out today, locks and plans every running campaign, and splits what is left of
+the quota max-min fairly (:func:`campaigns.pacing.fair_shares`) among the campaigns'
+paced demands. Recipients handed out (rows created plus the suppressed) count.
+
+Campaign mail goes out at its own priority, ``p2`` unless created otherwise, through its
+own topic and consumer group: a draining campaign never holds back P0/P1 mail.
+
 Rows are created as the pace allows (not up front with a schedule): pausing or cancelling
 updates one campaign row and the few rows already queued, not a million scheduled ones.
 
@@ -21,12 +31,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
-from campaigns.pacing import Bucket, Pace, Window, plan_tick, settle
+from campaigns.pacing import Bucket, Grant, Pace, Window, fair_shares, plan_tick, settle
 from campaigns.unsubscribe import Links, hmac_pads
 from mailbus.settings import Settings
 from mailbus_client.sqlfiles import load_queries
@@ -38,13 +49,23 @@ log = logging.getLogger("mailbus.campaigns")
 
 
 @dataclass(frozen=True)
+class _Planned:
+    campaign_id: int
+    template: str
+    priority: str
+    checkpoint: int
+    left: int  # recipients not yet handed out
+    grant: Grant
+
+
+@dataclass(frozen=True)
 class TickResult:
     campaign_id: int
     handed_out: int  # recipients handled: rows created (or found) plus suppressed
     created: int  # new email_sends rows
     suppressed: int
     finished: bool
-    limited_by: str  # see pacing.Grant; "batch" means more is owed at once
+    limited_by: str  # see pacing.Grant, or "quota"; "batch" means more is owed at once
 
 
 class Pacer:
@@ -56,8 +77,10 @@ class Pacer:
         tick_s: float = 1.0,
         max_batch: int = MAX_BATCH,
         links: Links | None = None,
+        daily_quota: int | None = None,
     ) -> None:
         self.database_url = database_url
+        self.daily_quota = daily_quota  # recipients per UTC day, all campaigns together
         # Unsubscribe links in every row's variables (None: no secret, no links).
         inner, outer = hmac_pads(links.secret) if links is not None else (None, None)
         self._links = {
@@ -72,82 +95,103 @@ class Pacer:
 
     def tick(self, conn: psycopg.Connection[Any], campaign_id: int) -> TickResult | None:
         """One transaction for one campaign; None when it is not running or another pacer
-        holds it. ``conn`` must be in autocommit mode (the transaction is this call's)."""
-        q = self._queries
+        holds it. ``conn`` must be in autocommit mode (the transaction is this call's).
+        Ignores the daily quota: :meth:`tick_all` applies it."""
         with conn.transaction():
-            row = conn.execute(q["lock_running"], {"id": campaign_id}).fetchone()
-            if row is None:
+            planned = self._plan(conn, campaign_id)
+            if planned is None:
                 return None
-            (
-                template,
-                priority,
-                rate,
-                w_start,
-                w_end,
-                daily_cap,
-                warmup,
-                checkpoint,
-                tokens,
-                last_tick_at,
-                day,
-                day_count,
-                started_on,
-                now,
-                left,  # recipients not yet handed out
-            ) = row
-            window = None if w_start is None or w_end is None else Window(w_start, w_end)
-            pace = Pace(rate, window, daily_cap, tuple(warmup or ()))
-            grant = plan_tick(
-                pace,
-                Bucket(tokens, last_tick_at, day, day_count),
-                now,
-                started_on or now.date(),
-                self.max_batch,
-            )
-            handed_out = created = suppressed = 0
-            last = checkpoint
-            if grant.rows > 0:
-                conn.execute(q["tick_settings"])
-                out = conn.execute(
-                    q["fan_out"],
-                    {
-                        "id": campaign_id,
-                        "after": checkpoint,
-                        "limit": grant.rows,
-                        "template": template,
-                        "priority": priority,
-                        **self._links,
-                    },
-                ).fetchone()
-                assert out is not None
-                handed_out, last_ordinal, suppressed, created = out
-                last = checkpoint if last_ordinal is None else last_ordinal
-            # Done when the list ran out, or the last recipient just went (no idle tick).
-            finished = (grant.rows > 0 and handed_out < grant.rows) or handed_out >= left
-            bucket = settle(grant, handed_out)
-            conn.execute(
-                q["record_tick"],
+            return self._apply(conn, planned, planned.grant.rows, planned.grant.limited_by)
+
+    def _plan(self, conn: psycopg.Connection[Any], campaign_id: int) -> _Planned | None:
+        """Lock a running campaign's row and ask its pace how many recipients it may hand
+        out now (inside the caller's transaction)."""
+        row = conn.execute(self._queries["lock_running"], {"id": campaign_id}).fetchone()
+        if row is None:
+            return None
+        (
+            template,
+            priority,
+            rate,
+            w_start,
+            w_end,
+            daily_cap,
+            warmup,
+            checkpoint,
+            tokens,
+            last_tick_at,
+            day,
+            day_count,
+            started_on,
+            now,
+            left,  # recipients not yet handed out
+        ) = row
+        window = None if w_start is None or w_end is None else Window(w_start, w_end)
+        pace = Pace(rate, window, daily_cap, tuple(warmup or ()))
+        grant = plan_tick(
+            pace,
+            Bucket(tokens, last_tick_at, day, day_count),
+            now,
+            started_on or now.date(),
+            self.max_batch,
+        )
+        return _Planned(campaign_id, template, priority, checkpoint, left, grant)
+
+    def _apply(
+        self, conn: psycopg.Connection[Any], planned: _Planned, rows: int, limited_by: str
+    ) -> TickResult:
+        """Hand out ``rows`` (<= the grant) recipients of a planned campaign, and advance
+        its checkpoint and bucket, in the caller's transaction."""
+        q = self._queries
+        handed_out = created = suppressed = 0
+        last = planned.checkpoint
+        if rows > 0:
+            conn.execute(q["tick_settings"])
+            out = conn.execute(
+                q["fan_out"],
                 {
-                    "id": campaign_id,
-                    "checkpoint": last,
-                    "handed_out": handed_out,
-                    "created": created,
-                    "suppressed": suppressed,
-                    "tokens": bucket.tokens,
-                    "last_tick_at": bucket.last_tick_at,
-                    "day": bucket.day,
-                    "day_count": bucket.day_count,
-                    "finished": finished,
+                    "id": planned.campaign_id,
+                    "after": planned.checkpoint,
+                    "limit": rows,
+                    "template": planned.template,
+                    "priority": planned.priority,
+                    **self._links,
                 },
-            )
-        return TickResult(campaign_id, handed_out, created, suppressed, finished, grant.limited_by)
+            ).fetchone()
+            assert out is not None
+            handed_out, last_ordinal, suppressed, created = out
+            last = planned.checkpoint if last_ordinal is None else last_ordinal
+        # Done when the list ran out, or the last recipient just went (no idle tick).
+        finished = (rows > 0 and handed_out < rows) or handed_out >= planned.left
+        bucket = settle(planned.grant, handed_out)
+        conn.execute(
+            q["record_tick"],
+            {
+                "id": planned.campaign_id,
+                "checkpoint": last,
+                "handed_out": handed_out,
+                "created": created,
+                "suppressed": suppressed,
+                "tokens": bucket.tokens,
+                "last_tick_at": bucket.last_tick_at,
+                "day": bucket.day,
+                "day_count": bucket.day_count,
+                "finished": finished,
+            },
+        )
+        return TickResult(
+            planned.campaign_id, handed_out, created, suppressed, finished, limited_by
+        )
 
     def tick_all(self, conn: psycopg.Connection[Any]) -> list[TickResult]:
-        """A tick of every running campaign (or of ``only``)."""
+        """A tick of every running campaign (or of ``only``): one transaction per campaign,
+        or, under a daily quota, one transaction for all of them (see the module's doc)."""
         if self.only is not None:
             ids = [self.only]
         else:
             ids = [int(r[0]) for r in conn.execute(self._queries["running_ids"]).fetchall()]
+        if self.daily_quota is not None:
+            return self._tick_under_quota(conn, ids, self.daily_quota)
         results = []
         for campaign_id in ids:
             result = self.tick(conn, campaign_id)
@@ -155,9 +199,33 @@ class Pacer:
                 results.append(result)
         return results
 
-    def run(self, stop: threading.Event, *, until_idle: bool = False) -> None:
+    def _tick_under_quota(
+        self, conn: psycopg.Connection[Any], ids: list[int], quota: int
+    ) -> list[TickResult]:
+        q = self._queries
+        with conn.transaction():
+            conn.execute(q["quota_lock"])  # every pacer process: one quota round at a time
+            row = conn.execute(q["quota_used_today"]).fetchone()
+            used = int(row[0]) if row is not None else 0
+            plans = [p for p in (self._plan(conn, i) for i in ids) if p is not None]
+            shares = fair_shares(quota - used, [p.grant.rows for p in plans])
+            return [
+                self._apply(
+                    conn, p, share, p.grant.limited_by if share == p.grant.rows else "quota"
+                )
+                for p, share in zip(plans, shares, strict=True)
+            ]
+
+    def run(
+        self,
+        stop: threading.Event,
+        *,
+        until_idle: bool = False,
+        on_tick: Callable[[list[TickResult]], None] | None = None,
+    ) -> None:
         """Tick every ``tick_s`` until ``stop`` (or, with ``until_idle``, until no campaign
-        of this pacer is running); survives database outages."""
+        of this pacer is running); survives database outages. ``on_tick`` hears every
+        round's results (after their commit)."""
         delay = 0.5
         while not stop.is_set():
             try:
@@ -166,6 +234,8 @@ class Pacer:
                     while not stop.is_set():
                         started = time.monotonic()
                         results = self.tick_all(conn)
+                        if on_tick is not None:
+                            on_tick(results)
                         if until_idle and not self._still_running(conn):
                             return
                         if any(r.limited_by == "batch" for r in results):
@@ -189,6 +259,7 @@ def start_pacer_thread(settings: Settings, stop: threading.Event) -> threading.T
     pacer = Pacer(
         settings.database_url,
         links=Links.of(settings.unsubscribe_secret, settings.unsubscribe_base_url),
+        daily_quota=settings.campaign_daily_quota,
     )
     thread = threading.Thread(target=pacer.run, args=(stop,), name="campaign-pacer", daemon=True)
     thread.start()

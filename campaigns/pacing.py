@@ -23,6 +23,7 @@ __all__ = [
     "Grant",
     "Pace",
     "Window",
+    "fair_shares",
     "parse_rate",
     "parse_warmup",
     "parse_window",
@@ -155,3 +156,29 @@ def settle(grant: Grant, used: int) -> Bucket:
         tokens=max(0.0, grant.bucket.tokens - spent),
         day_count=grant.bucket.day_count + spent,
     )
+
+
+def fair_shares(capacity: int, demands: list[int]) -> list[int]:
+    """Max-min fair shares of ``capacity`` among ``demands`` (pure): nobody gets more than
+    it asks; what a small demand leaves is shared by the bigger ones, equally; the units
+    an equal split cannot divide go one each to the first unsatisfied demands. The shares
+    add up to ``min(capacity, sum(demands))``."""
+    shares = [0] * len(demands)
+    left = max(0, capacity)
+    open_ = sorted(range(len(demands)), key=lambda i: (demands[i], i))
+    while open_ and left > 0:
+        level = left // len(open_)
+        smallest = demands[open_[0]] - shares[open_[0]]
+        if level >= smallest:  # the smallest demand is met in full: settle it, share again
+            for i in open_:
+                shares[i] += smallest
+            left -= smallest * len(open_)
+            open_ = [i for i in open_ if shares[i] < demands[i]]
+            continue
+        for i in open_:
+            shares[i] += level
+        left -= level * len(open_)
+        for i in sorted(open_)[:left]:  # the indivisible rest: one each, in campaign order
+            shares[i] += 1
+        left = 0
+    return shares

@@ -12,9 +12,9 @@ unfinished one ``cancelled``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, Protocol, runtime_checkable
 
 import psycopg
 
@@ -28,6 +28,7 @@ from mailbus_client.sqlfiles import load_queries
 __all__ = [
     "CampaignSpec",
     "ImportReport",
+    "RecipientSource",
     "Transition",
     "create_campaign",
     "transition",
@@ -65,19 +66,29 @@ class ImportReport:
     rejected: int  # lines skipped (invalid or a repeated user id)
 
 
+@runtime_checkable
+class RecipientSource(Protocol):
+    """An opened audience: a CSV (:class:`campaigns.audience.Audience`) or a SQL query
+    (:class:`campaigns.sql_audience.SqlAudience`)."""
+
+    def records(self) -> Iterator[Recipient | Rejected]: ...
+
+
 def create_campaign(
     database_url: str,
     spec: CampaignSpec,
-    stream: IO[bytes],
+    source: IO[bytes] | RecipientSource,
     on_reject: Callable[[Rejected], None],
 ) -> ImportReport:
-    """Create a ``draft`` campaign with the audience read from ``stream``.
+    """Create a ``draft`` campaign with the audience read from ``source`` (a CSV stream, or
+    an opened audience).
 
     ``on_reject`` hears every skipped line (invalid, or a user id already seen) as it is
     found. Raises :class:`CampaignError` for a bad header; nothing is then stored.
     """
     spec.check()
-    audience = open_audience(stream)  # the header is checked before anything is written
+    # A CSV's header is checked before anything is written.
+    audience = source if isinstance(source, RecipientSource) else open_audience(source)
     queries = load_queries("campaigns", "queries.sql")
     try:
         with psycopg.connect(database_url) as conn:

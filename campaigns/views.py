@@ -11,7 +11,17 @@ from campaigns.errors import CampaignError
 from mailbus.errors import StorageError
 from mailbus_client.sqlfiles import load_queries
 
-__all__ = ["COUNTS", "campaign_counts", "collect_list", "collect_status", "render_status"]
+__all__ = [
+    "COUNTS",
+    "OVERVIEW",
+    "campaign_counts",
+    "collect_list",
+    "collect_overview",
+    "collect_status",
+    "overview_counts",
+    "render_overview",
+    "render_status",
+]
 
 # The states a recipient is shown in, in the order a campaign moves them.
 COUNTS = (
@@ -42,6 +52,65 @@ def campaign_counts(
         "suppressed": suppressed_before + sends.get("suppressed", 0),
         "cancelled": left if state == "cancelled" else 0,
     }
+
+
+# The campaign view of `mailbus status` and of /metrics (mailbus_campaign_recipients).
+OVERVIEW = (
+    "waiting",  # not yet handed out, queued or being sent
+    "sent",  # accepted by the provider
+    "failed",  # failed, or expired (e.g. cancelled before it was offered)
+    "suppressed",  # filtered before a row was made, or suppressed at send time
+    "unsubscribed",  # addresses unsubscribed through this campaign's links (were sent)
+)
+
+
+def overview_counts(counts: dict[str, int], unsubscribed: int) -> dict[str, int]:
+    """:func:`campaign_counts` folded into the states of ``OVERVIEW`` (pure)."""
+    return {
+        "waiting": counts["waiting"] + counts["queued"] + counts["sending"],
+        "sent": counts["accepted"],
+        "failed": counts["failed"] + counts["expired"],
+        "suppressed": counts["suppressed"],
+        "unsubscribed": unsubscribed,
+    }
+
+
+def collect_overview(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    """Campaigns not ended, or ended within a day: id, name, state and ``OVERVIEW``
+    counts. Raises psycopg errors (the caller knows its context)."""
+    queries = load_queries("campaigns", "queries.sql")
+    campaigns = conn.execute(queries["overview_campaigns"]).fetchall()
+    sends: dict[int, dict[str, int]] = {}
+    ids = [row[0] for row in campaigns]
+    for campaign_id, status, n in conn.execute(queries["overview_sends"], {"ids": ids}):
+        sends.setdefault(campaign_id, {})[status] = int(n)
+    return [
+        {
+            "id": campaign_id,
+            "name": name,
+            "state": state,
+            **overview_counts(
+                campaign_counts(
+                    state, recipients, processed, suppressed, sends.get(campaign_id, {})
+                ),
+                int(unsubscribed),
+            ),
+        }
+        for campaign_id, name, state, recipients, processed, suppressed, unsubscribed in campaigns
+    ]
+
+
+def render_overview(campaigns: list[dict[str, Any]]) -> list[str]:
+    if not campaigns:
+        return ["campaigns: none running, paused or ended in the last day"]
+    lines = [f"{'campaign':>8}  {'state':<10}" + "".join(f"{s:>13}" for s in OVERVIEW) + "  name"]
+    for c in campaigns:
+        lines.append(
+            f"{c['id']:>8}  {c['state']:<10}"
+            + "".join(f"{c[s]:>13}" for s in OVERVIEW)
+            + f"  {c['name']}"
+        )
+    return lines
 
 
 def collect_status(database_url: str, campaign_id: int) -> dict[str, Any]:

@@ -34,6 +34,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import MetricsHandler
 from prometheus_client.registry import Collector
 
+from campaigns.views import OVERVIEW as CAMPAIGN_STATES
+from campaigns.views import collect_overview
 from mailbus import health
 
 __all__ = [
@@ -284,9 +286,10 @@ GROUP BY status, priority
 
 
 class OutboxCollector(Collector):
-    """Outbox depth and oldest open age, read from PostgreSQL at scrape time.
+    """Outbox depth and oldest open age, and campaigns' recipients by state
+    (:func:`campaigns.views.collect_overview`), read from PostgreSQL at scrape time.
 
-    One query per scrape, answered from ``email_sends_open_idx``, under a short
+    The outbox query per scrape is answered from ``email_sends_open_idx``, under a short
     ``statement_timeout``. On any database error the scrape yields no outbox samples
     and ``mailbus_outbox_scrape_errors_total`` counts it; the next scrape reconnects.
     """
@@ -302,7 +305,7 @@ class OutboxCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         try:
-            rows = self._query()
+            rows, campaigns = self._query()
         except psycopg.Error as exc:
             OUTBOX_SCRAPE_ERRORS.inc()
             log.warning("outbox metrics unavailable: %s", exc)
@@ -312,19 +315,23 @@ class OutboxCollector(Collector):
         for status, priority, count, age in rows:
             counts[(status, priority)] = int(count)
             oldest[priority] = max(oldest.get(priority, 0.0), float(age or 0.0))
-        rows_family, age_family = self._families()
+        rows_family, age_family, campaign_family = self._families()
         for (status, priority), count in sorted(counts.items()):
             rows_family.add_metric([status, priority], count)
         for priority, age in sorted(oldest.items()):
             age_family.add_metric([priority], age)
+        for campaign in campaigns:
+            for state in CAMPAIGN_STATES:
+                campaign_family.add_metric([str(campaign["id"]), state], campaign[state])
         yield rows_family
         yield age_family
+        yield campaign_family
 
     def close(self) -> None:
         with self._lock:
             self._close_connection()
 
-    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
         return (
             GaugeMetricFamily(
                 "mailbus_outbox_rows",
@@ -337,9 +344,15 @@ class OutboxCollector(Collector):
                 "0 when none is open.",
                 labels=["priority"],
             ),
+            GaugeMetricFamily(
+                "mailbus_campaign_recipients",
+                "Recipients of each campaign not ended or ended within a day, by state"
+                " (waiting, sent, failed, suppressed, unsubscribed).",
+                labels=["campaign", "state"],
+            ),
         )
 
-    def _query(self) -> list[tuple[Any, ...]]:
+    def _query(self) -> tuple[list[tuple[Any, ...]], list[dict[str, Any]]]:
         with self._lock:
             try:
                 if self._conn is None or self._conn.closed:
@@ -351,7 +364,8 @@ class OutboxCollector(Collector):
                         options=f"-c statement_timeout={timeout_ms}",
                         application_name="mailbus-metrics",
                     )
-                return self._conn.execute(_OUTBOX_QUERY).fetchall()
+                rows = self._conn.execute(_OUTBOX_QUERY).fetchall()
+                return rows, collect_overview(self._conn)
             except psycopg.Error:
                 self._close_connection()
                 raise

@@ -122,6 +122,12 @@ SETTINGS: tuple[Setting, ...] = (
         "public URL of `mailbus webhooks`; links are <it>/unsubscribe/<token>",
         {"relay", "campaign"},
     ),
+    _s(
+        "CAMPAIGN_DAILY_QUOTA",
+        "unlimited",
+        "recipients handed out per UTC day by all campaigns together, shared fairly",
+        {"relay", "campaign"},
+    ),
     _s("INTAKE_TOPIC", "orders.events", "topic of the domain events", {"intake"}),
     _s(
         "INTAKE_MAPPINGS", "schemas/intake_mappings.json", "event type -> mail mappings", {"intake"}

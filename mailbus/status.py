@@ -1,5 +1,6 @@
-"""`mailbus status`: what is waiting, how old the oldest is, what failed, and how the
-provider is answering (failure and 429 rates, breaker state per consumer process)."""
+"""`mailbus status`: what is waiting, how old the oldest is, what failed, how the
+provider is answering (failure and 429 rates, breaker state per consumer process), and
+each campaign's recipients by state."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import psycopg
 
+from campaigns.views import collect_overview, render_overview
 from feedback.figures import delivery_figures, render_delivery_figures
 from mailbus.errors import StorageError
 from mailbus.settings import Settings
@@ -71,6 +73,7 @@ def collect_status(database_url: str) -> dict[str, Any]:
             dead_letters = {reason: n for reason, n in conn.execute(_DEAD_LETTERS)}
             breakers = _breakers(conn)
             delivery_events = delivery_figures(conn)
+            campaigns = collect_overview(conn)
     except psycopg.Error as exc:
         raise StorageError(f"cannot read status: {exc}") from exc
     five = attempts_row[0:3] if attempts_row else (0, 0, 0)
@@ -87,6 +90,7 @@ def collect_status(database_url: str) -> dict[str, Any]:
         },
         "breakers": breakers,
         "delivery_events": delivery_events,
+        "campaigns": campaigns,
     }
 
 
@@ -167,6 +171,8 @@ def render_status(status: dict[str, Any]) -> list[str]:
             )
     lines.append("")
     lines.extend(render_delivery_figures(status.get("delivery_events")))
+    lines.append("")
+    lines.extend(render_overview(status.get("campaigns", [])))
     return lines
 
 
