@@ -67,6 +67,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         settings.database_url,
         max_connections=min(settings.max_in_flight, 20),
         lease_s=lease_seconds(settings),
+        max_age_s=settings.max_age,
     )
     reporter = _HealthReporter(
         ledger, settings.smtp_url if settings.provider == "smtp" else settings.provider_url
@@ -89,6 +90,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
             settings.backoff_base,
             settings.backoff_cap,
             settings.late_accept_s,
+            max_age_s=settings.max_age,
         ),
         settings.retry_schedule,
     )

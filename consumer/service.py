@@ -178,7 +178,7 @@ class DeliveryService:
         or its provider is not here), else the encoded request to send."""
         row = loaded.view
         now = self.clock()
-        verdict = before_send(row, now, loaded.suppressed)
+        verdict = before_send(row, now, loaded.suppressed, self.policy.max_age_s)
         if verdict is not None:
             return verdict
         provider = self._provider(route)
@@ -226,7 +226,9 @@ class DeliveryService:
                     if self.stop_requested():
                         raise Stopping()
                     if admission is not None and (
-                        expired := before_send(row, self.clock(), loaded.suppressed)
+                        expired := before_send(
+                            row, self.clock(), loaded.suppressed, self.policy.max_age_s
+                        )
                     ):
                         await self._settle_without_call(loaded, expired, origin)
                         return None  # it expired while the provider was down
@@ -270,7 +272,7 @@ class DeliveryService:
         fresh = await self._durably(lambda: self.ledger.load(send_id))
         if fresh is None or fresh.view.status is not Status.PENDING:
             return
-        verdict = before_send(fresh.view, self.clock(), fresh.suppressed)
+        verdict = before_send(fresh.view, self.clock(), fresh.suppressed, self.policy.max_age_s)
         if verdict is not None:
             await self._settle_without_call(fresh, verdict, origin)
 

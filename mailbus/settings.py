@@ -68,6 +68,7 @@ class Settings:
     smtp_from: str = ""
     smtp_unknown: str = "at_most_once"  # at_most_once | at_least_once
     retry_schedule: tuple[float, ...] = ()  # explicit retry delays (s); () = exponential
+    max_age: float | None = None  # seconds after created_at with no further retry; None: off
 
     def __repr__(self) -> str:  # never print the API key
         return f"Settings(database={_redact_url(self.database_url)}, kafka={self.kafka_bootstrap})"
@@ -163,6 +164,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         smtp_from=reader._raw("MAILBUS_SMTP_FROM") or "",
         smtp_unknown=_smtp_unknown(env.get("MAILBUS_SMTP_UNKNOWN")),
         retry_schedule=_retry_schedule(env.get("MAILBUS_RETRY_SCHEDULE")),
+        max_age=_duration("MAILBUS_MAX_AGE", env.get("MAILBUS_MAX_AGE")),
     )
     if settings.provider == "smtp" and not settings.smtp_url:
         raise ConfigError("MAILBUS_SMTP_URL", "required with MAILBUS_PROVIDER=smtp")
@@ -193,6 +195,12 @@ def _retry_schedule(raw: str | None) -> tuple[float, ...]:
     from consumer.core.backoff import parse_schedule  # the pure parser lives with its use
 
     return () if raw is None or not raw.strip() else parse_schedule(raw)
+
+
+def _duration(name: str, raw: str | None) -> float | None:
+    from consumer.core.backoff import parse_duration
+
+    return None if raw is None or not raw.strip() else parse_duration(raw, name)
 
 
 class _Reader:

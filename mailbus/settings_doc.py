@@ -65,6 +65,12 @@ SETTINGS: tuple[Setting, ...] = (
         "explicit retry delays, e.g. 5m,30m,2h,24h; failed after the last",
         {"consume"},
     ),
+    _s(
+        "MAX_AGE",
+        "off",
+        "no retry this long after created_at (e.g. 24h): failed, dead letter max_age",
+        {"consume"},
+    ),
     _s("PROVIDER", "http", "which provider the consumer calls: http or smtp", {"consume"}),
     _s(
         "SMTP_URL",
