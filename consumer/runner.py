@@ -109,6 +109,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         fallback=fallback,
         stop_requested=stop.is_set,
         codec=pointer_codec(settings),
+        attempt_warning=settings.attempt_warning,
     )
     await ledger.open()
     if settings.metrics_port is not None:

@@ -92,6 +92,7 @@ class DeliveryService:
         clock: Callable[[], datetime] | None = None,
         rand: Callable[[], float] = random.random,
         codec: ValueCodec | None = None,
+        attempt_warning: int = 3,
     ) -> None:
         self.ledger = ledger
         self.provider = provider
@@ -105,6 +106,7 @@ class DeliveryService:
         self.stop_requested = stop_requested  # no new call starts once it is True
         self.stopping = asyncio.Event()  # and storage retries give up once this is set
         self._codec = codec or send_pointer_codec()  # MAILBUS_SCHEMA_REGISTRY_URL: the runner's
+        self.attempt_warning = attempt_warning  # MAILBUS_ATTEMPT_WARNING
 
     async def handle(self, origin: MessageOrigin) -> None:
         """Deliver the mail one Kafka message points at; return once the outcome is recorded."""
@@ -148,6 +150,8 @@ class DeliveryService:
         )
         if settled and decision.dead_letter:
             metrics.observe_dead_letter(dead_letter_reason(decision))
+        if settled and row.attempts == self.attempt_warning:
+            metrics.observe_attempt_warning(row.priority)
         if not settled:
             log.warning("lease on send %d was taken over before its outcome was recorded", row.id)
 

@@ -79,6 +79,11 @@ PROVIDER_429 = Counter(
     "mailbus_provider_429",
     "Send calls the email API answered with 429 Too Many Requests.",
 )
+ATTEMPT_WARNINGS = Counter(
+    "mailbus_attempt_warnings",
+    "Mails whose call was their MAILBUS_ATTEMPT_WARNING-th attempt (default 3), by priority.",
+    ["priority"],
+)
 DEAD_LETTERS = Counter(
     "mailbus_dead_letters",
     "Dead letters recorded, by reason (rejected, max_attempts, undecodable, ...).",
@@ -165,6 +170,7 @@ for _priority in PRIORITIES:
     for _outcome in OUTCOMES:
         SENDS.labels(_priority, _outcome)
     RELAY_PUBLISHED.labels(_priority)
+    ATTEMPT_WARNINGS.labels(_priority)
 for _kind in ("send", "lookup"):
     PROVIDER_REQUESTS.labels(_kind)
 
@@ -176,6 +182,11 @@ def observe_call(priority: str, outcome: str, latency_s: float, status_code: int
     PROVIDER_LATENCY.observe(max(latency_s, 0.0))
     if status_code == 429:
         PROVIDER_429.inc()
+
+
+def observe_attempt_warning(priority: str) -> None:
+    """A mail reached the attempt MAILBUS_ATTEMPT_WARNING names (counted once per mail)."""
+    ATTEMPT_WARNINGS.labels(priority).inc()
 
 
 def observe_lookup() -> None:

@@ -69,6 +69,7 @@ class Settings:
     smtp_unknown: str = "at_most_once"  # at_most_once | at_least_once
     retry_schedule: tuple[float, ...] = ()  # explicit retry delays (s); () = exponential
     max_age: float | None = None  # seconds after created_at with no further retry; None: off
+    attempt_warning: int = 3  # the attempt that counts in mailbus_attempt_warnings_total
 
     def __repr__(self) -> str:  # never print the API key
         return f"Settings(database={_redact_url(self.database_url)}, kafka={self.kafka_bootstrap})"
@@ -165,6 +166,9 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         smtp_unknown=_smtp_unknown(env.get("MAILBUS_SMTP_UNKNOWN")),
         retry_schedule=_retry_schedule(env.get("MAILBUS_RETRY_SCHEDULE")),
         max_age=_duration("MAILBUS_MAX_AGE", env.get("MAILBUS_MAX_AGE")),
+        attempt_warning=reader.integer(
+            "MAILBUS_ATTEMPT_WARNING", Settings.attempt_warning, 1, 1000
+        ),
     )
     if settings.provider == "smtp" and not settings.smtp_url:
         raise ConfigError("MAILBUS_SMTP_URL", "required with MAILBUS_PROVIDER=smtp")

@@ -71,6 +71,13 @@ SETTINGS: tuple[Setting, ...] = (
         "no retry this long after created_at (e.g. 24h): failed, dead letter max_age",
         {"consume"},
     ),
+    _s(
+        "ATTEMPT_WARNING",
+        "3",
+        "a mail reaching this attempt counts in mailbus_attempt_warnings_total (alert"
+        " MailbusMailRetrying)",
+        {"consume"},
+    ),
     _s("PROVIDER", "http", "which provider the consumer calls: http or smtp", {"consume"}),
     _s(
         "SMTP_URL",

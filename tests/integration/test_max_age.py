@@ -5,49 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import UTC, datetime
 from typing import Any
 
-import httpx
 import psycopg
+from delivery_support import ScriptedProvider, origin_for, service_for
 from ledger_support import claim
 
 from consumer.core import RetryPolicy
-from consumer.core.breaker import BreakerPolicy
-from consumer.core.outcome import CallResult, ProviderReply
-from consumer.gate import ProviderGate
-from consumer.ledger import MessageOrigin, SendLedger
-from consumer.provider import LookupResult, OutgoingMail, PreparedMail
-from consumer.service import DeliveryService
-from mailbus_client.policies import configured_policy_book
-from schemas.codec import SendPointer, send_pointer_codec
+from consumer.ledger import SendLedger
 
 DAY = 86400.0
-
-
-class Provider:
-    """Answers 503 to every send; knows ``accepted`` keys on look-up."""
-
-    can_look_up = True
-
-    def __init__(self, accepted: dict[str, str]) -> None:
-        self.accepted = accepted
-        self.sent: list[str] = []
-        self.looked_up: list[str] = []
-
-    def prepare(self, mail: OutgoingMail) -> PreparedMail:
-        return PreparedMail(mail.dedupe_key, httpx.Request("POST", "http://provider/v1/send"))
-
-    async def send(self, mail: PreparedMail) -> CallResult:
-        self.sent.append(mail.dedupe_key)
-        return ProviderReply(503)
-
-    async def lookup(self, key: str) -> LookupResult:
-        self.looked_up.append(key)
-        return LookupResult(self.accepted.get(key), False)
-
-    async def aclose(self) -> None:
-        pass
 
 
 def _insert(conn: psycopg.Connection[Any], key: str, age: str, attempts: int) -> int:
@@ -70,7 +37,7 @@ def test_a_retry_past_the_max_age_fails_with_a_max_age_dead_letter_after_a_look_
             "nearly-old": _insert(conn, "nearly-old", "23 hours 59 minutes", 1),
             "old-untried": _insert(conn, "old-untried", "2 days", 0),
         }
-    provider = Provider({"old-found": "msg-earlier"})
+    provider = ScriptedProvider({"old-found": "msg-earlier"})
 
     async def scenario() -> list[uuid.UUID | None]:
         ledger = SendLedger(database_url, max_connections=4, lease_s=30, max_age_s=DAY)
@@ -78,23 +45,10 @@ def test_a_retry_past_the_max_age_fails_with_a_max_age_dead_letter_after_a_look_
         try:
             # The claim itself refuses a retry past the maximum age.
             refused = await claim(ledger, ids["old-tried"], 1, None)
-            gate = ProviderGate(4, BreakerPolicy(), None, lambda _s: None, lambda _l: None)
-            service = DeliveryService(
-                ledger,
-                provider,  # type: ignore[arg-type]
-                gate,
-                RetryPolicy(max_attempts=50, base_s=60.0, cap_s=600.0, max_age_s=DAY),
-                slot_wait_s=1.0,
-                policies=configured_policy_book({}),
-                rand=lambda: 0.5,
-            )
-            codec = send_pointer_codec()
+            policy = RetryPolicy(max_attempts=50, base_s=60.0, cap_s=600.0, max_age_s=DAY)
+            service = service_for(ledger, provider, policy)
             for key, send_id in ids.items():
-                attempt = 0 if key == "old-untried" else 1
-                pointer = SendPointer.of(send_id, key, "p1", attempt, datetime.now(UTC))
-                await service.handle(
-                    MessageOrigin("t.send.p1", 0, send_id, None, codec.encode(pointer))
-                )
+                await service.handle(origin_for(send_id, key, 0 if key == "old-untried" else 1))
             return [refused]
         finally:
             await ledger.close()
