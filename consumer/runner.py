@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from consumer.core import RetryPolicy
 from consumer.core.backoff import with_schedule
 from consumer.core.breaker import BreakerPolicy, BreakerState
+from consumer.core.recovery import RecoveryPolicy
 from consumer.gate import ProviderGate
 from consumer.kafka_source import KafkaSource
 from consumer.ledger import MessageOrigin, SendLedger
@@ -28,6 +29,7 @@ from consumer.providers import Provider
 from consumer.providers.smtp import SmtpProvider
 from consumer.rate_limit import GlobalRateLimiter
 from consumer.reconciler import Reconciler
+from consumer.recovery_pacer import RecoveryPacer
 from consumer.service import DeliveryService, Stopping
 from mailbus import health, metrics
 from mailbus.errors import StorageError
@@ -69,9 +71,15 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         lease_s=lease_seconds(settings),
         max_age_s=settings.max_age,
     )
-    reporter = _HealthReporter(
-        ledger, settings.smtp_url if settings.provider == "smtp" else settings.provider_url
-    )
+    provider_name = settings.smtp_url if settings.provider == "smtp" else settings.provider_url
+    reporter = _HealthReporter(ledger, provider_name)
+    recovery = None
+    if settings.recovery_rate is not None:
+        recovery = RecoveryPacer(
+            settings.database_url,
+            provider_name,
+            RecoveryPolicy(settings.recovery_rate, settings.recovery_ramp, settings.recovery_after),
+        )
     gate = ProviderGate(
         settings.max_in_flight,
         BreakerPolicy(),
@@ -81,6 +89,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         on_breaker_change=reporter.breaker_changed,
         on_limit_change=lambda limit: log.info("in-flight limit now %d", limit),
         default_pause_s=settings.backoff_base,
+        recovery=recovery,
     )
     slots = gate.slots
     provider = _primary_provider(settings)
@@ -163,6 +172,8 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
     await reconciling
     await reporting
     await provider.aclose()
+    if recovery is not None:
+        await recovery.close()
     if fallback is not None:
         await fallback.aclose()
     await ledger.close()

@@ -222,7 +222,11 @@ class DeliveryService:
         unhurried = self.policies.for_template(row.template).when_provider_down == "pause"
         token = uuid.uuid4()  # one token for every try: a claim whose reply was lost is ours
         while True:
-            admission = None if route == FALLBACK else await self.gate.admit_send(unhurried)
+            admission = (
+                None
+                if route == FALLBACK
+                else await self.gate.admit_send(unhurried, p0=row.priority == "p0")
+            )
             try:
                 async with self.gate.claims:
                     if admission is not None and not self.gate.holds(admission):

@@ -70,6 +70,9 @@ class Settings:
     retry_schedule: tuple[float, ...] = ()  # explicit retry delays (s); () = exponential
     max_age: float | None = None  # seconds after created_at with no further retry; None: off
     attempt_warning: int = 3  # the attempt that counts in mailbus_attempt_warnings_total
+    recovery_rate: float | None = 100 / 60  # sends/s after an outage; None: no recovery cap
+    recovery_ramp: float = 600.0  # seconds until the recovery cap lifts (doubling 4 times)
+    recovery_after: float = 30.0  # the shortest outage that starts a recovery ramp
 
     def __repr__(self) -> str:  # never print the API key
         return f"Settings(database={_redact_url(self.database_url)}, kafka={self.kafka_bootstrap})"
@@ -166,6 +169,10 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         smtp_unknown=_smtp_unknown(env.get("MAILBUS_SMTP_UNKNOWN")),
         retry_schedule=_retry_schedule(env.get("MAILBUS_RETRY_SCHEDULE")),
         max_age=_duration("MAILBUS_MAX_AGE", env.get("MAILBUS_MAX_AGE")),
+        recovery_rate=_recovery_rate(env.get("MAILBUS_RECOVERY_RATE")),
+        recovery_ramp=_duration("MAILBUS_RECOVERY_RAMP", env.get("MAILBUS_RECOVERY_RAMP"))
+        or Settings.recovery_ramp,
+        recovery_after=_recovery_after(env.get("MAILBUS_RECOVERY_AFTER")),
         attempt_warning=reader.integer(
             "MAILBUS_ATTEMPT_WARNING", Settings.attempt_warning, 1, 1000
         ),
@@ -205,6 +212,21 @@ def _duration(name: str, raw: str | None) -> float | None:
     from consumer.core.backoff import parse_duration
 
     return None if raw is None or not raw.strip() else parse_duration(raw, name)
+
+
+def _recovery_after(raw: str | None) -> float:
+    """A duration such as ``30s``; ``0`` (every outage starts a ramp) is allowed."""
+    if raw is not None and raw.strip() in ("0", "0s"):
+        return 0.0
+    return _duration("MAILBUS_RECOVERY_AFTER", raw) or Settings.recovery_after
+
+
+def _recovery_rate(raw: str | None) -> float | None:
+    """``100/min`` (the default), ``0`` or ``off``: no recovery cap."""
+    from consumer.dead_letter_views import parse_rate
+
+    text = "100/min" if raw is None or not raw.strip() else raw.strip()
+    return None if text.lower() == "off" else parse_rate(text, "MAILBUS_RECOVERY_RATE")
 
 
 class _Reader:

@@ -78,6 +78,25 @@ SETTINGS: tuple[Setting, ...] = (
         " MailbusMailRetrying)",
         {"consume"},
     ),
+    _s(
+        "RECOVERY_RATE",
+        "100/min",
+        "after an outage, sends capped at this rate (all consumers together, P0 first);"
+        " 0 or off: no recovery cap",
+        {"consume"},
+    ),
+    _s(
+        "RECOVERY_RAMP",
+        "10m",
+        "how long the recovery cap lasts; it doubles every quarter of it (16x at the end)",
+        {"consume"},
+    ),
+    _s(
+        "RECOVERY_AFTER",
+        "30s",
+        "the shortest outage (breaker not closed) that starts a recovery ramp",
+        {"consume"},
+    ),
     _s("PROVIDER", "http", "which provider the consumer calls: http or smtp", {"consume"}),
     _s(
         "SMTP_URL",
