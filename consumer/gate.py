@@ -7,6 +7,8 @@
   deliveries wait before they take a ``claims`` permit (a waiting newsletter never holds
   one a password reset needs), and the Kafka source's backpressure pauses the partitions,
 - a **429 pause**: a 429 stops every send of this process for its Retry-After,
+- **per-domain pauses** (``core.domains``): a 421/452, or a 429 scoped to the recipient's
+  domain, pauses that domain alone; the service defers its mail without a call,
 - the **recovery cap** (``recovery_pacer.RecoveryPacer``): once the breaker closes after an
   outage, sends of every process share a ramping cap, P0 first,
 - the **global rate limit** (``rate_limit.GlobalRateLimiter``), for sends and look-ups.
@@ -25,6 +27,14 @@ from types import TracebackType
 
 from consumer.core.breaker import Breaker, BreakerPolicy, BreakerState, admit, record
 from consumer.core.concurrency import AdaptiveLimit, LimitPolicy, on_latency, restart_slowly
+from consumer.core.domains import (
+    DomainPolicy,
+    Pauses,
+    clear,
+    domain_throttled,
+    pause_left,
+    throttle,
+)
 from consumer.core.outcome import Classification, Outcome
 from consumer.core.recovery import starts_recovery
 from consumer.rate_limit import GlobalRateLimiter
@@ -131,6 +141,8 @@ class ProviderGate:
         self._recovery = recovery
         self._not_closed_since = 0.0  # when the breaker last left CLOSED
         self._recovery_due = False  # the breaker closed after an outage: start the ramp
+        self._domains: Pauses = {}
+        self._domain_policy = DomainPolicy()
 
     async def admit_send(self, unhurried: bool = False, p0: bool = False) -> Admission:
         """Wait until a send may go out: breaker, recovery cap (``p0`` sends first), 429
@@ -192,14 +204,26 @@ class ProviderGate:
             self._set_breaker(replace(self.breaker, probe_out=False))
         admission.settled = True
 
-    def settle(self, admission: Admission, result: Classification, latency_s: float) -> None:
+    def domain_pause(self, domain: str) -> float:
+        """Seconds the recipient domain stays paused (0: it may be sent to)."""
+        return pause_left(self._domains, domain, self._clock())
+
+    def settle(
+        self, admission: Admission, result: Classification, latency_s: float, domain: str = ""
+    ) -> None:
         admission.settled = True
         now = self._clock()
-        if result.status_code == 429:
+        if domain and domain_throttled(result):
+            self._domains = throttle(
+                self._domains, domain, now, result.retry_after_s, self._domain_policy
+            )
+        elif result.status_code == 429:
             pause = result.retry_after_s or self._default_pause_s
             self._paused_until = max(self._paused_until, now + pause)
+        elif result.outcome is Outcome.ACCEPTED and domain:
+            self._domains = clear(self._domains, domain)
         healthy = result.outcome in (Outcome.ACCEPTED, Outcome.REJECTED) or (
-            result.status_code == 429
+            result.status_code == 429 or domain_throttled(result)
         )
         was_open = self.breaker.state is not BreakerState.CLOSED
         self._set_breaker(record(self.breaker, healthy, now, self._breaker_policy))

@@ -42,6 +42,7 @@ from consumer.core import (
     wait_for_provider,
 )
 from consumer.core.breaker import BreakerState
+from consumer.core.domains import deferred, recipient_domain
 from consumer.core.smtp_outcome import classify_call
 from consumer.gate import Admission, ProviderGate
 from consumer.ledger import Claim, LoadedSend, MessageOrigin, SendLedger, dead_letter_reason
@@ -221,6 +222,9 @@ class DeliveryService:
         row = loaded.view
         unhurried = self.policies.for_template(row.template).when_provider_down == "pause"
         token = uuid.uuid4()  # one token for every try: a claim whose reply was lost is ours
+        domain = recipient_domain(row.to_address)
+        if await self._defer_for_domain(loaded, domain, origin):
+            return None
         while True:
             admission = (
                 None
@@ -228,6 +232,8 @@ class DeliveryService:
                 else await self.gate.admit_send(unhurried, p0=row.priority == "p0")
             )
             try:
+                if await self._defer_for_domain(loaded, domain, origin):
+                    return None  # the domain throttled while this waited at the gate
                 async with self.gate.claims:
                     if admission is not None and not self.gate.holds(admission):
                         continue  # the breaker opened while this waited for a permit
@@ -250,6 +256,18 @@ class DeliveryService:
             finally:
                 if admission is not None:
                     self.gate.release(admission)
+
+    async def _defer_for_domain(
+        self, loaded: LoadedSend, domain: str, origin: MessageOrigin
+    ) -> bool:
+        """A mail to a domain that is throttling us waits, pending, without a call."""
+        left = self.gate.domain_pause(domain)
+        if left <= 0:
+            return False
+        decision = deferred(domain, left, self.clock())
+        await self._durably(lambda: self.ledger.settle_gate(loaded.view, decision, origin))
+        metrics.observe_domain_deferral(loaded.view.priority)
+        return True
 
     async def _call_in_slot(
         self,
@@ -310,7 +328,7 @@ class DeliveryService:
             result = classify(TransportFailure(True, f"internal error: {type(exc).__name__}"))
         latency_s = time.monotonic() - started
         if admission is not None:
-            self.gate.settle(admission, result, latency_s)
+            self.gate.settle(admission, result, latency_s, recipient_domain(row.to_address))
         decision = after_call(row, result, self.clock(), self.policy, self.rand)
         if decision.next_status is Status.UNKNOWN:
             row = replace(row, in_doubt_since=called_at)

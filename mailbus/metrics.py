@@ -84,6 +84,12 @@ ATTEMPT_WARNINGS = Counter(
     "Mails whose call was their MAILBUS_ATTEMPT_WARNING-th attempt (default 3), by priority.",
     ["priority"],
 )
+DOMAIN_DEFERRALS = Counter(
+    "mailbus_domain_deferrals",
+    "Mails held back, without a call, because their recipient domain is throttling us "
+    "(SMTP 421/452, or a 429 scoped to the domain), by priority.",
+    ["priority"],
+)
 DEAD_LETTERS = Counter(
     "mailbus_dead_letters",
     "Dead letters recorded, by reason (rejected, max_attempts, undecodable, ...).",
@@ -171,6 +177,7 @@ for _priority in PRIORITIES:
         SENDS.labels(_priority, _outcome)
     RELAY_PUBLISHED.labels(_priority)
     ATTEMPT_WARNINGS.labels(_priority)
+    DOMAIN_DEFERRALS.labels(_priority)
 for _kind in ("send", "lookup"):
     PROVIDER_REQUESTS.labels(_kind)
 
@@ -187,6 +194,10 @@ def observe_call(priority: str, outcome: str, latency_s: float, status_code: int
 def observe_attempt_warning(priority: str) -> None:
     """A mail reached the attempt MAILBUS_ATTEMPT_WARNING names (counted once per mail)."""
     ATTEMPT_WARNINGS.labels(priority).inc()
+
+
+def observe_domain_deferral(priority: str) -> None:
+    DOMAIN_DEFERRALS.labels(priority).inc()
 
 
 def observe_lookup() -> None:
