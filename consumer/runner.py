@@ -32,7 +32,7 @@ from consumer.reconciler import Reconciler
 from consumer.recovery_pacer import RecoveryPacer
 from consumer.service import DeliveryService, Stopping
 from mailbus import health, metrics
-from mailbus.errors import StorageError
+from mailbus.errors import ConfigError, StorageError
 from mailbus.kafka_security import kafka_client_config
 from mailbus.settings import Settings
 from mailbus_client.policies import configured_policy_book
@@ -71,13 +71,13 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         lease_s=lease_seconds(settings),
         max_age_s=settings.max_age,
     )
-    provider_name = settings.smtp_url if settings.provider == "smtp" else settings.provider_url
-    reporter = _HealthReporter(ledger, provider_name)
+    own, provider, provider_url = _process_provider(settings, priorities)
+    reporter = _HealthReporter(ledger, provider_url)
     recovery = None
     if settings.recovery_rate is not None:
         recovery = RecoveryPacer(
             settings.database_url,
-            provider_name,
+            provider_url,
             RecoveryPolicy(settings.recovery_rate, settings.recovery_ramp, settings.recovery_after),
         )
     gate = ProviderGate(
@@ -92,7 +92,6 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         recovery=recovery,
     )
     slots = gate.slots
-    provider = _primary_provider(settings)
     policy = with_schedule(
         RetryPolicy(
             settings.max_attempts,
@@ -119,6 +118,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         stop_requested=stop.is_set,
         codec=pointer_codec(settings),
         attempt_warning=settings.attempt_warning,
+        provider_name=own,
     )
     await ledger.open()
     if settings.metrics_port is not None:
@@ -180,6 +180,28 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
     failed = [source.topic for source in sources if source.failure]
     log.info("consumer stopped%s", f"; failed sources: {failed}" if failed else "")
     return 1 if failed else 0
+
+
+def _process_provider(
+    settings: Settings, priorities: Sequence[str]
+) -> tuple[str | None, Provider, str]:
+    """This process's provider: its priorities' own (MAILBUS_PROVIDER_P0_URL, ...) or the
+    default one; with its name in ``email_sends.provider`` (the priority; None for the
+    default) and its URL. One process, one provider: its breaker, pauses and recovery
+    ramp describe that provider alone."""
+    own = {settings.provider_for(priority) for priority in priorities}
+    if len(own) > 1:
+        first = next(p[0] for p in own if p is not None)
+        raise ConfigError(
+            f"MAILBUS_PROVIDER_{first.upper()}_URL",
+            f"--priority {','.join(priorities)} mixes providers: run one process per provider",
+        )
+    chosen = own.pop()
+    if chosen is not None:
+        priority, url, api_key = chosen
+        return priority, _http_provider(settings, url, api_key), url
+    url = settings.smtp_url if settings.provider == "smtp" else settings.provider_url
+    return None, _primary_provider(settings), url
 
 
 def _primary_provider(settings: Settings) -> Provider:

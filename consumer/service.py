@@ -94,9 +94,11 @@ class DeliveryService:
         rand: Callable[[], float] = random.random,
         codec: ValueCodec | None = None,
         attempt_warning: int = 3,
+        provider_name: str | None = None,
     ) -> None:
         self.ledger = ledger
         self.provider = provider
+        self.provider_name = provider_name  # email_sends.provider of its calls; None: default
         self.fallback = fallback
         self.policies = policies
         self.gate = gate
@@ -160,7 +162,8 @@ class DeliveryService:
         """Which provider takes the call. A row's provider is fixed once it was tried: a
         mail one provider may have accepted is never offered to another. A first attempt
         goes to the fallback only if its policy allows it and the primary's breaker is not
-        closed."""
+        closed; else to this process's provider (the default one, or its priority's own,
+        ``MAILBUS_PROVIDER_P0_URL`` and the like)."""
         row = loaded.view
         if row.attempts > 0:
             return loaded.provider
@@ -171,12 +174,14 @@ class DeliveryService:
             and self.gate.breaker.state is not BreakerState.CLOSED
         ):
             return FALLBACK
-        return None
+        return self.provider_name
 
     def _provider(self, route: str | None) -> Provider | None:
-        """The provider for ``route``; None when it is the fallback and this process has
-        none configured."""
-        return self.fallback if route == FALLBACK else self.provider
+        """The provider for ``route``; None when this process has no such provider (the
+        fallback or another priority's provider, not configured here)."""
+        if route == FALLBACK:
+            return self.fallback
+        return self.provider if route == self.provider_name else None
 
     def _verdict(self, loaded: LoadedSend, route: str | None) -> Decision | Any:
         """What happens without a call (expired, suppressed, invalid, cannot be encoded,
@@ -188,7 +193,7 @@ class DeliveryService:
             return verdict
         provider = self._provider(route)
         if provider is None:
-            return wait_for_provider(row, str(route), now, self.policy)
+            return wait_for_provider(row, route or "default", now, self.policy)
         mail = OutgoingMail(row.dedupe_key, row.to_address, row.template, loaded.variables)
         try:
             return provider.prepare(mail)

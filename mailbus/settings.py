@@ -40,6 +40,8 @@ class Settings:
     provider_api_key: str = ""
     fallback_provider_url: str | None = None
     fallback_provider_api_key: str = ""
+    # MAILBUS_PROVIDER_P0_URL / _API_KEY (and P1, P2): a priority's own HTTP provider
+    priority_providers: tuple[tuple[str, str, str], ...] = ()  # (priority, url, api key)
     max_in_flight: int = 32
     rate_limit: float | None = None
     connect_timeout: float = 2.0
@@ -83,6 +85,10 @@ class Settings:
     @property
     def dlq_topic(self) -> str:
         return f"{self.topic_prefix}.send.dlq"
+
+    def provider_for(self, priority: str) -> tuple[str, str, str] | None:
+        """``(priority, url, api key)`` of the priority's own provider, or None (default)."""
+        return next((p for p in self.priority_providers if p[0] == priority), None)
 
     @property
     def late_accept_s(self) -> float:
@@ -134,6 +140,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
             "MAILBUS_FALLBACK_PROVIDER_URL", ("http", "https")
         ),
         fallback_provider_api_key=reader.secret("MAILBUS_FALLBACK_PROVIDER_API_KEY"),
+        priority_providers=_priority_providers(reader),
         max_in_flight=reader.integer("MAILBUS_MAX_IN_FLIGHT", Settings.max_in_flight, 1, 10_000),
         rate_limit=reader.optional_number("MAILBUS_RATE_LIMIT"),
         connect_timeout=reader.number("MAILBUS_CONNECT_TIMEOUT", Settings.connect_timeout),
@@ -212,6 +219,19 @@ def _duration(name: str, raw: str | None) -> float | None:
     from consumer.core.backoff import parse_duration
 
     return None if raw is None or not raw.strip() else parse_duration(raw, name)
+
+
+def _priority_providers(reader: _Reader) -> tuple[tuple[str, str, str], ...]:
+    """``MAILBUS_PROVIDER_P0_URL`` (P1, P2) with its ``_API_KEY``, where set."""
+    found = []
+    for priority in ("p0", "p1", "p2"):
+        name = f"MAILBUS_PROVIDER_{priority.upper()}"
+        url = reader.optional_url(f"{name}_URL", ("http", "https"))
+        if url is not None:
+            found.append((priority, url, reader.secret(f"{name}_API_KEY")))
+        elif reader.secret(f"{name}_API_KEY"):
+            raise ConfigError(f"{name}_URL", f"required with {name}_API_KEY")
+    return tuple(found)
 
 
 def _recovery_after(raw: str | None) -> float:

@@ -50,6 +50,20 @@ SETTINGS: tuple[Setting, ...] = (
         {"consume", "sandbox"},
         from_file=True,
     ),
+    *(
+        setting
+        for priority in ("P0", "P1", "P2")
+        for setting in (
+            _s(
+                f"PROVIDER_{priority}_URL",
+                "off",
+                f"{priority} mail's own HTTP provider (e.g. a transactional one); a"
+                " consumer process then serves only priorities with the same provider",
+                {"consume"},
+            ),
+            _s(f"PROVIDER_{priority}_API_KEY", "-", "its API key", {"consume"}, from_file=True),
+        )
+    ),
     _s("FALLBACK_PROVIDER_URL", "off", "second provider for fallback-policy mail", {"consume"}),
     _s("FALLBACK_PROVIDER_API_KEY", "-", "its API key", {"consume"}, from_file=True),
     _s("MAX_IN_FLIGHT", "32", "concurrent provider calls per process", {"consume"}),
