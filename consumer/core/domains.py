@@ -74,14 +74,22 @@ def throttle(
     retry_after_s: float | None,
     policy: DomainPolicy,
 ) -> dict[str, DomainPause]:
-    """``pauses`` with ``domain`` paused after one more throttle in a row."""
+    """``pauses`` with ``domain`` paused after one more throttle in a row. A throttle that
+    arrives while the domain is already paused was a call made before the pause was known
+    (several in flight at once): it counts no strike, only its Retry-After extends."""
     earlier = pauses.get(domain)
+    if earlier is not None and now < earlier.until:
+        wait = min(retry_after_s or 0.0, policy.cap_s)
+        if now + wait <= earlier.until:
+            return dict(pauses)
+        kept = dict(pauses)
+        kept[domain] = DomainPause(now + wait, earlier.strikes)
+        return kept
     strikes = 1 if earlier is None else earlier.strikes + 1
     backoff = min(policy.cap_s, policy.base_s * 2 ** min(strikes - 1, 30))
     wait = max(backoff, min(retry_after_s or 0.0, policy.cap_s))
-    until = max(now + wait, earlier.until if earlier is not None else now)
     kept = _bounded(pauses, now, policy)
-    kept[domain] = DomainPause(until, strikes)
+    kept[domain] = DomainPause(now + wait, strikes)
     return kept
 
 

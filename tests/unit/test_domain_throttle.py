@@ -60,9 +60,23 @@ def test_a_throttle_pauses_only_that_domain_doubling_in_a_row() -> None:
     assert pause_left(pauses, "fast.example", 100.0) == 0.0
     pauses = throttle(pauses, "slow.example", 105.0, None, POLICY)
     assert pause_left(pauses, "slow.example", 105.0) == 10.0
+    now = 115.0
     for _ in range(10):
-        pauses = throttle(pauses, "slow.example", 105.0, None, POLICY)
-    assert pause_left(pauses, "slow.example", 105.0) == 60.0  # capped
+        pauses = throttle(pauses, "slow.example", now, None, POLICY)
+        now += pause_left(pauses, "slow.example", now)
+    assert (
+        pause_left(throttle(pauses, "slow.example", now, None, POLICY), "slow.example", now) == 60
+    )
+
+
+def test_throttles_of_calls_in_flight_together_count_once() -> None:
+    # Before: eight 429s arriving together made eight strikes, a pause of 5 * 2**7 s.
+    pauses = throttle({}, "slow.example", 0.0, None, POLICY)
+    for _ in range(7):
+        pauses = throttle(pauses, "slow.example", 0.1, None, POLICY)
+    assert pause_left(pauses, "slow.example", 0.1) == pytest.approx(4.9)
+    longer = throttle(pauses, "slow.example", 0.2, 30.0, POLICY)  # its Retry-After still counts
+    assert pause_left(longer, "slow.example", 0.2) == 30.0
 
 
 def test_retry_after_is_a_minimum_and_an_accept_clears_the_run() -> None:
