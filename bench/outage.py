@@ -1,11 +1,13 @@
 """A realistic outage, time compressed: orders keep arriving while the email API is slow
 and answers 503; prints the backlog's peak, the time to drain it, the P0 delays, and the
-drain time that spare capacity ÷ backlog predicts.
+drain time that spare capacity ÷ backlog predicts, and how long the P0 backlog took.
 
-    python bench/outage.py [--compress 10] [--rate-limit 50]
+    python bench/outage.py [--compress 10] [--rate-limit 50] [--no-recovery-cap]
 
 6,000 orders an hour (times compress), one in ten a P0 password reset; the provider is capped
-by MAILBUS_RATE_LIMIT, so capacity is known; the outage lasts 4 minutes ÷ compress.
+by MAILBUS_RATE_LIMIT, so capacity is known; the outage lasts 4 minutes ÷ compress. The
+recovery cap runs at its defaults compressed the same way (100/min times compress, a 10-minute
+ramp ÷ compress, after an outage of 30 s ÷ compress); ``--no-recovery-cap`` turns it off.
 Needs the local stack. Prints figures; asserts nothing.
 """
 
@@ -59,6 +61,7 @@ def main() -> None:
     parser.add_argument("--compress", type=float, default=10)
     parser.add_argument("--rate-limit", type=float, default=50)
     parser.add_argument("--before-s", type=float, default=20)
+    parser.add_argument("--no-recovery-cap", action="store_true")
     args = parser.parse_args()
     per_second = 6000 / 3600 * args.compress
     outage_s = 240 / args.compress
@@ -71,6 +74,9 @@ def main() -> None:
         "MAILBUS_MAX_ATTEMPTS": "100",
         "MAILBUS_BACKOFF_BASE": "1",
         "MAILBUS_BACKOFF_CAP": "10",
+        "MAILBUS_RECOVERY_RATE": "0" if args.no_recovery_cap else f"{100 * args.compress:g}/min",
+        "MAILBUS_RECOVERY_RAMP": f"{max(1, round(600 / args.compress))}s",
+        "MAILBUS_RECOVERY_AFTER": f"{max(1, round(30 / args.compress))}s",
     }
     stop = threading.Event()
     try:
@@ -96,6 +102,9 @@ def main() -> None:
             elif phase == "outage" and now >= recovered_at:
                 control({"latency_ms": 30, "faults": []})
                 phase = "after"
+                backlog_until, recovered_db = bench.query(
+                    "SELECT max(id), clock_timestamp() FROM email_sends"
+                )[0]
             samples.append((now, bench.count(open_rows)))
             if phase == "after" and samples[-1][1] <= 2 * per_second and now > recovered_at + 2:
                 drained_at = now
@@ -105,6 +114,17 @@ def main() -> None:
             time.sleep(0.5)
         stop.set()
         peak = max(count for _, count in samples)
+        (p0_drained,) = bench.query(  # the P0 mail committed before the recovery, all sent
+            "SELECT extract(epoch FROM max(accepted_at) - %s) FROM email_sends"
+            " WHERE priority = 'p0' AND id <= %s",
+            recovered_db,
+            backlog_until,
+        )[0]
+        backlog = ", ".join(
+            f"{t - recovered_at:+.0f}s {count}"
+            for t, count in samples[:: max(1, int(5 / 0.5))]
+            if t >= recovered_at - 1
+        )
         spare = args.rate_limit - per_second
         delays = [
             float(d)
@@ -121,6 +141,9 @@ def main() -> None:
             f"backlog peak {peak} rows; drained {drained_at - recovered_at:.1f}s after recovery;"
             f" spare capacity ÷ backlog predicts {peak / spare:.1f}s"
         )
+        cap = "off" if args.no_recovery_cap else env["MAILBUS_RECOVERY_RATE"]
+        print(f"recovery cap {cap}; open rows after recovery: {backlog}")
+        print(f"P0 backlog drained {max(0.0, float(p0_drained)):.1f}s after recovery")
         print(
             f"P0 commit→accepted: p50 {percentile(delays, 50):.1f}s,"
             f" p99 {percentile(delays, 99):.1f}s over {len(delays)} mails"

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 from mailbus.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_REPLAY_RATE",
     "PRIORITIES",
     "Letter",
     "LetterFilter",
@@ -57,12 +58,19 @@ def parse_since(text: str, now: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def parse_rate(text: str) -> float:
-    """``--rate N/min`` (also ``N/s``, ``N/h``) as replays per second."""
+DEFAULT_REPLAY_RATE = "300/min"  # `dlq replay` is paced unless told --rate 0 / --no-pace
+
+
+def parse_rate(text: str, option: str = "--rate") -> float | None:
+    """``N/min`` (also ``N/s``, ``N/h``) as events per second; ``0`` (or ``0/min``): no
+    pace, None."""
+    if text.strip() == "0":
+        return None
     rate = _RATE.match(text)
-    if not rate or float(rate.group(1)) <= 0:
-        raise ConfigError("--rate", f"expected a positive N/min such as 60/min; got {text!r}")
-    return float(rate.group(1)) / _PER[rate.group(2)]
+    if not rate or float(rate.group(1)) < 0:
+        raise ConfigError(option, f"expected N/min such as 60/min, or 0; got {text!r}")
+    per_second = float(rate.group(1)) / _PER[rate.group(2)]
+    return per_second or None
 
 
 def parse_letter_id(text: str) -> int:

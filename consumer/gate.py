@@ -7,6 +7,10 @@
   deliveries wait before they take a ``claims`` permit (a waiting newsletter never holds
   one a password reset needs), and the Kafka source's backpressure pauses the partitions,
 - a **429 pause**: a 429 stops every send of this process for its Retry-After,
+- **per-domain pauses** (``core.domains``): a 421/452, or a 429 scoped to the recipient's
+  domain, pauses that domain alone; the service defers its mail without a call,
+- the **recovery cap** (``recovery_pacer.RecoveryPacer``): once the breaker closes after an
+  outage, sends of every process share a ramping cap, P0 first,
 - the **global rate limit** (``rate_limit.GlobalRateLimiter``), for sends and look-ups.
 
 Waiting happens before a row is claimed, so a long outage never outlives a lease.
@@ -23,8 +27,18 @@ from types import TracebackType
 
 from consumer.core.breaker import Breaker, BreakerPolicy, BreakerState, admit, record
 from consumer.core.concurrency import AdaptiveLimit, LimitPolicy, on_latency, restart_slowly
+from consumer.core.domains import (
+    DomainPolicy,
+    Pauses,
+    clear,
+    domain_throttled,
+    pause_left,
+    throttle,
+)
 from consumer.core.outcome import Classification, Outcome
+from consumer.core.recovery import starts_recovery
 from consumer.rate_limit import GlobalRateLimiter
+from consumer.recovery_pacer import RecoveryPacer
 
 __all__ = ["AdaptiveSlots", "Admission", "ProviderGate"]
 
@@ -107,6 +121,7 @@ class ProviderGate:
         default_pause_s: float = 1.0,
         unhurried_delay_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        recovery: RecoveryPacer | None = None,
     ) -> None:
         self.slots = AdaptiveSlots(max_in_flight)
         self.claims = AdaptiveSlots(_claims_for(max_in_flight))
@@ -123,9 +138,15 @@ class ProviderGate:
         self._unhurried_delay_s = unhurried_delay_s
         self._recovered_at = float("-inf")
         self._hurried_waiting = 0  # transactional sends waiting for the breaker
+        self._recovery = recovery
+        self._not_closed_since = 0.0  # when the breaker last left CLOSED
+        self._recovery_due = False  # the breaker closed after an outage: start the ramp
+        self._domains: Pauses = {}
+        self._domain_policy = DomainPolicy()
 
-    async def admit_send(self, unhurried: bool = False) -> Admission:
-        """Wait until a send may go out: breaker, 429 pause, rate limit. ``unhurried`` mail
+    async def admit_send(self, unhurried: bool = False, p0: bool = False) -> Admission:
+        """Wait until a send may go out: breaker, recovery cap (``p0`` sends first), 429
+        pause, rate limit. ``unhurried`` mail
         (a ``pause`` policy: campaigns) probes a recovering provider only when no
         transactional mail is waiting to, and waits ``unhurried_delay_s`` after the breaker
         closes, so transactional mail drains first. Without the probe a process that
@@ -139,6 +160,11 @@ class ProviderGate:
                 self._hurried_waiting -= 1
         if unhurried and (wait := self._recovered_at + self._unhurried_delay_s - self._clock()) > 0:
             await asyncio.sleep(wait)
+        if self._recovery is not None and not probe:
+            if self._recovery_due:
+                self._recovery_due = False
+                await self._recovery.start()
+            await self._recovery.acquire(p0)
         await self.before_request()
         return Admission(probe=probe)
 
@@ -178,19 +204,34 @@ class ProviderGate:
             self._set_breaker(replace(self.breaker, probe_out=False))
         admission.settled = True
 
-    def settle(self, admission: Admission, result: Classification, latency_s: float) -> None:
+    def domain_pause(self, domain: str) -> float:
+        """Seconds the recipient domain stays paused (0: it may be sent to)."""
+        return pause_left(self._domains, domain, self._clock())
+
+    def settle(
+        self, admission: Admission, result: Classification, latency_s: float, domain: str = ""
+    ) -> None:
         admission.settled = True
         now = self._clock()
-        if result.status_code == 429:
+        if domain and domain_throttled(result):
+            self._domains = throttle(
+                self._domains, domain, now, result.retry_after_s, self._domain_policy
+            )
+        elif result.status_code == 429:
             pause = result.retry_after_s or self._default_pause_s
             self._paused_until = max(self._paused_until, now + pause)
+        elif result.outcome is Outcome.ACCEPTED and domain:
+            self._domains = clear(self._domains, domain)
         healthy = result.outcome in (Outcome.ACCEPTED, Outcome.REJECTED) or (
-            result.status_code == 429
+            result.status_code == 429 or domain_throttled(result)
         )
         was_open = self.breaker.state is not BreakerState.CLOSED
         self._set_breaker(record(self.breaker, healthy, now, self._breaker_policy))
         if was_open and self.breaker.state is BreakerState.CLOSED:
             self._recovered_at = now
+            if self._recovery is not None:
+                outage_s = now - self._not_closed_since
+                self._recovery_due = starts_recovery(self._recovery.policy, outage_s)
             self._limit = restart_slowly(self._limit, self._limit_policy)  # resume unhurried
         elif healthy:
             self._limit = on_latency(self._limit, latency_s, now, self._limit_policy)
@@ -204,6 +245,8 @@ class ProviderGate:
 
     def _set_breaker(self, breaker: Breaker) -> None:
         changed = breaker.state is not self.breaker.state
+        if changed and self.breaker.state is BreakerState.CLOSED:
+            self._not_closed_since = self._clock()
         self.breaker = breaker
         if changed:
             self._on_breaker_change(breaker.state)

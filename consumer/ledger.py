@@ -22,6 +22,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from consumer.core import Decision, SendView, Status
+from consumer.core.decide import MAX_AGE_REASON
 from consumer.db_clock import DatabaseClock
 from mailbus.coalescer import Coalescer
 from mailbus.errors import StorageError
@@ -79,7 +80,13 @@ class _Settlement:
 
 
 class SendLedger:
-    def __init__(self, database_url: str, max_connections: int, lease_s: float) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        max_connections: int,
+        lease_s: float,
+        max_age_s: float | None = None,
+    ) -> None:
         self._pool = AsyncConnectionPool(
             database_url,
             min_size=1,
@@ -93,6 +100,7 @@ class SendLedger:
             **load_queries("consumer", "protection.sql"),  # report_health
         }
         self._lease_s = lease_s
+        self._max_age_s = max_age_s  # MAILBUS_MAX_AGE: the claim refuses a retry past it
         self.clock = DatabaseClock()  # advanced from every load's clock_timestamp()
         self._loads = Coalescer(self._load_batch)
         self._claims = Coalescer(self._claim_batch)
@@ -194,7 +202,11 @@ class SendLedger:
                 }
                 for c in claims_of_round
             ]
-            params = {"claims": Jsonb(rows), "lease_s": self._lease_s}
+            params = {
+                "claims": Jsonb(rows),
+                "lease_s": self._lease_s,
+                "max_age_s": self._max_age_s,
+            }
             left = dict(await self._run("claim_for_send", params))  # id -> seconds to expiry
             for c in claims_of_round:
                 if c.send_id in left:
@@ -228,6 +240,7 @@ class SendLedger:
             next_try,
             in_doubt_since,
             provider,
+            created_at,
             suppressed,
             database_now,
         ) = row
@@ -243,6 +256,7 @@ class SendLedger:
             expires,
             next_try,
             in_doubt_since,
+            created_at,
         )
         variables = payload if isinstance(payload, dict) else {}
         return LoadedSend(view, variables, bool(suppressed), provider)
@@ -258,9 +272,11 @@ class SendLedger:
 
 
 def dead_letter_reason(decision: Decision) -> str:
-    """The dead letter's ``reason``: rejected, max_attempts or invalid."""
+    """The dead letter's ``reason``: rejected, max_attempts, max_age or invalid."""
     if decision.reason.startswith("gave up"):
         return "max_attempts"
+    if decision.reason.startswith(MAX_AGE_REASON):
+        return "max_age"
     if decision.provider_code is not None:
         return "rejected"
     return "invalid"

@@ -199,7 +199,10 @@ class HttpProvider:
         retry_after = parse_retry_after(response.headers.get("Retry-After"), self._clock())
         if 200 <= code <= 299:
             return ProviderReply(code, _message_id(response), retry_after)
-        return ProviderReply(code, None, retry_after, self._excerpt(response))
+        scope = response.headers.get("X-Throttle-Scope", "").strip().lower()
+        return ProviderReply(
+            code, None, retry_after, self._excerpt(response), scope == "recipient-domain"
+        )
 
     async def lookup(self, dedupe_key: str) -> LookupResult:
         """Ask whether a mail was accepted under ``dedupe_key``; never raises for network

@@ -2,7 +2,7 @@
 -- The rows a batch of pointers names, with whether each address is suppressed (compared
 -- case-insensitively) and the database's clock, which every time decision is made on.
 SELECT s.id, s.dedupe_key, s.to_address, s.template, s.payload_json, s.priority, s.status,
-       s.attempts, s.expires_at, s.next_try_at, s.in_doubt_since, s.provider,
+       s.attempts, s.expires_at, s.next_try_at, s.in_doubt_since, s.provider, s.created_at,
        EXISTS (SELECT 1 FROM email_suppressions x WHERE lower(x.address) = lower(s.to_address)),
        clock_timestamp()
 FROM email_sends s
@@ -10,7 +10,8 @@ WHERE s.id = ANY(%(ids)s::bigint[])
 
 -- name: claim_for_send
 -- pending -> sending for a batch of claims. Every guard that decides a send is here: the
--- attempt the pointer names, due, not expired, and the provider fixed once a row was tried
+-- attempt the pointer names, due, not expired, a retry not past MAILBUS_MAX_AGE, and the
+-- provider fixed once a row was tried
 -- (a mail one provider may have taken is never offered to another). A claim retried after
 -- its reply was lost finds the row already under its own token and gets it again,
 -- uncounted. Rows are locked first (`locked`), so the lease and the guards' clock are read
@@ -33,6 +34,8 @@ WHERE s.id = c.id AND locked.id = s.id
   AND ((s.status = 'pending' AND s.attempts = c.attempt
         AND (s.next_try_at IS NULL OR s.next_try_at <= clock_timestamp())
         AND (s.expires_at IS NULL OR s.expires_at > clock_timestamp())
+        AND (s.attempts = 0 OR %(max_age_s)s::float8 IS NULL
+             OR s.created_at + make_interval(secs => %(max_age_s)s::float8) > clock_timestamp())
         AND (s.attempts = 0 OR s.provider IS NOT DISTINCT FROM c.provider))
        OR (s.status = 'sending' AND s.lease_token = c.token))
 RETURNING s.id, extract(epoch FROM s.expires_at - clock_timestamp())::float8
@@ -120,7 +123,8 @@ WHERE id IN (
     FOR UPDATE SKIP LOCKED
 )
 RETURNING id, dedupe_key, to_address, template, payload_json, priority, status, attempts,
-          expires_at, next_try_at, in_doubt_since, provider, false, clock_timestamp()
+          expires_at, next_try_at, in_doubt_since, provider, created_at, false,
+          clock_timestamp()
 
 -- name: republish_stale
 -- A pending row whose pointer was published long ago but never handled (a pointer lost

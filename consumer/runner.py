@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from consumer.core import RetryPolicy
 from consumer.core.backoff import with_schedule
 from consumer.core.breaker import BreakerPolicy, BreakerState
+from consumer.core.recovery import RecoveryPolicy
 from consumer.gate import ProviderGate
 from consumer.kafka_source import KafkaSource
 from consumer.ledger import MessageOrigin, SendLedger
@@ -28,9 +29,10 @@ from consumer.providers import Provider
 from consumer.providers.smtp import SmtpProvider
 from consumer.rate_limit import GlobalRateLimiter
 from consumer.reconciler import Reconciler
+from consumer.recovery_pacer import RecoveryPacer
 from consumer.service import DeliveryService, Stopping
 from mailbus import health, metrics
-from mailbus.errors import StorageError
+from mailbus.errors import ConfigError, StorageError
 from mailbus.kafka_security import kafka_client_config
 from mailbus.settings import Settings
 from mailbus_client.policies import configured_policy_book
@@ -67,10 +69,17 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         settings.database_url,
         max_connections=min(settings.max_in_flight, 20),
         lease_s=lease_seconds(settings),
+        max_age_s=settings.max_age,
     )
-    reporter = _HealthReporter(
-        ledger, settings.smtp_url if settings.provider == "smtp" else settings.provider_url
-    )
+    own, provider, provider_url = _process_provider(settings, priorities)
+    reporter = _HealthReporter(ledger, provider_url)
+    recovery = None
+    if settings.recovery_rate is not None:
+        recovery = RecoveryPacer(
+            settings.database_url,
+            provider_url,
+            RecoveryPolicy(settings.recovery_rate, settings.recovery_ramp, settings.recovery_after),
+        )
     gate = ProviderGate(
         settings.max_in_flight,
         BreakerPolicy(),
@@ -80,15 +89,16 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         on_breaker_change=reporter.breaker_changed,
         on_limit_change=lambda limit: log.info("in-flight limit now %d", limit),
         default_pause_s=settings.backoff_base,
+        recovery=recovery,
     )
     slots = gate.slots
-    provider = _primary_provider(settings)
     policy = with_schedule(
         RetryPolicy(
             settings.max_attempts,
             settings.backoff_base,
             settings.backoff_cap,
             settings.late_accept_s,
+            max_age_s=settings.max_age,
         ),
         settings.retry_schedule,
     )
@@ -107,6 +117,8 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         fallback=fallback,
         stop_requested=stop.is_set,
         codec=pointer_codec(settings),
+        attempt_warning=settings.attempt_warning,
+        provider_name=own,
     )
     await ledger.open()
     if settings.metrics_port is not None:
@@ -160,12 +172,36 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
     await reconciling
     await reporting
     await provider.aclose()
+    if recovery is not None:
+        await recovery.close()
     if fallback is not None:
         await fallback.aclose()
     await ledger.close()
     failed = [source.topic for source in sources if source.failure]
     log.info("consumer stopped%s", f"; failed sources: {failed}" if failed else "")
     return 1 if failed else 0
+
+
+def _process_provider(
+    settings: Settings, priorities: Sequence[str]
+) -> tuple[str | None, Provider, str]:
+    """This process's provider: its priorities' own (MAILBUS_PROVIDER_P0_URL, ...) or the
+    default one; with its name in ``email_sends.provider`` (the priority; None for the
+    default) and its URL. One process, one provider: its breaker, pauses and recovery
+    ramp describe that provider alone."""
+    own = {settings.provider_for(priority) for priority in priorities}
+    if len(own) > 1:
+        first = next(p[0] for p in own if p is not None)
+        raise ConfigError(
+            f"MAILBUS_PROVIDER_{first.upper()}_URL",
+            f"--priority {','.join(priorities)} mixes providers: run one process per provider",
+        )
+    chosen = own.pop()
+    if chosen is not None:
+        priority, url, api_key = chosen
+        return priority, _http_provider(settings, url, api_key), url
+    url = settings.smtp_url if settings.provider == "smtp" else settings.provider_url
+    return None, _primary_provider(settings), url
 
 
 def _primary_provider(settings: Settings) -> Provider:

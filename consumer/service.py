@@ -42,6 +42,7 @@ from consumer.core import (
     wait_for_provider,
 )
 from consumer.core.breaker import BreakerState
+from consumer.core.domains import deferred, recipient_domain
 from consumer.core.smtp_outcome import classify_call
 from consumer.gate import Admission, ProviderGate
 from consumer.ledger import Claim, LoadedSend, MessageOrigin, SendLedger, dead_letter_reason
@@ -92,9 +93,12 @@ class DeliveryService:
         clock: Callable[[], datetime] | None = None,
         rand: Callable[[], float] = random.random,
         codec: ValueCodec | None = None,
+        attempt_warning: int = 3,
+        provider_name: str | None = None,
     ) -> None:
         self.ledger = ledger
         self.provider = provider
+        self.provider_name = provider_name  # email_sends.provider of its calls; None: default
         self.fallback = fallback
         self.policies = policies
         self.gate = gate
@@ -105,6 +109,7 @@ class DeliveryService:
         self.stop_requested = stop_requested  # no new call starts once it is True
         self.stopping = asyncio.Event()  # and storage retries give up once this is set
         self._codec = codec or send_pointer_codec()  # MAILBUS_SCHEMA_REGISTRY_URL: the runner's
+        self.attempt_warning = attempt_warning  # MAILBUS_ATTEMPT_WARNING
 
     async def handle(self, origin: MessageOrigin) -> None:
         """Deliver the mail one Kafka message points at; return once the outcome is recorded."""
@@ -148,6 +153,8 @@ class DeliveryService:
         )
         if settled and decision.dead_letter:
             metrics.observe_dead_letter(dead_letter_reason(decision))
+        if settled and row.attempts == self.attempt_warning:
+            metrics.observe_attempt_warning(row.priority)
         if not settled:
             log.warning("lease on send %d was taken over before its outcome was recorded", row.id)
 
@@ -155,7 +162,8 @@ class DeliveryService:
         """Which provider takes the call. A row's provider is fixed once it was tried: a
         mail one provider may have accepted is never offered to another. A first attempt
         goes to the fallback only if its policy allows it and the primary's breaker is not
-        closed."""
+        closed; else to this process's provider (the default one, or its priority's own,
+        ``MAILBUS_PROVIDER_P0_URL`` and the like)."""
         row = loaded.view
         if row.attempts > 0:
             return loaded.provider
@@ -166,24 +174,26 @@ class DeliveryService:
             and self.gate.breaker.state is not BreakerState.CLOSED
         ):
             return FALLBACK
-        return None
+        return self.provider_name
 
     def _provider(self, route: str | None) -> Provider | None:
-        """The provider for ``route``; None when it is the fallback and this process has
-        none configured."""
-        return self.fallback if route == FALLBACK else self.provider
+        """The provider for ``route``; None when this process has no such provider (the
+        fallback or another priority's provider, not configured here)."""
+        if route == FALLBACK:
+            return self.fallback
+        return self.provider if route == self.provider_name else None
 
     def _verdict(self, loaded: LoadedSend, route: str | None) -> Decision | Any:
         """What happens without a call (expired, suppressed, invalid, cannot be encoded,
         or its provider is not here), else the encoded request to send."""
         row = loaded.view
         now = self.clock()
-        verdict = before_send(row, now, loaded.suppressed)
+        verdict = before_send(row, now, loaded.suppressed, self.policy.max_age_s)
         if verdict is not None:
             return verdict
         provider = self._provider(route)
         if provider is None:
-            return wait_for_provider(row, str(route), now, self.policy)
+            return wait_for_provider(row, route or "default", now, self.policy)
         mail = OutgoingMail(row.dedupe_key, row.to_address, row.template, loaded.variables)
         try:
             return provider.prepare(mail)
@@ -217,16 +227,27 @@ class DeliveryService:
         row = loaded.view
         unhurried = self.policies.for_template(row.template).when_provider_down == "pause"
         token = uuid.uuid4()  # one token for every try: a claim whose reply was lost is ours
+        domain = recipient_domain(row.to_address)
+        if await self._defer_for_domain(loaded, domain, origin):
+            return None
         while True:
-            admission = None if route == FALLBACK else await self.gate.admit_send(unhurried)
+            admission = (
+                None
+                if route == FALLBACK
+                else await self.gate.admit_send(unhurried, p0=row.priority == "p0")
+            )
             try:
+                if await self._defer_for_domain(loaded, domain, origin):
+                    return None  # the domain throttled while this waited at the gate
                 async with self.gate.claims:
                     if admission is not None and not self.gate.holds(admission):
                         continue  # the breaker opened while this waited for a permit
                     if self.stop_requested():
                         raise Stopping()
                     if admission is not None and (
-                        expired := before_send(row, self.clock(), loaded.suppressed)
+                        expired := before_send(
+                            row, self.clock(), loaded.suppressed, self.policy.max_age_s
+                        )
                     ):
                         await self._settle_without_call(loaded, expired, origin)
                         return None  # it expired while the provider was down
@@ -240,6 +261,18 @@ class DeliveryService:
             finally:
                 if admission is not None:
                     self.gate.release(admission)
+
+    async def _defer_for_domain(
+        self, loaded: LoadedSend, domain: str, origin: MessageOrigin
+    ) -> bool:
+        """A mail to a domain that is throttling us waits, pending, without a call."""
+        left = self.gate.domain_pause(domain)
+        if left <= 0:
+            return False
+        decision = deferred(domain, left, self.clock())
+        await self._durably(lambda: self.ledger.settle_gate(loaded.view, decision, origin))
+        metrics.observe_domain_deferral(loaded.view.priority)
+        return True
 
     async def _call_in_slot(
         self,
@@ -270,7 +303,7 @@ class DeliveryService:
         fresh = await self._durably(lambda: self.ledger.load(send_id))
         if fresh is None or fresh.view.status is not Status.PENDING:
             return
-        verdict = before_send(fresh.view, self.clock(), fresh.suppressed)
+        verdict = before_send(fresh.view, self.clock(), fresh.suppressed, self.policy.max_age_s)
         if verdict is not None:
             await self._settle_without_call(fresh, verdict, origin)
 
@@ -300,7 +333,7 @@ class DeliveryService:
             result = classify(TransportFailure(True, f"internal error: {type(exc).__name__}"))
         latency_s = time.monotonic() - started
         if admission is not None:
-            self.gate.settle(admission, result, latency_s)
+            self.gate.settle(admission, result, latency_s, recipient_domain(row.to_address))
         decision = after_call(row, result, self.clock(), self.policy, self.rand)
         if decision.next_status is Status.UNKNOWN:
             row = replace(row, in_doubt_since=called_at)

@@ -184,7 +184,7 @@ def _dlq_replay(settings: Settings, args: argparse.Namespace) -> int:
     from consumer.dead_letter_views import LetterFilter, parse_rate
 
     where = LetterFilter.from_options(args.reason, args.priority, args.template, args.since)
-    rate = None if args.rate is None else parse_rate(args.rate)
+    rate = None if args.no_pace else parse_rate(args.rate)
     return run_replay(
         settings,
         where,
@@ -280,6 +280,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from consumer.dead_letter_views import DEFAULT_REPLAY_RATE  # pure, standard library only
+
     help_text = "inspect and replay dead letters"
     dlq = commands.add_parser(
         "dlq",
@@ -326,7 +328,15 @@ def _add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
         " without filters, every dead letter not yet replayed",
     )
     filters(replay)
-    replay.add_argument("--rate", metavar="N/min", help="at most N replays a minute")
+    replay.add_argument(
+        "--rate",
+        metavar="N/min",
+        default=DEFAULT_REPLAY_RATE,
+        help=f"at most N replays a minute (default {DEFAULT_REPLAY_RATE}; 0: unpaced)",
+    )
+    replay.add_argument(
+        "--no-pace", action="store_true", help="replay as fast as possible (as --rate 0)"
+    )
     replay.add_argument(
         "--dry-run", action="store_true", help="print what would be replayed, change nothing"
     )

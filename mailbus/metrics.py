@@ -81,6 +81,17 @@ PROVIDER_429 = Counter(
     "mailbus_provider_429",
     "Send calls the email API answered with 429 Too Many Requests.",
 )
+ATTEMPT_WARNINGS = Counter(
+    "mailbus_attempt_warnings",
+    "Mails whose call was their MAILBUS_ATTEMPT_WARNING-th attempt (default 3), by priority.",
+    ["priority"],
+)
+DOMAIN_DEFERRALS = Counter(
+    "mailbus_domain_deferrals",
+    "Mails held back, without a call, because their recipient domain is throttling us "
+    "(SMTP 421/452, or a 429 scoped to the domain), by priority.",
+    ["priority"],
+)
 DEAD_LETTERS = Counter(
     "mailbus_dead_letters",
     "Dead letters recorded, by reason (rejected, max_attempts, undecodable, ...).",
@@ -167,6 +178,8 @@ for _priority in PRIORITIES:
     for _outcome in OUTCOMES:
         SENDS.labels(_priority, _outcome)
     RELAY_PUBLISHED.labels(_priority)
+    ATTEMPT_WARNINGS.labels(_priority)
+    DOMAIN_DEFERRALS.labels(_priority)
 for _kind in ("send", "lookup"):
     PROVIDER_REQUESTS.labels(_kind)
 
@@ -178,6 +191,15 @@ def observe_call(priority: str, outcome: str, latency_s: float, status_code: int
     PROVIDER_LATENCY.observe(max(latency_s, 0.0))
     if status_code == 429:
         PROVIDER_429.inc()
+
+
+def observe_attempt_warning(priority: str) -> None:
+    """A mail reached the attempt MAILBUS_ATTEMPT_WARNING names (counted once per mail)."""
+    ATTEMPT_WARNINGS.labels(priority).inc()
+
+
+def observe_domain_deferral(priority: str) -> None:
+    DOMAIN_DEFERRALS.labels(priority).inc()
 
 
 def observe_lookup() -> None:

@@ -40,6 +40,8 @@ class Settings:
     provider_api_key: str = ""
     fallback_provider_url: str | None = None
     fallback_provider_api_key: str = ""
+    # MAILBUS_PROVIDER_P0_URL / _API_KEY (and P1, P2): a priority's own HTTP provider
+    priority_providers: tuple[tuple[str, str, str], ...] = ()  # (priority, url, api key)
     max_in_flight: int = 32
     rate_limit: float | None = None
     connect_timeout: float = 2.0
@@ -69,6 +71,11 @@ class Settings:
     smtp_from: str = ""
     smtp_unknown: str = "at_most_once"  # at_most_once | at_least_once
     retry_schedule: tuple[float, ...] = ()  # explicit retry delays (s); () = exponential
+    max_age: float | None = None  # seconds after created_at with no further retry; None: off
+    attempt_warning: int = 3  # the attempt that counts in mailbus_attempt_warnings_total
+    recovery_rate: float | None = 100 / 60  # sends/s after an outage; None: no recovery cap
+    recovery_ramp: float = 600.0  # seconds until the recovery cap lifts (doubling 4 times)
+    recovery_after: float = 30.0  # the shortest outage that starts a recovery ramp
 
     def __repr__(self) -> str:  # never print the API key
         return f"Settings(database={_redact_url(self.database_url)}, kafka={self.kafka_bootstrap})"
@@ -79,6 +86,10 @@ class Settings:
     @property
     def dlq_topic(self) -> str:
         return f"{self.topic_prefix}.send.dlq"
+
+    def provider_for(self, priority: str) -> tuple[str, str, str] | None:
+        """``(priority, url, api key)`` of the priority's own provider, or None (default)."""
+        return next((p for p in self.priority_providers if p[0] == priority), None)
 
     @property
     def late_accept_s(self) -> float:
@@ -130,6 +141,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
             "MAILBUS_FALLBACK_PROVIDER_URL", ("http", "https")
         ),
         fallback_provider_api_key=reader.secret("MAILBUS_FALLBACK_PROVIDER_API_KEY"),
+        priority_providers=_priority_providers(reader),
         max_in_flight=reader.integer("MAILBUS_MAX_IN_FLIGHT", Settings.max_in_flight, 1, 10_000),
         rate_limit=reader.optional_number("MAILBUS_RATE_LIMIT"),
         connect_timeout=reader.number("MAILBUS_CONNECT_TIMEOUT", Settings.connect_timeout),
@@ -165,6 +177,14 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         smtp_from=reader._raw("MAILBUS_SMTP_FROM") or "",
         smtp_unknown=_smtp_unknown(env.get("MAILBUS_SMTP_UNKNOWN")),
         retry_schedule=_retry_schedule(env.get("MAILBUS_RETRY_SCHEDULE")),
+        max_age=_duration("MAILBUS_MAX_AGE", env.get("MAILBUS_MAX_AGE")),
+        recovery_rate=_recovery_rate(env.get("MAILBUS_RECOVERY_RATE")),
+        recovery_ramp=_duration("MAILBUS_RECOVERY_RAMP", env.get("MAILBUS_RECOVERY_RAMP"))
+        or Settings.recovery_ramp,
+        recovery_after=_recovery_after(env.get("MAILBUS_RECOVERY_AFTER")),
+        attempt_warning=reader.integer(
+            "MAILBUS_ATTEMPT_WARNING", Settings.attempt_warning, 1, 1000
+        ),
     )
     if settings.provider == "smtp" and not settings.smtp_url:
         raise ConfigError("MAILBUS_SMTP_URL", "required with MAILBUS_PROVIDER=smtp")
@@ -195,6 +215,40 @@ def _retry_schedule(raw: str | None) -> tuple[float, ...]:
     from consumer.core.backoff import parse_schedule  # the pure parser lives with its use
 
     return () if raw is None or not raw.strip() else parse_schedule(raw)
+
+
+def _duration(name: str, raw: str | None) -> float | None:
+    from consumer.core.backoff import parse_duration
+
+    return None if raw is None or not raw.strip() else parse_duration(raw, name)
+
+
+def _priority_providers(reader: _Reader) -> tuple[tuple[str, str, str], ...]:
+    """``MAILBUS_PROVIDER_P0_URL`` (P1, P2) with its ``_API_KEY``, where set."""
+    found = []
+    for priority in ("p0", "p1", "p2"):
+        name = f"MAILBUS_PROVIDER_{priority.upper()}"
+        url = reader.optional_url(f"{name}_URL", ("http", "https"))
+        if url is not None:
+            found.append((priority, url, reader.secret(f"{name}_API_KEY")))
+        elif reader.secret(f"{name}_API_KEY"):
+            raise ConfigError(f"{name}_URL", f"required with {name}_API_KEY")
+    return tuple(found)
+
+
+def _recovery_after(raw: str | None) -> float:
+    """A duration such as ``30s``; ``0`` (every outage starts a ramp) is allowed."""
+    if raw is not None and raw.strip() in ("0", "0s"):
+        return 0.0
+    return _duration("MAILBUS_RECOVERY_AFTER", raw) or Settings.recovery_after
+
+
+def _recovery_rate(raw: str | None) -> float | None:
+    """``100/min`` (the default), ``0`` or ``off``: no recovery cap."""
+    from consumer.dead_letter_views import parse_rate
+
+    text = "100/min" if raw is None or not raw.strip() else raw.strip()
+    return None if text.lower() == "off" else parse_rate(text, "MAILBUS_RECOVERY_RATE")
 
 
 class _Reader:

@@ -50,6 +50,20 @@ SETTINGS: tuple[Setting, ...] = (
         {"consume", "sandbox"},
         from_file=True,
     ),
+    *(
+        setting
+        for priority in ("P0", "P1", "P2")
+        for setting in (
+            _s(
+                f"PROVIDER_{priority}_URL",
+                "off",
+                f"{priority} mail's own HTTP provider (e.g. a transactional one); a"
+                " consumer process then serves only priorities with the same provider",
+                {"consume"},
+            ),
+            _s(f"PROVIDER_{priority}_API_KEY", "-", "its API key", {"consume"}, from_file=True),
+        )
+    ),
     _s("FALLBACK_PROVIDER_URL", "off", "second provider for fallback-policy mail", {"consume"}),
     _s("FALLBACK_PROVIDER_API_KEY", "-", "its API key", {"consume"}, from_file=True),
     _s("MAX_IN_FLIGHT", "32", "concurrent provider calls per process", {"consume"}),
@@ -63,6 +77,38 @@ SETTINGS: tuple[Setting, ...] = (
         "RETRY_SCHEDULE",
         "off (exponential)",
         "explicit retry delays, e.g. 5m,30m,2h,24h; failed after the last",
+        {"consume"},
+    ),
+    _s(
+        "MAX_AGE",
+        "off",
+        "no retry this long after created_at (e.g. 24h): failed, dead letter max_age",
+        {"consume"},
+    ),
+    _s(
+        "ATTEMPT_WARNING",
+        "3",
+        "a mail reaching this attempt counts in mailbus_attempt_warnings_total (alert"
+        " MailbusMailRetrying)",
+        {"consume"},
+    ),
+    _s(
+        "RECOVERY_RATE",
+        "100/min",
+        "after an outage, sends capped at this rate (all consumers together, P0 first);"
+        " 0 or off: no recovery cap",
+        {"consume"},
+    ),
+    _s(
+        "RECOVERY_RAMP",
+        "10m",
+        "how long the recovery cap lasts; it doubles every quarter of it (16x at the end)",
+        {"consume"},
+    ),
+    _s(
+        "RECOVERY_AFTER",
+        "30s",
+        "the shortest outage (breaker not closed) that starts a recovery ramp",
         {"consume"},
     ),
     _s("PROVIDER", "http", "which provider the consumer calls: http or smtp", {"consume"}),

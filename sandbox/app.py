@@ -137,7 +137,9 @@ async def _handle_send(
     if isinstance(parsed, str):
         ledger.settle(record, "bad_request")
         return _error(400, "bad_request", parsed)
-    choice = choose_fault(state.plan, state.rng)
+    record.to = parsed[0]
+    domain = parsed[0].rpartition("@")[2].lower()
+    choice = choose_fault(state.plan, state.rng, domain)
     state.plan = choice.plan
     if choice.delay_ms > 0:
         await asyncio.sleep(choice.delay_ms / 1000)
@@ -148,6 +150,13 @@ async def _handle_send(
         if kind == "429":
             assert fault is not None
             retry = str(fault.retry_after)
+            if fault.domain is not None:  # a mailbox provider deferring us for its domain
+                return _error(
+                    429,
+                    "rate_limited",
+                    f"too many requests to {fault.domain}",
+                    **{"Retry-After": retry, "X-Throttle-Scope": "recipient-domain"},
+                )
             return _error(429, "rate_limited", "too many requests", **{"Retry-After": retry})
         if kind == "503":
             return _error(503, "unavailable", "service unavailable, try again later")

@@ -11,7 +11,10 @@ faults, each in plan order.
 
 Textual form (``--fault``): ``KIND[:name=value]...``, e.g. ``429:share=0.2:retry_after=3``,
 ``503:next=5``, ``slow:share=1:ms=200``, ``hang_after_accept:next=1:hang_seconds=5``. With
-neither ``share`` nor ``next`` the fault applies to every request (``share=1``).
+neither ``share`` nor ``next`` the fault applies to every request (``share=1``). Any fault
+may name a recipient ``domain`` (``429:domain=slow.example:retry_after=2``): it then fires
+only for sends to that domain, and a 429 so scoped says so (``X-Throttle-Scope:
+recipient-domain``), as a mailbox provider deferring one sender does.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ class Fault:
     ms: float = 0.0
     retry_after: int = 1
     hang_seconds: float = 30.0
+    domain: str | None = None  # fires only for sends to this recipient domain
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
@@ -94,6 +98,8 @@ class Fault:
         out.update({"share": self.share} if self.next is None else {"next": self.next})
         for name in _KIND_PARAMS.get(self.kind, ()):
             out[name] = getattr(self, name)
+        if self.domain is not None:
+            out["domain"] = self.domain
         return out
 
     def spec(self) -> str:
@@ -126,14 +132,17 @@ class Choice(NamedTuple):
     plan: FaultPlan
 
 
-def choose_fault(plan: FaultPlan, rng: random.Random) -> Choice:
-    """Pick the fault (or none) and the total delay for one request; count ``next`` down."""
+def choose_fault(plan: FaultPlan, rng: random.Random, domain: str = "") -> Choice:
+    """Pick the fault (or none) and the total delay for one request to a recipient of
+    ``domain``; count ``next`` down. A fault naming another domain is passed over."""
     if not plan.faults:
         return Choice(None, plan.latency_ms, plan)
     faults = list(plan.faults)
     delay = plan.latency_ms
     chosen: int | None = None
     for i, fault in enumerate(faults):  # counted faults first
+        if fault.domain is not None and fault.domain != domain:
+            continue
         if fault.next and (fault.kind == "slow" or chosen is None):
             faults[i] = replace(fault, next=fault.next - 1)
             if fault.kind == "slow":
@@ -142,6 +151,8 @@ def choose_fault(plan: FaultPlan, rng: random.Random) -> Choice:
                 chosen = i
     for i, fault in enumerate(faults):  # then shares, drawing only what is needed
         if fault.share is None or fault.share == 0.0:
+            continue
+        if fault.domain is not None and fault.domain != domain:
             continue
         if fault.kind != "slow" and chosen is not None:
             continue
@@ -174,10 +185,15 @@ def fault_from_dict(data: Mapping[str, Any]) -> Fault:
     if not isinstance(data, Mapping) or "kind" not in data:
         raise FaultSpecError("a fault must be an object with a 'kind'")
     kind = str(data["kind"])
-    allowed = ("share", "next", *_KIND_PARAMS.get(kind, ()))
+    allowed = ("share", "next", "domain", *_KIND_PARAMS.get(kind, ()))
     kwargs: dict[str, Any] = {}
     for name, raw in data.items():
         if name == "kind":
+            continue
+        if name == "domain":
+            if not isinstance(raw, str) or not raw.strip() or "@" in raw:
+                raise FaultSpecError(f"{kind}: domain must be a domain name, got {raw!r}")
+            kwargs[name] = raw.strip().lower()
             continue
         if name not in allowed:
             raise FaultSpecError(f"{kind}: unknown parameter {name!r} (allowed: {allowed})")

@@ -74,6 +74,7 @@ class RequestRecord:
     key: str | None
     kind: str  # "send" or "lookup"
     outcome: str = "pending"
+    to: str | None = None  # a send's recipient, once its body was read
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +83,7 @@ class RequestRecord:
             "key": self.key,
             "kind": self.kind,
             "outcome": self.outcome,
+            "to": self.to,
         }
 
 

@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from consumer.core.outcome import MAX_RETRY_AFTER_S
 from mailbus.errors import ConfigError
 
-__all__ = ["RetryPolicy", "backoff_ceiling", "parse_schedule", "retry_delay", "with_schedule"]
+__all__ = [
+    "RetryPolicy",
+    "backoff_ceiling",
+    "parse_duration",
+    "parse_schedule",
+    "retry_delay",
+    "with_schedule",
+]
 
 # 2**1000 times any sane base is far past any sane cap, and still a finite float.
 _MAX_EXPONENT = 1000
@@ -44,6 +51,7 @@ class RetryPolicy:
     cap_s: float = 300.0
     late_accept_s: float = 30.0
     schedule: tuple[float, ...] = ()  # explicit retry delays in seconds; () = exponential
+    max_age_s: float | None = None  # MAILBUS_MAX_AGE: no retry this long after created_at
 
     def __post_init__(self) -> None:
         if any(not (math.isfinite(d) and d > 0) for d in self.schedule):
@@ -56,6 +64,9 @@ class RetryPolicy:
             raise ConfigError("MAILBUS_BACKOFF_BASE", "must be a positive number of seconds")
         if not (math.isfinite(self.cap_s) and self.cap_s >= self.base_s):
             raise ConfigError("MAILBUS_BACKOFF_CAP", "must be a number of seconds >= the base")
+        age = self.max_age_s
+        if age is not None and not (math.isfinite(age) and age > 0):
+            raise ConfigError("MAILBUS_MAX_AGE", "must be a positive duration")
         if not (math.isfinite(self.late_accept_s) and self.late_accept_s >= 0):
             raise ConfigError("MAILBUS_LATE_ACCEPT_WINDOW", "must be a number of seconds >= 0")
 
@@ -97,21 +108,19 @@ def parse_schedule(text: str, name: str = "MAILBUS_RETRY_SCHEDULE") -> tuple[flo
         raise ConfigError(name, f"expected delays like 5m,30m,2h,24h, got {text!r}")
     if len(parts) > _MAX_SCHEDULE:
         raise ConfigError(name, f"at most {_MAX_SCHEDULE} delays")
-    delays = []
-    for part in parts:
-        unit = _UNITS.get(part[-1].lower())
-        try:
-            if unit is None or not part[:-1].isdigit():
-                raise ValueError(part)
-            seconds = int(part[:-1]) * unit
-        except ValueError:
-            raise ConfigError(
-                name, f"{part!r} is not a whole number with a unit s, m, h or d"
-            ) from None
-        if seconds <= 0:
-            raise ConfigError(name, f"{part!r}: every delay must be positive")
-        delays.append(seconds)
-    return tuple(delays)
+    return tuple(parse_duration(part, name) for part in parts)
+
+
+def parse_duration(part: str, name: str) -> float:
+    """``"24h"`` -> seconds: a positive whole number with a unit s, m, h or d."""
+    part = part.strip()
+    unit = _UNITS.get(part[-1:].lower())
+    if unit is None or not part[:-1].isdigit():
+        raise ConfigError(name, f"{part!r} is not a whole number with a unit s, m, h or d")
+    seconds = int(part[:-1]) * unit
+    if seconds <= 0:
+        raise ConfigError(name, f"{part!r}: every delay must be positive")
+    return seconds
 
 
 def with_schedule(policy: RetryPolicy, schedule: tuple[float, ...]) -> RetryPolicy:
@@ -125,4 +134,5 @@ def with_schedule(policy: RetryPolicy, schedule: tuple[float, ...]) -> RetryPoli
         max(policy.cap_s, max(schedule)),
         policy.late_accept_s,
         schedule,
+        policy.max_age_s,
     )

@@ -40,6 +40,7 @@ from mailbus.errors import InvalidSendError
 from mailbus_client.send_request import validate_address
 
 __all__ = [
+    "MAX_AGE_REASON",
     "Decision",
     "SendView",
     "after_call",
@@ -49,6 +50,7 @@ __all__ = [
     "lease_expired",
     "needs_confirmation",
     "needs_lookup",
+    "too_old",
     "unsendable",
     "wait_for_provider",
 ]
@@ -70,6 +72,7 @@ class SendView:
     expires_at: datetime | None = None
     next_try_at: datetime | None = None
     in_doubt_since: datetime | None = None  # start of the latest call with no known outcome
+    created_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -90,10 +93,13 @@ class Decision:
             object.__setattr__(self, "provider_code", str(self.status_code))
 
 
-def before_send(row: SendView, now: datetime, suppressed: bool) -> Decision | None:
-    """The gates before a call, for a ``pending`` row: expired, suppressed, or an address
-    that must never reach the provider. None means: claim it and send. For a row tried
-    before, a verdict stands only through :func:`confirm_final`.
+def before_send(
+    row: SendView, now: datetime, suppressed: bool, max_age_s: float | None = None
+) -> Decision | None:
+    """The gates before a call, for a ``pending`` row: expired, suppressed, too old for
+    another retry (``max_age_s``, rows tried before only), or an address that must never
+    reach the provider. None means: claim it and send. For a row tried before, a verdict
+    stands only through :func:`confirm_final`.
 
     Raises ValueError for any other status: an ``unknown`` row may already have been
     accepted, so it is resolved with :func:`after_lookup`, never gated and resent.
@@ -102,6 +108,8 @@ def before_send(row: SendView, now: datetime, suppressed: bool) -> Decision | No
         raise ValueError(f"before_send needs a pending row, got {row.status.value}")
     if row.expires_at is not None and row.expires_at <= now:
         return Decision(Status.EXPIRED, reason="expired before sending")
+    if row.attempts > 0 and too_old(row, now, max_age_s):
+        return _max_age(row, "no retry past the maximum age")
     if suppressed:
         return Decision(Status.SUPPRESSED, reason="address is suppressed")
     try:
@@ -109,6 +117,26 @@ def before_send(row: SendView, now: datetime, suppressed: bool) -> Decision | No
     except InvalidSendError as exc:
         return unsendable(exc.field, exc.problem)
     return None
+
+
+MAX_AGE_REASON = "max age reached"  # the start of last_error; dead letter reason max_age
+
+
+def too_old(row: SendView, moment: datetime, max_age_s: float | None) -> bool:
+    """Whether ``moment`` is at or past the row's ``created_at`` plus ``max_age_s``
+    (MAILBUS_MAX_AGE; None: no maximum age)."""
+    if max_age_s is None or row.created_at is None:
+        return False
+    return moment >= row.created_at + timedelta(seconds=max_age_s)
+
+
+def _max_age(row: SendView, reason: str, status_code: int | None = None) -> Decision:
+    return Decision(
+        Status.FAILED,
+        reason=clip_reason(f"{MAX_AGE_REASON} after {row.attempts} attempts: {reason}"),
+        dead_letter=True,
+        status_code=status_code,
+    )
 
 
 def unsendable(field: str, problem: str) -> Decision:
@@ -298,6 +326,8 @@ def _retry_or_stop(
             reason=clip_reason(f"expires before the next try: {reason}"),
             status_code=status_code,
         )
+    if too_old(row, retry_at, policy.max_age_s):
+        return _max_age(row, reason, status_code)
     return Decision(
         Status.PENDING, retry_at=retry_at, reason=clip_reason(reason), status_code=status_code
     )

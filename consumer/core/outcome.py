@@ -65,6 +65,7 @@ class ProviderReply:
     message_id: str | None = None
     retry_after_s: float | None = None
     error_excerpt: str = ""
+    domain_scoped: bool = False  # a 429 for the recipient's domain (X-Throttle-Scope)
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ class Classification:
     reason: str = ""
     status_code: int | None = None
     provider_code: str | None = None  # stored as text: "503" (HTTP), "550 5.1.1" (SMTP)
+    domain_scoped: bool = False  # the provider throttles only the recipient's domain
 
     def __post_init__(self) -> None:
         if self.provider_code is None and self.status_code is not None:
@@ -126,6 +128,7 @@ def classify(result: CallResult) -> Classification:
             retry_after_s=_sane_delay(result.retry_after_s),
             reason=_with_excerpt(code, result.error_excerpt),
             status_code=code,
+            domain_scoped=code == 429 and result.domain_scoped,
         )
     if 400 <= code <= 499:
         return Classification(

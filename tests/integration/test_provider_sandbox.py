@@ -181,3 +181,23 @@ def test_concurrent_sends_are_each_accepted_once(sandbox: ThreadedSandbox, trans
     assert all(len(found) == 1 and None not in found for found in ids.values())
     totals = sandbox.call(lambda state: state.ledger.snapshot())["totals"]
     assert totals["accepted"] == 100
+
+
+def test_a_429_for_one_recipient_domain_says_so_and_spares_the_others(
+    sandbox: ThreadedSandbox, transport: str
+) -> None:
+    set_faults(sandbox, "429:domain=slow.example:retry_after=2")
+    slow = OutgoingMail("k-slow", "ana@Slow.Example", "order_confirmation", {})
+    fast = OutgoingMail("k-fast", "bo@fast.example", "order_confirmation", {})
+
+    async def scenario(provider: HttpProvider) -> tuple[Any, Any]:
+        return await provider.send(slow), await provider.send(fast)
+
+    throttled, accepted = run(sandbox.url, transport, scenario)
+    assert throttled == ProviderReply(429, None, 2.0, throttled.error_excerpt, True)
+    assert isinstance(accepted, ProviderReply) and accepted.status_code == 200
+    log = sandbox.call(lambda state: state.ledger.request_log())
+    assert [(r["to"], r["outcome"]) for r in log] == [
+        ("ana@Slow.Example", "429"),
+        ("bo@fast.example", "accepted"),
+    ]

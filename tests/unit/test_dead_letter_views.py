@@ -23,6 +23,7 @@ from consumer.dead_letter_views import (
     replay_order,
     skip_reason,
 )
+from mailbus.cli import _build_parser
 from mailbus.errors import ConfigError
 
 NOW = datetime(2025, 3, 10, 12, 0, 0, tzinfo=UTC)
@@ -94,7 +95,19 @@ def test_rate_is_replays_per_second(text: str, per_second: float) -> None:
     assert parse_rate(text) == pytest.approx(per_second)
 
 
-@pytest.mark.parametrize("text", ["", "60", "0/min", "-5/min", "ten/min", "5/day", "/min"])
+@pytest.mark.parametrize("text", ["0", "0/min", " 0 / s "])
+def test_a_zero_rate_means_unpaced(text: str) -> None:
+    assert parse_rate(text) is None
+
+
+def test_replay_is_paced_by_default_and_unpaced_on_request() -> None:
+    parser = _build_parser()
+    assert parse_rate(parser.parse_args(["dlq", "replay"]).rate) == pytest.approx(5.0)
+    assert parser.parse_args(["dlq", "replay", "--no-pace"]).no_pace
+    assert parse_rate(parser.parse_args(["dlq", "replay", "--rate", "0"]).rate) is None
+
+
+@pytest.mark.parametrize("text", ["", "60", "-5/min", "ten/min", "5/day", "/min"])
 def test_bad_rates_name_the_option(text: str) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_rate(text)

@@ -49,7 +49,7 @@ def test_runbook_command_parses(command: str) -> None:
     args = _build_parser().parse_args(words[1:])  # exits 2 on an unknown command or option
     if args.command == "dlq" and args.dlq_command in ("list", "replay"):
         LetterFilter.from_options(args.reason, args.priority, args.template, args.since)
-        if args.dlq_command == "replay" and args.rate is not None:
+        if args.dlq_command == "replay":
             parse_rate(args.rate)
 
 

@@ -228,3 +228,22 @@ def test_a_counted_fault_fires_exactly_n_times(n: int, requests: int) -> None:
         plan = choice.plan
         fired += choice.fault is not None
     assert fired == min(n, requests)
+
+
+def test_a_fault_naming_a_domain_fires_only_for_that_domain() -> None:
+    fault = parse_fault("429:domain=Slow.Example:retry_after=2")
+    assert fault.domain == "slow.example" and fault.to_dict()["domain"] == "slow.example"
+    assert parse_fault(fault.spec()) == fault
+    plan = FaultPlan(faults=(fault,))
+    rng = random.Random(1)
+    assert choose_fault(plan, rng, "slow.example").fault == fault
+    assert choose_fault(plan, rng, "fast.example").fault is None
+    counted = FaultPlan(faults=(parse_fault("503:next=1:domain=slow.example"),))
+    after_other = choose_fault(counted, rng, "fast.example").plan
+    assert after_other == counted  # another domain's request does not count it down
+
+
+@pytest.mark.parametrize("domain", ["", "a@b.example", 5])
+def test_a_bad_fault_domain_is_refused(domain: object) -> None:
+    with pytest.raises(FaultSpecError):
+        fault_from_dict({"kind": "429", "domain": domain})

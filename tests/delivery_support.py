@@ -1,0 +1,75 @@
+"""Helpers of integration tests that run the real DeliveryService on a real ledger against
+a scripted provider: the provider, the service, and a pointer for a row."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from consumer.core import RetryPolicy
+from consumer.core.breaker import BreakerPolicy
+from consumer.core.outcome import CallResult, ProviderReply
+from consumer.gate import ProviderGate
+from consumer.ledger import MessageOrigin, SendLedger
+from consumer.provider import LookupResult, OutgoingMail, PreparedMail
+from consumer.service import DeliveryService
+from mailbus_client.policies import configured_policy_book
+from schemas.codec import SendPointer, send_pointer_codec
+
+__all__ = ["ScriptedProvider", "origin_for", "service_for"]
+
+
+class ScriptedProvider:
+    """Answers every send with ``reply(key)`` (503 by default); knows ``accepted`` keys on
+    look-up; records what was sent and looked up."""
+
+    can_look_up = True
+
+    def __init__(
+        self,
+        accepted: dict[str, str] | None = None,
+        reply: Callable[[str], CallResult] = lambda _key: ProviderReply(503),
+    ) -> None:
+        self.accepted = dict(accepted or {})
+        self.reply = reply
+        self.sent: list[str] = []
+        self.looked_up: list[str] = []
+
+    def prepare(self, mail: OutgoingMail) -> PreparedMail:
+        return PreparedMail(mail.dedupe_key, httpx.Request("POST", "http://provider/v1/send"))
+
+    async def send(self, mail: PreparedMail) -> CallResult:
+        self.sent.append(mail.dedupe_key)
+        return self.reply(mail.dedupe_key)
+
+    async def lookup(self, key: str) -> LookupResult:
+        self.looked_up.append(key)
+        return LookupResult(self.accepted.get(key), False)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def service_for(
+    ledger: SendLedger, provider: ScriptedProvider, policy: RetryPolicy, **kwargs: Any
+) -> DeliveryService:
+    gate = ProviderGate(4, BreakerPolicy(), None, lambda _s: None, lambda _l: None)
+    return DeliveryService(
+        ledger,
+        provider,  # type: ignore[arg-type]
+        gate,
+        policy,
+        slot_wait_s=1.0,
+        policies=configured_policy_book({}),
+        rand=lambda: 0.5,
+        **kwargs,
+    )
+
+
+def origin_for(send_id: int, key: str, attempt: int, priority: str = "p1") -> MessageOrigin:
+    pointer = SendPointer.of(send_id, key, priority, attempt, datetime.now(UTC))
+    value = send_pointer_codec().encode(pointer)
+    return MessageOrigin(f"t.send.{priority}", 0, send_id, None, value)
