@@ -107,7 +107,7 @@ def _relay(settings: Settings, _args: argparse.Namespace) -> int:
     stats = relay.stats
     print(
         f"relay stopped: {stats.published} published in {stats.batches} batches,"
-        f" {stats.dead_letters} dead letters"
+        f" {stats.dead_letters} dead letters, {stats.send_events} outcome events"
     )
     return 0
 

@@ -86,7 +86,8 @@ DEAD_LETTERS = Counter(
 )
 RELAY_PUBLISHED = Counter(
     "mailbus_relay_published",
-    "Send pointers the relay published and Kafka acknowledged, by priority.",
+    "Records the relay published and Kafka acknowledged, by priority"
+    " (p0..p2; dlq and events for dead letters and outcome events).",
     ["priority"],
 )
 INTAKE_EVENTS = Counter(

@@ -1,12 +1,15 @@
 """`mailbus relay`: publishes committed outbox rows to Kafka, never losing one.
 
-Each pass drains two tables with the same claim-publish-commit transaction
+Each pass drains three tables with the same claim-publish-commit transaction
 (:func:`relay.batch.publish_claimed`):
 
 - due ``email_sends`` rows become pointers on ``{prefix}.send.{priority}``, keyed by
   dedupe key (:meth:`Relay.publish_due_batch`);
 - ``email_dead_letters`` rows become records on ``{prefix}.send.dlq``
-  (:meth:`Relay.publish_dead_letters`, :mod:`relay.dead_letters`).
+  (:meth:`Relay.publish_dead_letters`, :mod:`relay.dead_letters`);
+- ``email_send_events`` rows become outcome events on ``{prefix}.send.events``, one relay
+  at a time and in each send's order (:meth:`Relay.publish_send_events`,
+  :mod:`relay.events`); published ones are pruned after a day.
 
 A crash anywhere before a commit rolls that batch's marks back, so the rows are claimed
 again: at-least-once onto Kafka, made harmless by the consumer's guarded claim. Several
@@ -32,6 +35,7 @@ from mailbus.settings import Settings
 from mailbus_client.sqlfiles import load_queries
 from relay.batch import BatchResult, Outbox, publish_claimed
 from relay.dead_letters import dead_letter_outbox
+from relay.events import RETENTION_S, prune_due, send_event_outbox
 from relay.publisher import OutgoingMessage, PointerPublisher, PublishError
 from schemas.codec import SendPointer
 from schemas.registry import pointer_codec
@@ -47,6 +51,7 @@ log = logging.getLogger("mailbus.relay")
 class RelayStats:
     published: int = 0  # send pointers acknowledged by Kafka
     dead_letters: int = 0  # DLQ records acknowledged by Kafka
+    send_events: int = 0  # outcome events acknowledged by Kafka
     batches: int = 0
     unacknowledged: int = 0
 
@@ -67,6 +72,8 @@ class Relay:
             to_message=self._pointer_message,
         )
         self._dead_letters = dead_letter_outbox(settings, self._queries)
+        self._send_events = send_event_outbox(settings, self._queries)
+        self._pruned_at: float | None = None
         self._conn: psycopg.Connection | None = None
         self._listener: psycopg.Connection | None = None
 
@@ -81,7 +88,9 @@ class Relay:
                     full = self.settings.relay_batch_size
                     sends = self.publish_due_batch(stop)
                     dead_letters = 0 if stop.is_set() else self.publish_dead_letters(stop)
-                    if sends < full and dead_letters < full:
+                    events = 0 if stop.is_set() else self.publish_send_events(stop)
+                    self._prune_send_events()
+                    if max(sends, dead_letters, events) < full:
                         self._wait_for_work(stop)
                 reconnect_delay = 0.5
             except psycopg.OperationalError as exc:
@@ -95,6 +104,10 @@ class Relay:
                 log.error("producer failed, recreating it: %s", exc)
                 self._publisher = PointerPublisher(kafka_client_config(self.settings))
         health.mark("relay", False, "stopping")
+        self.close()
+
+    def close(self) -> None:
+        """Close the database connections and flush the producer (``run`` ends with it)."""
         self._disconnect()
         self._publisher.close()
 
@@ -110,6 +123,20 @@ class Relay:
         self.stats.dead_letters += result.published
         return result.claimed
 
+    def publish_send_events(self, stop: threading.Event) -> int:
+        """One pass over unpublished outcome events (none while another relay holds their
+        lock); returns the number of rows claimed."""
+        result = self._publish(self._send_events, stop)
+        self.stats.send_events += result.published
+        return result.claimed
+
+    def _prune_send_events(self) -> None:
+        now = time.monotonic()
+        if prune_due(now, self._pruned_at):
+            conn = self._require_connection()
+            conn.execute(self._queries["prune_send_events"], {"retention_s": RETENTION_S})
+            self._pruned_at = now
+
     def _publish(self, outbox: Outbox[Row], stop: threading.Event) -> BatchResult:
         result = publish_claimed(
             self._require_connection(),
@@ -121,7 +148,7 @@ class Relay:
         if result.claimed:
             self.stats.batches += 1
         for topic, count in result.acknowledged_by_topic.items():
-            metrics.observe_published(topic.rsplit(".", 1)[-1], count)  # p0..p2, dlq
+            metrics.observe_published(topic.rsplit(".", 1)[-1], count)  # p0..p2, dlq, events
         self.stats.unacknowledged += result.unacknowledged
         if result.unacknowledged:
             stop.wait(1.0)  # Kafka is struggling: do not spin on the same rows
