@@ -27,7 +27,8 @@ CREATE INDEX IF NOT EXISTS email_send_events_published_idx ON email_send_events 
     WHERE published_at IS NOT NULL;
 
 -- One row per reported change; a status and a delivery change in one UPDATE give two rows,
--- status first. Wakes the relay (pg_notify folds repeats within a transaction into one).
+-- status first. Wakes the relay's event lane on a channel of its own, so outcomes never wake
+-- the pointer lane for an empty claim (pg_notify folds repeats in a transaction into one).
 CREATE OR REPLACE FUNCTION mailbus_record_send_event() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.status IN ('accepted', 'failed', 'unknown', 'expired', 'suppressed')
@@ -45,7 +46,7 @@ BEGIN
         VALUES (NEW.id, NEW.dedupe_key, NEW.template, NEW.delivery_status, NEW.status,
                 NEW.delivery_status, NEW.message_id, coalesce(NEW.last_event_at, now()));
     END IF;
-    PERFORM pg_notify('mailbus_outbox', '');
+    PERFORM pg_notify('mailbus_send_events', '');
     RETURN NULL;
 END;
 $$;

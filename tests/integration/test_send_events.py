@@ -13,13 +13,14 @@ from dataclasses import replace
 
 import psycopg
 import pytest
-from kafka_reader import read_messages
+from confluent_kafka.admin import AdminClient
+from kafka_reader import read_messages, read_pointers
 from relay_runner import wait_until
 
 from mailbus.kafka_security import kafka_client_config
 from mailbus.settings import Settings
 from relay.publisher import OutgoingMessage, PointerPublisher
-from relay.relay import Relay
+from relay.relay import EVENTS, POINTERS, Relay
 from schemas.codec import send_event_codec
 from schemas.send_event import HEADER_EVENT, HEADER_EVENT_ID, SendEvent
 
@@ -101,9 +102,16 @@ def table_ids_by_send(database_url: str) -> dict[str, list[int]]:
 
 
 @contextmanager
-def relays(settings: Settings, publishers: Sequence[PointerPublisher]) -> Iterator[list[Relay]]:
+def relays(
+    settings: Settings,
+    publishers: Sequence[PointerPublisher],
+    lanes: Sequence[frozenset[str]] = (),
+) -> Iterator[list[Relay]]:
+    """Relays in threads, one per publisher (all lanes unless ``lanes`` says)."""
     stop = threading.Event()
-    running = [Relay(settings, publisher) for publisher in publishers]
+    running = [
+        Relay(settings, publisher, *lanes[n : n + 1]) for n, publisher in enumerate(publishers)
+    ]
     threads = [threading.Thread(target=r.run, args=(stop,), daemon=True) for r in running]
     for thread in threads:
         thread.start()
@@ -259,3 +267,25 @@ def test_published_events_are_pruned_after_a_day(settings: Settings) -> None:
         left = conn.execute("SELECT count(*) FROM email_send_events").fetchone()
     assert left == (4,)  # the two past 24 h are gone; the rest stays
     assert events_on_topic(settings, 2, timeout=30)  # the unpublished two went out
+
+
+def test_pointers_do_not_wait_for_an_events_topic_in_trouble(settings: Settings) -> None:
+    """`mailbus relay` runs the event lane beside the pointer lane: with the events topic
+    gone (a relay upgraded before `mailbus migrate`), events wait and pointers flow."""
+    admin = AdminClient(kafka_client_config(settings))
+    admin.delete_topics([settings.events_topic])[settings.events_topic].result(30)
+    seed_sends(settings.database_url, 5)
+    execute(settings.database_url, "UPDATE email_sends SET status = 'failed'")  # 5 events
+    lanes = [frozenset({POINTERS}), frozenset({EVENTS})]
+    kafka = kafka_client_config(settings)
+    with relays(settings, [PointerPublisher(kafka), PointerPublisher(kafka)], lanes):
+        time.sleep(1.0)  # the event lane is stuck on its topic by now
+        execute(
+            settings.database_url,
+            "INSERT INTO email_sends (dedupe_key, to_address, template)"
+            " SELECT 'later-' || n, 'l' || n || '@example.com', 'invoice'"
+            " FROM generate_series(1, 10) n",
+        )
+        seen = read_pointers(settings.kafka_bootstrap, [settings.topic("p1")], 10, timeout=20)
+        assert unpublished(settings.database_url) == 5
+    assert sorted(seen) == sorted(f"later-{n}" for n in range(1, 11))
