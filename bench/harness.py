@@ -43,7 +43,8 @@ class Bench:
         self.settings = replace(
             base, database_url=url, topic_prefix=f"bench-{uuid.uuid4().hex[:8]}"
         )
-        topics = [self.settings.topic(p) for p in ("p0", "p1", "p2")] + [self.settings.dlq_topic]
+        topics = [self.settings.topic(p) for p in ("p0", "p1", "p2")]
+        topics += [self.settings.dlq_topic, self.settings.events_topic]
         admin_client = AdminClient({"bootstrap.servers": base.kafka_bootstrap})
         new = [NewTopic(t, base.partitions, 1, config=topic_config or {}) for t in topics]
         for future in admin_client.create_topics(new).values():

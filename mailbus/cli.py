@@ -105,22 +105,28 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
 
 def _relay(settings: Settings, _args: argparse.Namespace) -> int:
     from campaigns.pacer import start_pacer_thread
-    from relay.relay import Relay
+    from relay.relay import EVENTS, POINTERS, Relay
 
     _check_kafka(settings)
     stop = stop_on_signals()
-    relay = Relay(settings)
+    relay = Relay(settings, lanes=frozenset({POINTERS}))
+    events = Relay(settings, lanes=frozenset({EVENTS}))  # outcome events, never in the way
+    events_thread = threading.Thread(
+        target=events.run, args=(stop,), name="relay-events", daemon=True
+    )
     pacer = start_pacer_thread(settings, stop)  # paces running campaigns (campaigns/pacer.py)
     if settings.metrics_port is not None:
         from mailbus.metrics import start_metrics_server
 
         start_metrics_server(settings.metrics_port, settings.database_url)  # outbox gauges here
+    events_thread.start()
     relay.run(stop)
+    events_thread.join(timeout=60)  # a pass cut short is published again by the next relay
     pacer.join(timeout=10)
     stats = relay.stats
     print(
         f"relay stopped: {stats.published} published in {stats.batches} batches,"
-        f" {stats.dead_letters} dead letters"
+        f" {stats.dead_letters} dead letters, {events.stats.send_events} outcome events"
     )
     return 0
 

@@ -4,10 +4,11 @@ Processes record what they do through the small ``observe_*``/``set_*`` API belo
 metric objects live in the default registry and are served by
 :func:`start_metrics_server` on ``MAILBUS_METRICS_PORT``.
 
-The outbox itself (rows by status and priority, age of the oldest open row) is read at
-scrape time by :class:`OutboxCollector` with one cheap query over the partial index
-``email_sends_open_idx``. Only the relay registers it, so N consumer processes do not
-run the same query N times per scrape.
+The outbox itself (rows by status and priority, age of the oldest open row, outcome events
+not yet published) is read at scrape time by :class:`OutboxCollector` with one cheap query
+over the partial indexes ``email_sends_open_idx`` and ``email_send_events_unpublished_idx``.
+Only the relay registers it, so N consumer processes do not run the same query N times per
+scrape.
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ DEAD_LETTERS = Counter(
 )
 RELAY_PUBLISHED = Counter(
     "mailbus_relay_published",
-    "Send pointers the relay published and Kafka acknowledged, by priority.",
+    "Records the relay published and Kafka acknowledged, by priority"
+    " (p0..p2; dlq and events for dead letters and outcome events).",
     ["priority"],
 )
 INTAKE_EVENTS = Counter(
@@ -304,6 +306,8 @@ SELECT status, priority, count(*), extract(epoch FROM now() - min(created_at))
 FROM email_sends
 WHERE status IN ('pending', 'sending', 'unknown')
 GROUP BY status, priority
+UNION ALL
+SELECT 'events', NULL, count(*), NULL FROM email_send_events WHERE published_at IS NULL
 """
 
 
@@ -334,10 +338,14 @@ class OutboxCollector(Collector):
             return
         counts = {(s, p): 0 for s in OPEN_STATUSES for p in PRIORITIES}
         oldest = dict.fromkeys(PRIORITIES, 0.0)
+        unpublished = 0
         for status, priority, count, age in rows:
+            if priority is None:  # the outcome events' row
+                unpublished = int(count)
+                continue
             counts[(status, priority)] = int(count)
             oldest[priority] = max(oldest.get(priority, 0.0), float(age or 0.0))
-        rows_family, age_family, campaign_family = self._families()
+        rows_family, age_family, campaign_family, events_family = self._families()
         for (status, priority), count in sorted(counts.items()):
             rows_family.add_metric([status, priority], count)
         for priority, age in sorted(oldest.items()):
@@ -345,15 +353,19 @@ class OutboxCollector(Collector):
         for campaign in campaigns:
             for state in CAMPAIGN_STATES:
                 campaign_family.add_metric([str(campaign["id"]), state], campaign[state])
+        events_family.add_metric([], unpublished)
         yield rows_family
         yield age_family
         yield campaign_family
+        yield events_family
 
     def close(self) -> None:
         with self._lock:
             self._close_connection()
 
-    def _families(self) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+    def _families(
+        self,
+    ) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
         return (
             GaugeMetricFamily(
                 "mailbus_outbox_rows",
@@ -371,6 +383,10 @@ class OutboxCollector(Collector):
                 "Recipients of each campaign not ended or ended within a day, by state"
                 " (waiting, sent, failed, suppressed, unsubscribed).",
                 labels=["campaign", "state"],
+            ),
+            GaugeMetricFamily(
+                "mailbus_send_events_unpublished",
+                "Outcome events recorded and not yet acknowledged on {prefix}.send.events.",
             ),
         )
 

@@ -92,6 +92,11 @@ class Settings:
         return next((p for p in self.priority_providers if p[0] == priority), None)
 
     @property
+    def events_topic(self) -> str:
+        """Where the relay publishes outcome events (schemas/send_event.avsc)."""
+        return f"{self.topic_prefix}.send.events"
+
+    @property
     def late_accept_s(self) -> float:
         """How long after a call with no known outcome the provider may still accept it."""
         if self.late_accept_window is not None:

@@ -21,8 +21,14 @@ def send_topics(settings: Settings) -> list[str]:
 
 
 def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
-    """Create the send and DLQ topics (the intake's too) not there yet; return those created."""
-    wanted = [*send_topics(settings), settings.dlq_topic, settings.intake_dlq_topic]
+    """Create the send, DLQ and outcome-event topics (the intake's DLQ too) not there yet;
+    return those created."""
+    wanted = [
+        *send_topics(settings),
+        settings.dlq_topic,
+        settings.events_topic,
+        settings.intake_dlq_topic,
+    ]
     return create_topics(settings, wanted, timeout)
 
 

@@ -1,8 +1,10 @@
 """One relay pass over one outbox table: claim, publish, un-claim what failed, commit.
 
 Every table the relay drains (``email_sends`` for send pointers, ``email_dead_letters``
-for the DLQ) goes through :func:`publish_claimed`, in one transaction:
+for the DLQ, ``email_send_events`` for outcome events) goes through
+:func:`publish_claimed`, in one transaction:
 
+0. an outbox that must keep an order takes its advisory lock, or skips the pass;
 1. the claim query marks up to ``limit`` rows published (``FOR UPDATE SKIP LOCKED``) and
    returns them;
 2. one Kafka message per row is published;
@@ -18,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -30,6 +32,7 @@ from relay.publisher import OutgoingMessage, PointerPublisher
 __all__ = ["BatchResult", "Outbox", "publish_claimed"]
 
 Row = TypeVar("Row")
+Publish = Callable[[PointerPublisher, Sequence[OutgoingMessage], threading.Event], list[int]]
 log = logging.getLogger("mailbus.relay")
 
 
@@ -43,6 +46,12 @@ class Outbox(Generic[Row]):
     row_factory: RowFactory[Row]
     row_id: Callable[[Row], int]
     to_message: Callable[[Row], OutgoingMessage]
+    # SQL returning true when this relay may drain the table now (a transaction-level
+    # advisory lock), false when another relay holds it; None: no lock.
+    lock: str | None = None
+    # How the messages go out; None: all at once (PointerPublisher.publish). Returns the
+    # indexes of those not acknowledged.
+    publish: Publish | None = None
 
 
 @dataclass(frozen=True)
@@ -65,12 +74,17 @@ def publish_claimed(
 ) -> BatchResult:
     """One claim-publish-commit pass over ``outbox`` on an autocommit connection."""
     with conn.transaction():
+        if outbox.lock is not None and not _locked(conn, outbox.lock):
+            return BatchResult()  # another relay drains this table now
         with conn.cursor(row_factory=outbox.row_factory) as cursor:
             rows = cursor.execute(outbox.claim, {"limit": limit}).fetchall()
         if not rows:
             return BatchResult()
         messages = [outbox.to_message(row) for row in rows]
-        failed = publisher.publish(messages, stop)
+        if outbox.publish is None:
+            failed = publisher.publish(messages, stop)
+        else:
+            failed = outbox.publish(publisher, messages, stop)
         if failed:
             conn.execute(outbox.unclaim, {"ids": [outbox.row_id(rows[i]) for i in failed]})
             log.warning(
@@ -79,3 +93,8 @@ def publish_claimed(
     unacknowledged = set(failed)
     by_topic = Counter(m.topic for i, m in enumerate(messages) if i not in unacknowledged)
     return BatchResult(len(rows), len(failed), by_topic)
+
+
+def _locked(conn: psycopg.Connection[Any], lock: str) -> bool:
+    row = conn.execute(lock).fetchone()
+    return bool(row and row[0])

@@ -37,3 +37,34 @@ RETURNING id, send_id, dedupe_key, priority, template, reason, status_code, erro
 
 -- name: unclaim_dead_letters
 UPDATE email_dead_letters SET published_at = NULL WHERE id = ANY(%(ids)s)
+
+-- name: lock_send_events
+-- Held until the events pass commits: one relay at a time publishes outcome events, so
+-- two relays never interleave a send's events out of order. Returns false if taken.
+SELECT pg_try_advisory_xact_lock(7881696737104327426)  -- "mailbus\x02"
+
+-- name: claim_send_events
+-- Unpublished outcome events in id order (a send's changes are in id order: its row lock
+-- orders them), returned in that order (RETURNING alone keeps none); the columns are the
+-- fields of schemas.send_event.SendEvent.
+WITH claimed AS (
+    UPDATE email_send_events SET published_at = now()
+    WHERE id IN (
+        SELECT id FROM email_send_events
+        WHERE published_at IS NULL
+        ORDER BY id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING id AS event_id, send_id, dedupe_key, template, event, status, occurred_at,
+              delivery_status, message_id, error
+)
+SELECT * FROM claimed ORDER BY event_id
+
+-- name: unclaim_send_events
+UPDATE email_send_events SET published_at = NULL WHERE id = ANY(%(ids)s)
+
+-- name: prune_send_events
+-- Published events past their retention (they are on Kafka; the table is not an archive).
+DELETE FROM email_send_events
+WHERE published_at < now() - make_interval(secs => %(retention_s)s)

@@ -1,18 +1,27 @@
 """`mailbus relay`: publishes committed outbox rows to Kafka, never losing one.
 
-Each pass drains two tables with the same claim-publish-commit transaction
+Each pass drains three tables with the same claim-publish-commit transaction
 (:func:`relay.batch.publish_claimed`):
 
 - due ``email_sends`` rows become pointers on ``{prefix}.send.{priority}``, keyed by
   dedupe key (:meth:`Relay.publish_due_batch`);
 - ``email_dead_letters`` rows become records on ``{prefix}.send.dlq``
-  (:meth:`Relay.publish_dead_letters`, :mod:`relay.dead_letters`).
+  (:meth:`Relay.publish_dead_letters`, :mod:`relay.dead_letters`);
+- ``email_send_events`` rows become outcome events on ``{prefix}.send.events``, one relay
+  at a time and in each send's order (:meth:`Relay.publish_send_events`,
+  :mod:`relay.events`); published ones are pruned after a day.
+
+The first two are the **pointer lane**, the third the **event lane**. `mailbus relay` runs
+one :class:`Relay` per lane, each in its own thread with its own connections, producer and
+NOTIFY channel, so outcome events (their volume, their ordered waves, trouble with their
+topic) never slow the pointers down; a ``Relay`` built with both lanes drains all three.
 
 A crash anywhere before a commit rolls that batch's marks back, so the rows are claimed
 again: at-least-once onto Kafka, made harmless by the consumer's guarded claim. Several
 relays can run at once; SKIP LOCKED hands each its own rows (no leader election needed).
-Between passes the relay sleeps until a NOTIFY from either table's insert trigger, the next
-row's ``next_try_at``, or the polling interval, whichever comes first.
+Between passes the relay sleeps until a NOTIFY on its lanes' channels (inserts of sends and
+dead letters; recorded outcome events), the next row's ``next_try_at``, or the polling
+interval, whichever comes first.
 """
 
 from __future__ import annotations
@@ -32,13 +41,18 @@ from mailbus.settings import Settings
 from mailbus_client.sqlfiles import load_queries
 from relay.batch import BatchResult, Outbox, publish_claimed
 from relay.dead_letters import dead_letter_outbox
+from relay.events import RETENTION_S, prune_due, send_event_outbox
 from relay.publisher import OutgoingMessage, PointerPublisher, PublishError
 from schemas.codec import SendPointer
 from schemas.registry import pointer_codec
 
-__all__ = ["NOTIFY_CHANNEL", "Relay", "RelayStats"]
+__all__ = ["ALL_LANES", "EVENTS", "NOTIFY_CHANNEL", "POINTERS", "Relay", "RelayStats"]
 
-NOTIFY_CHANNEL = "mailbus_outbox"
+NOTIFY_CHANNEL = "mailbus_outbox"  # new sends and dead letters
+POINTERS = "pointers"  # send pointers and dead letters
+EVENTS = "events"  # outcome events
+ALL_LANES = frozenset({POINTERS, EVENTS})
+_CHANNELS = {POINTERS: NOTIFY_CHANNEL, EVENTS: "mailbus_send_events"}  # schemas/sql/0015
 Row = TypeVar("Row")
 log = logging.getLogger("mailbus.relay")
 
@@ -47,13 +61,21 @@ log = logging.getLogger("mailbus.relay")
 class RelayStats:
     published: int = 0  # send pointers acknowledged by Kafka
     dead_letters: int = 0  # DLQ records acknowledged by Kafka
+    send_events: int = 0  # outcome events acknowledged by Kafka
     batches: int = 0
     unacknowledged: int = 0
 
 
 class Relay:
-    def __init__(self, settings: Settings, publisher: PointerPublisher | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        publisher: PointerPublisher | None = None,
+        lanes: frozenset[str] = ALL_LANES,
+    ) -> None:
         self.settings = settings
+        self.lanes = lanes
+        self._component = "relay" if POINTERS in lanes else "relay.events"  # for /readyz
         self.stats = RelayStats()
         self._publisher = publisher or PointerPublisher(kafka_client_config(settings))
         self._queries = load_queries("relay", "queries.sql")
@@ -67,6 +89,8 @@ class Relay:
             to_message=self._pointer_message,
         )
         self._dead_letters = dead_letter_outbox(settings, self._queries)
+        self._send_events = send_event_outbox(settings, self._queries)
+        self._pruned_at: float | None = None
         self._conn: psycopg.Connection | None = None
         self._listener: psycopg.Connection | None = None
 
@@ -77,24 +101,37 @@ class Relay:
             try:
                 self._connect()
                 while not stop.is_set():
-                    health.mark("relay", True)  # the database answers, Kafka acknowledges
-                    full = self.settings.relay_batch_size
-                    sends = self.publish_due_batch(stop)
-                    dead_letters = 0 if stop.is_set() else self.publish_dead_letters(stop)
-                    if sends < full and dead_letters < full:
+                    health.mark(self._component, True)  # the database answers, Kafka acknowledges
+                    if self._one_pass(stop) < self.settings.relay_batch_size:
                         self._wait_for_work(stop)
                 reconnect_delay = 0.5
             except psycopg.OperationalError as exc:
-                health.mark("relay", False, "database unavailable")
+                health.mark(self._component, False, "database unavailable")
                 log.warning("database unavailable, retrying in %.1fs: %s", reconnect_delay, exc)
                 self._disconnect()
                 stop.wait(reconnect_delay)
                 reconnect_delay = min(reconnect_delay * 2, 10.0)
             except PublishError as exc:
-                health.mark("relay", False, "Kafka producer failed")
+                health.mark(self._component, False, "Kafka producer failed")
                 log.error("producer failed, recreating it: %s", exc)
                 self._publisher = PointerPublisher(kafka_client_config(self.settings))
-        health.mark("relay", False, "stopping")
+        health.mark(self._component, False, "stopping")
+        self.close()
+
+    def _one_pass(self, stop: threading.Event) -> int:
+        """Drain each table of the lanes once; the most rows any of them claimed."""
+        passes = []
+        if POINTERS in self.lanes:
+            passes += [self.publish_due_batch, self.publish_dead_letters]
+        if EVENTS in self.lanes:
+            passes += [self.publish_send_events]
+        claimed = [0 if stop.is_set() else one(stop) for one in passes]
+        if EVENTS in self.lanes:
+            self._prune_send_events()
+        return max(claimed)
+
+    def close(self) -> None:
+        """Close the database connections and flush the producer (``run`` ends with it)."""
         self._disconnect()
         self._publisher.close()
 
@@ -110,6 +147,20 @@ class Relay:
         self.stats.dead_letters += result.published
         return result.claimed
 
+    def publish_send_events(self, stop: threading.Event) -> int:
+        """One pass over unpublished outcome events (none while another relay holds their
+        lock); returns the number of rows claimed."""
+        result = self._publish(self._send_events, stop)
+        self.stats.send_events += result.published
+        return result.claimed
+
+    def _prune_send_events(self) -> None:
+        now = time.monotonic()
+        if prune_due(now, self._pruned_at):
+            conn = self._require_connection()
+            conn.execute(self._queries["prune_send_events"], {"retention_s": RETENTION_S})
+            self._pruned_at = now
+
     def _publish(self, outbox: Outbox[Row], stop: threading.Event) -> BatchResult:
         result = publish_claimed(
             self._require_connection(),
@@ -121,7 +172,7 @@ class Relay:
         if result.claimed:
             self.stats.batches += 1
         for topic, count in result.acknowledged_by_topic.items():
-            metrics.observe_published(topic.rsplit(".", 1)[-1], count)  # p0..p2, dlq
+            metrics.observe_published(topic.rsplit(".", 1)[-1], count)  # p0..p2, dlq, events
         self.stats.unacknowledged += result.unacknowledged
         if result.unacknowledged:
             stop.wait(1.0)  # Kafka is struggling: do not spin on the same rows
@@ -140,9 +191,10 @@ class Relay:
     def _wait_for_work(self, stop: threading.Event) -> None:
         conn = self._require_connection()
         timeout = self.settings.relay_poll_interval
-        row = conn.execute(self._queries["seconds_until_next_due"]).fetchone()
-        if row is not None and row[0] is not None:
-            timeout = max(0.0, min(timeout, float(row[0])))
+        if POINTERS in self.lanes:  # a retry coming due is only a pointer lane's business
+            row = conn.execute(self._queries["seconds_until_next_due"]).fetchone()
+            if row is not None and row[0] is not None:
+                timeout = max(0.0, min(timeout, float(row[0])))
         assert self._listener is not None
         deadline = time.monotonic() + timeout
         # Short slices so SIGTERM is honoured promptly.
@@ -161,7 +213,8 @@ class Relay:
             self._listener = psycopg.connect(
                 self.settings.database_url, autocommit=True, connect_timeout=5
             )
-            self._listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            for lane in sorted(self.lanes):
+                self._listener.execute(f"LISTEN {_CHANNELS[lane]}")
 
     def _require_connection(self) -> psycopg.Connection:
         if self._conn is None:

@@ -26,6 +26,7 @@ __all__ = [
     "order_placed_codec",
     "read_body",
     "schema_fingerprint",
+    "send_event_codec",
     "send_pointer_codec",
     "shipped_schema",
     "single_object_fingerprint",
@@ -145,6 +146,11 @@ def send_pointer_codec() -> AvroCodec:
 def dead_letter_codec() -> AvroCodec:
     """Values of ``{prefix}.send.dlq`` (``schemas/dead_letter.avsc``)."""
     return _shipped_codec("dead_letter.avsc")
+
+
+def send_event_codec() -> AvroCodec:
+    """Values of ``{prefix}.send.events`` (``schemas/send_event.avsc``)."""
+    return _shipped_codec("send_event.avsc")
 
 
 def order_placed_codec() -> AvroCodec:

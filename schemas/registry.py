@@ -28,6 +28,7 @@ from .codec import (
     AvroCodec,
     dead_letter_codec,
     read_body,
+    send_event_codec,
     send_pointer_codec,
     shipped_schema,
     write_body,
@@ -43,6 +44,7 @@ __all__ = [
     "register",
     "register_shipped",
     "registry_client",
+    "send_event_value_codec",
     "subject",
     "value_codec",
 ]
@@ -184,6 +186,13 @@ def dead_letter_value_codec(settings: Settings) -> ValueCodec:
     return value_codec(settings, "dead_letter.avsc", [settings.dlq_topic])
 
 
+def send_event_value_codec(settings: Settings) -> ValueCodec:
+    """Values of ``{prefix}.send.events``, framed as the settings say."""
+    if settings.schema_registry_url is None:
+        return send_event_codec()
+    return value_codec(settings, "send_event.avsc", [settings.events_topic])
+
+
 def register_shipped(settings: Settings, intake_topic: str) -> list[str]:
     """`mailbus migrate`: register the shipped schemas under their topics' subjects (BACKWARD);
     the subjects, each with its schema id."""
@@ -192,6 +201,7 @@ def register_shipped(settings: Settings, intake_topic: str) -> list[str]:
     client = registry_client(url)
     plan = [("send_pointer.avsc", settings.topic(p)) for p in PRIORITIES]
     plan += [("dead_letter.avsc", settings.dlq_topic)]
+    plan += [("send_event.avsc", settings.events_topic)]
     plan += [("order_placed.avsc", intake_topic)]
     return [
         f"{subject(topic)}={register(client, shipped_schema(name), topic)}" for name, topic in plan

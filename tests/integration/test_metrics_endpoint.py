@@ -30,7 +30,9 @@ def scrape(port: int) -> dict[str, float]:
         text = response.read().decode()
     samples = {}
     for line in text.splitlines():
-        if line.startswith("mailbus_outbox_rows") or line.startswith("mailbus_oldest_pending"):
+        if line.startswith(
+            ("mailbus_outbox_rows", "mailbus_oldest_pending", "mailbus_send_events_unpublished")
+        ):
             name, value = line.rsplit(" ", 1)
             samples[name] = float(value)
     return samples
@@ -61,12 +63,14 @@ def test_outbox_rows_and_oldest_age(database_url: str, serve: None) -> None:
     assert samples['mailbus_oldest_pending_age_seconds{priority="p0"}'] == pytest.approx(75, abs=5)
     assert samples['mailbus_oldest_pending_age_seconds{priority="p1"}'] == pytest.approx(400, abs=5)
     assert samples['mailbus_oldest_pending_age_seconds{priority="p2"}'] == pytest.approx(30, abs=5)
+    assert samples["mailbus_send_events_unpublished"] == 3  # inserted unknown/accepted/failed
 
     with psycopg.connect(database_url) as conn:
         conn.execute("UPDATE email_sends SET status = 'accepted' WHERE priority = 'p0'")
     samples = scrape(port)  # read at scrape time, not cached
     assert samples['mailbus_outbox_rows{priority="p0",status="pending"}'] == 0
     assert samples['mailbus_oldest_pending_age_seconds{priority="p0"}'] == 0
+    assert samples["mailbus_send_events_unpublished"] == 5  # and the two p0 rows accepted
 
 
 def test_database_errors_drop_the_outbox_samples_and_are_counted(serve: None) -> None:

@@ -15,9 +15,14 @@ _NO_DEAD_LETTER = (
 )
 
 
-def _notified(database_url: str, statement: str, params: tuple[object, ...] = ()) -> bool:
+def _notified(
+    database_url: str,
+    statement: str,
+    params: tuple[object, ...] = (),
+    channel: str = "mailbus_outbox",
+) -> bool:
     with psycopg.connect(database_url, autocommit=True) as listener:
-        listener.execute("LISTEN mailbus_outbox")
+        listener.execute(f"LISTEN {channel}")
         with psycopg.connect(database_url, autocommit=True) as writer:
             writer.execute(statement, params or None)  # type: ignore[arg-type]
         return any(True for _ in listener.notifies(timeout=1.0, stop_after=1))
@@ -28,3 +33,15 @@ def test_inserted_rows_wake_the_relay_and_empty_inserts_do_not(database_url: str
     assert not _notified(database_url, _DUPLICATE_SEND)  # a duplicate adds nothing
     assert not _notified(database_url, _NO_DEAD_LETTER, (False,))
     assert _notified(database_url, _NO_DEAD_LETTER, (True,))
+
+
+def test_a_reported_change_wakes_the_event_lane_only(database_url: str) -> None:
+    """A change that records an outcome event wakes the relay's event lane on its own
+    channel; internal churn wakes nothing, and no outcome wakes the pointer lane."""
+    assert _notified(database_url, _DUPLICATE_SEND)
+    update = "UPDATE email_sends SET status = %s WHERE dedupe_key = 'wake-1'"
+    events = "mailbus_send_events"
+    assert not _notified(database_url, update, ("sending",), events)
+    assert not _notified(database_url, update, ("accepted",))  # the pointer lane's channel
+    assert _notified(database_url, update, ("failed",), events)
+    assert not _notified(database_url, "UPDATE email_sends SET published_at = now()", (), events)

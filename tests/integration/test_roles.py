@@ -88,7 +88,13 @@ def test_relay_cannot_delete_or_touch_what_is_not_its_own(roles_db: str) -> None
     with login_as(roles_db, "mailbus_relay") as url:
         with psycopg.connect(url) as conn:  # what it does: claim and mark published
             conn.execute("UPDATE email_sends SET published_at = now() WHERE dedupe_key = 'seed'")
+            # the event lane: publish outcome events, prune old ones
+            conn.execute("UPDATE email_send_events SET published_at = now()")
+            conn.execute(
+                "DELETE FROM email_send_events WHERE published_at < now() - interval '1 day'"
+            )
         assert refused(url, "DELETE FROM email_sends")
+        assert refused(url, "INSERT INTO email_send_events (send_id) VALUES (1)")
         assert refused(url, "DELETE FROM email_dead_letters")
         assert refused(url, "INSERT INTO email_suppressions (address) VALUES ('z@x.org')")
         assert refused(url, "SELECT * FROM email_attempts")
@@ -100,6 +106,12 @@ def test_consumer_settles_but_cannot_enqueue_delete_or_unsuppress(roles_db: str)
         with psycopg.connect(url) as conn:
             conn.execute("UPDATE email_sends SET status = 'sending' WHERE dedupe_key = 'seed'")
             conn.execute("SELECT 1 FROM email_suppressions")
+            # an outcome records its event through the trigger (no grant of its own)
+            conn.execute("UPDATE email_sends SET status = 'accepted' WHERE dedupe_key = 'seed'")
+            conn.execute(
+                "INSERT INTO recovery_pacing (provider) VALUES ('p') ON CONFLICT DO NOTHING"
+            )
+        assert refused(url, "SELECT * FROM email_send_events")
         assert refused(url, "DELETE FROM email_sends")
         assert refused(url, "DELETE FROM email_suppressions")
         assert refused(

@@ -14,6 +14,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import httpx
+import psycopg
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
@@ -34,6 +35,7 @@ from schemas.registry import (
     register,
     register_shipped,
     registry_client,
+    send_event_value_codec,
     subject,
     value_codec,
 )
@@ -72,6 +74,30 @@ def test_pointers_go_through_the_relay_in_confluent_framing(registry_settings: S
     for topic in topics:
         assert client.get_latest_version(subject(topic)).schema.schema_str is not None
         assert client.get_compatibility(subject(topic)) == "BACKWARD"
+
+
+def test_outcome_events_go_through_the_relay_in_confluent_framing(
+    registry_settings: Settings,
+) -> None:
+    seed(registry_settings.database_url, 3)
+    with psycopg.connect(registry_settings.database_url) as conn:
+        conn.execute("UPDATE email_sends SET status = 'failed', last_error = 'rejected'")
+    with relay_thread(registry_settings):
+        wait_until(lambda: unpublished_events(registry_settings.database_url) == 0, 60, "sent")
+    topic = registry_settings.events_topic
+    landed = read_messages(registry_settings.kafka_bootstrap, [topic], 3, timeout=30)
+    codec = send_event_value_codec(registry_settings)  # what a domain service decodes with
+    decoded = sorted((codec.decode(m.value)["dedupe_key"], m.value[:1]) for m in landed)
+    assert decoded == [(f"k-{n}", b"\x00") for n in (1, 2, 3)]
+    assert registry_client(URL).get_compatibility(subject(topic)) == "BACKWARD"
+
+
+def unpublished_events(database_url: str) -> int:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM email_send_events WHERE published_at IS NULL"
+        ).fetchone()
+    return -1 if row is None else int(row[0])
 
 
 def test_order_placed_from_a_plain_avro_serializer_is_read(registry_settings: Settings) -> None:
@@ -120,9 +146,9 @@ def test_migrate_registers_the_shipped_schemas(registry_settings: Settings) -> N
     settings = registry_settings
     intake_topic = f"{settings.topic_prefix}.orders"
     done = register_shipped(settings, intake_topic)
-    assert len(done) == 5
+    assert len(done) == 6  # three pointer topics, the DLQ, outcome events, the intake
     client = registry_client(URL)
-    for topic in (settings.topic("p2"), settings.dlq_topic, intake_topic):
+    for topic in (settings.topic("p2"), settings.dlq_topic, settings.events_topic, intake_topic):
         assert client.get_compatibility(subject(topic)) == "BACKWARD"
         assert f"{subject(topic)}=" in " ".join(done)
 

@@ -54,13 +54,16 @@ GRANT SELECT, UPDATE ON email_sends, email_dead_letters, campaigns, campaign_rec
     TO mailbus_relay;
 GRANT INSERT ON email_sends TO mailbus_relay;
 GRANT SELECT ON email_suppressions TO mailbus_relay;
+-- ... and publishes outcome events (recorded by a trigger), pruning them after a day.
+GRANT SELECT, UPDATE, DELETE ON email_send_events TO mailbus_relay;
 
 -- `mailbus consume`: claims, settles and records attempts; dead-letters what fails;
 -- shares rate limits and provider health with the other consumers.
 GRANT SELECT, UPDATE ON email_sends TO mailbus_consumer;
 GRANT SELECT ON email_suppressions TO mailbus_consumer;
 GRANT SELECT, INSERT ON email_attempts, email_dead_letters TO mailbus_consumer;
-GRANT SELECT, INSERT, UPDATE ON rate_limits, provider_health TO mailbus_consumer;
+GRANT SELECT, INSERT, UPDATE ON rate_limits, provider_health, recovery_pacing
+    TO mailbus_consumer;
 
 -- `mailbus intake`: inserts sends from domain events, dead-letters the undecodable.
 GRANT INSERT (dedupe_key, to_address, template, payload_json, priority, expires_at)
