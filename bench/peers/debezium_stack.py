@@ -70,8 +70,7 @@ def cluster() -> Iterator[str]:
     subprocess.run(["pg_dropcluster", "--stop", version, CLUSTER], capture_output=True)
     subprocess.run(
         ["pg_createcluster", version, CLUSTER, "--port", str(PORT),
-         "-o", "wal_level=logical", "-o", "max_replication_slots=4", "-o", "max_wal_senders=4",
-         "-o", "listen_addresses=127.0.0.1"],
+         "-o", "wal_level=logical", "-o", "max_replication_slots=4", "-o", "max_wal_senders=4"],
         check=True, capture_output=True,
     )  # fmt: skip
     try:
