@@ -5,7 +5,7 @@ writes docs/benchmarks.md with the machine, min / median / max tables and PNG ch
 
 Each benchmark script hands its figures over through bench/results.py; the raw results are
 kept in docs/benchmarks/results.json, so ``--only`` re-runs some benchmarks and keeps the
-others' last results. ``--lock FILE`` takes an exclusive flock on FILE around each run
+others' last results. ``--lock FILE`` takes an exclusive flock on FILE around each benchmark
 (other heavy jobs on the machine wait for it, and it for them). Needs the local stack.
 """
 
@@ -157,9 +157,9 @@ def locked(path: str | None):  # type: ignore[no-untyped-def]
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def invoke(args: list[str], lock: str | None) -> dict[str, Any]:
+def invoke(args: list[str]) -> dict[str, Any]:
     """One invocation of a script: its figures, series and the load around it."""
-    with tempfile.TemporaryDirectory() as tmp, locked(lock):
+    with tempfile.TemporaryDirectory() as tmp:
         sink = os.path.join(tmp, "results.jsonl")
         load_before, started = os.getloadavg(), time.monotonic()
         print(f"[report] {' '.join(args)}", flush=True)
@@ -181,11 +181,12 @@ def invoke(args: list[str], lock: str | None) -> dict[str, Any]:
 def run_bench(spec: Spec, runs: int, quick: bool, lock: str | None) -> dict[str, Any]:
     base = [spec.script, *(spec.quick if quick else spec.full)]
     outcomes = []
-    for extra in spec.sweep:
-        if spec.runs_flag:
-            outcomes.append(invoke([*base, *extra, "--runs", str(runs)], lock))
-        else:
-            outcomes += [invoke([*base, *extra], lock) for _ in range(runs)]
+    with locked(lock):  # the whole benchmark, so no other heavy job runs between its runs
+        for extra in spec.sweep:
+            if spec.runs_flag:
+                outcomes.append(invoke([*base, *extra, "--runs", str(runs)]))
+            else:
+                outcomes += [invoke([*base, *extra]) for _ in range(runs)]
     shown = " ".join(base + (["--runs", str(runs)] if spec.runs_flag else []))
     if spec.sweep != ((),):
         shown += " with " + ", ".join(" ".join(extra) for extra in spec.sweep)
