@@ -263,6 +263,10 @@ def write_doc(store: dict[str, Any], machine_info: dict[str, str]) -> None:
     (DOCS / "benchmarks.md").write_text(text)
 
 
+def stored() -> dict[str, Any]:
+    return json.loads(STORE.read_text()) if STORE.exists() else {}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help=f"comma-separated, of: {','.join(SPECS)}")
@@ -277,14 +281,14 @@ def main() -> None:
     unknown = set(names) - set(SPECS)
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
-    store = json.loads(STORE.read_text()) if STORE.exists() else {}
     machine_info = machine.describe(os.environ["MAILBUS_DATABASE_URL"])
     for name in names:
-        store[name] = run_bench(SPECS[name], args.runs, args.quick, args.lock)
+        entry = run_bench(SPECS[name], args.runs, args.quick, args.lock)
+        store = stored()  # read again: another invocation may have stored meanwhile
+        store[name] = entry
         STORE.parent.mkdir(parents=True, exist_ok=True)
         STORE.write_text(json.dumps(store, indent=1))
-        write_doc(store, machine_info)
-    write_doc(store, machine_info)
+    write_doc(stored(), machine_info)
     print(f"[report] wrote {DOCS / 'benchmarks.md'}")
 
 
