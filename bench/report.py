@@ -207,20 +207,24 @@ def peers_section(store: dict[str, Any]) -> str:
     delivery, pgq = summaries("delivery"), summaries("pgqueuer")
     f = report_doc.find
     rows = [
-        ("outbox → broker rows/s", f(relay, "relay rows/s, batched"), f(dbz, "debezium rows/s"))
+        (
+            "outbox → broker rows/s (relay / Debezium)",
+            f(relay, "relay rows/s, batched"),
+            f(dbz, "debezium rows/s"),
+        )
     ]
     rows += [
         (
-            f"commit → broker {q}",
+            f"commit → broker {q} (relay / Debezium)",
             f(relay, f"relay commit→ack {q}"),
             f(dbz, f"debezium commit→broker {q}"),
         )
         for q in ("p50", "p99")
     ]
     rows += [
-        ("jobs/s with a 50 ms provider call, 64 in flight",
+        ("jobs/s, 50 ms provider call, 64 in flight (consume / PgQueuer)",
          f(delivery, "delivery emails/s, 1 consumer"), f(pgq, "pgqueuer jobs/s with 50 ms")),
-        ("jobs/s with no provider call", None, f(pgq, "pgqueuer jobs/s without")),
+        ("jobs/s, no provider call (PgQueuer)", None, f(pgq, "pgqueuer jobs/s without")),
     ]  # fmt: skip
     return report_doc.comparison_table(rows)
 
