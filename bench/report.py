@@ -135,7 +135,9 @@ SPECS: dict[str, Spec] = {
         "Peer: Debezium outbox event router",
         "Debezium's PostgreSQL connector with"
         " `io.debezium.transforms.outbox.EventRouter` under Kafka Connect standalone, on its"
-        " own PostgreSQL cluster (wal_level=logical, port 5433) and the same broker.",
+        " own PostgreSQL cluster (wal_level=logical, port 5433) and the same broker. The"
+        " connector keeps Debezium's defaults (pgoutput, poll.interval.ms 500, max.batch.size"
+        " 2048), so its commit→broker latency includes up to one poll interval.",
         "peers/debezium_outbox.py",
         (),
         ("--rows", "10000", "--rate", "200", "--seconds", "5"),
