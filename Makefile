@@ -4,7 +4,7 @@ STACK := bash stack/local-stack.sh
 export MAILBUS_DATABASE_URL ?= postgresql://mailbus:mailbus@127.0.0.1:5432/mailbus
 export MAILBUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:9092
 
-.PHONY: install stack-up stack-down stack-status demo test test-unit lint validate bench docs
+.PHONY: install stack-up stack-down stack-status demo test test-unit lint validate bench bench-report docs
 
 install:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
@@ -51,3 +51,9 @@ bench: install stack-up
 	$(PYTHON) bench/delivery_throughput.py
 	$(PYTHON) bench/outage.py
 	$(PYTHON) bench/intake_throughput.py
+
+## Every benchmark and the peers (PgQueuer, Debezium) → docs/benchmarks.md and its charts.
+## BENCH_REPORT_ARGS: e.g. --quick, --runs 5, --only relay,debezium, --lock FILE.
+bench-report: stack-up
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
+	$(PYTHON) bench/report.py $(BENCH_REPORT_ARGS)

@@ -32,6 +32,8 @@ import psycopg
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "client")]  # this checkout first, client included
 
+from results import record  # noqa: E402
+
 from mailbus.migrate import apply_migrations  # noqa: E402
 
 
@@ -146,6 +148,10 @@ def main() -> None:
         for i in range(args.runs):
             result = one_run(base_url, audience, args.recipients, args.source)
             runs.append(result)
+            record("campaign import + fan-out rows/s", result["total_rps"], "rows/s")
+            record("campaign import rows/s", result["import_rps"], "rows/s")
+            record("campaign fan-out rows/s", result["fan_out_rps"], "rows/s")
+            record("campaign peak RSS, run", result["run_rss"], "MB")
             print(
                 f"run {i + 1}: import {result['import_s']:.1f}s ({result['import_rps']:,.0f}/s),"
                 f" fan-out {result['fan_out_s']:.1f}s ({result['fan_out_rps']:,.0f}/s),"

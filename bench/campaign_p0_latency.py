@@ -30,6 +30,7 @@ from pathlib import Path
 import psycopg
 from campaign_fanout import generate
 from harness import Bench, percentile
+from results import record
 
 from mailbus.settings import load_settings
 
@@ -111,6 +112,8 @@ def main() -> None:
         for i in range(args.runs):
             result = one_run(audience, args)
             runs.append(result)
+            for key, label in (("p0_p50_ms", "p50"), ("p0_p99_ms", "p99"), ("p0_max_ms", "max")):
+                record(f"P0 commit→accepted {label} during a campaign", result[key], "ms")
             print(
                 f"run {i + 1}: P0 p50 {result['p0_p50_ms']:.0f} ms, p99"
                 f" {result['p0_p99_ms']:.0f} ms, max {result['p0_max_ms']:.0f} ms"

@@ -23,6 +23,7 @@ import time
 
 import psycopg
 from harness import Bench, percentile
+from results import record, record_series
 
 from consumer.provider import HttpProvider, OutgoingMail
 from mailbus.settings import load_settings
@@ -118,6 +119,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="runs of the one-process rate")
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--seconds", type=int, default=30)
+    parser.add_argument("--max-consumers", type=int, choices=(1, 2), default=2)
+    parser.add_argument(
+        "--steady",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="measure commit→accepted at --rate for --seconds",
+    )
     args = parser.parse_args()
     bench = Bench(load_settings())
     env = {
@@ -146,11 +154,17 @@ def main() -> None:
             f" {alone:,.0f} sends/s = {alone / bound:.0%} of the bound, {latency:.1f} ms each",
             flush=True,
         )
-        for consumers, runs in ((1, args.runs), (2, 1)):
+        record(f"call path alone at {args.in_flight} in flight", alone, "sends/s")
+        for consumers, runs in ((1, args.runs), (2, 1))[: args.max_consumers]:
             rates = []
             for run in range(runs):
                 rate, rss = throughput(bench, consumers, args.rows * consumers, env, run)
                 rates.append(rate)
+                label = f"{consumers} consumer(s) at {args.in_flight} in flight"
+                record(f"delivery emails/s, {label}", rate, "emails/s")
+                share = 100 * rate / (bound * consumers)
+                record(f"delivery share of the bound, {label}", share, "%")
+                record(f"consumer peak RSS, {label}", max(rss), "MB")
                 print(
                     f"{consumers} consumer(s): {rate:,.0f} emails/s ="
                     f" {rate / (bound * consumers):.0%} of the bound {bound * consumers:,.0f}/s"
@@ -164,7 +178,13 @@ def main() -> None:
                     f" = {median / (bound * consumers):.0%} of the bound",
                     flush=True,
                 )
+        if not args.steady:
+            return
         delays, rss = steady_latency(bench, args.rate, args.seconds, env)
+        for q in (50, 99):
+            at = f"at {args.rate}/s"
+            record(f"delivery commit→accepted p{q} {at}", percentile(delays, q) * 1000, "ms")
+        record_series("delivery commit→accepted (s)", delays)
         provider = args.latency_ms / 1000
         print(
             f"steady {args.rate}/s for {args.seconds}s: commit→accepted p50 "

@@ -20,6 +20,7 @@ import statistics
 import time
 
 from harness import Bench
+from results import record
 
 from intake.sample import publish_records, sample_events
 from mailbus.settings import load_settings
@@ -62,6 +63,9 @@ def main() -> None:
     for run in range(1, args.runs + 1):
         steady, with_startup, rss = measure(args.events, args.batch)
         results.append((steady, with_startup, rss))
+        record("intake events/s", steady, "events/s")
+        record("intake events/s with start-up", with_startup, "events/s")
+        record("intake peak RSS", rss, "MB")
         print(
             f"run {run}: {args.events} events, {steady:,.0f} events/s"
             f" ({with_startup:,.0f}/s with start-up), peak RSS {rss} MB",

@@ -21,6 +21,7 @@ import urllib.request
 
 import psycopg
 from harness import Bench, percentile
+from results import record, record_series
 
 from mailbus.settings import load_settings
 
@@ -133,6 +134,13 @@ def main() -> None:
                 " WHERE priority = 'p0' AND status = 'accepted'"
             )
         ]
+        record("outage backlog peak", peak, "rows")
+        record("outage drain after recovery", drained_at - recovered_at, "s")
+        record("outage drain predicted (backlog ÷ spare capacity)", peak / spare, "s")
+        record("outage P0 commit→accepted p50", percentile(delays, 50), "s")
+        record("outage P0 commit→accepted p99", percentile(delays, 99), "s")
+        record_series("outage backlog (s, rows)", samples)
+        record_series("outage phases (s)", [outage_at, recovered_at])
         print(
             f"arrivals {per_second:.1f}/s (6,000/h x{args.compress:g}), capacity "
             f"{args.rate_limit:g}/s, outage {outage_s:.0f}s (503 after 2 s)"

@@ -17,6 +17,7 @@ import uuid
 import psycopg
 from confluent_kafka import Consumer
 from harness import Bench, percentile
+from results import record
 
 from mailbus.settings import load_settings
 from schemas.codec import send_pointer_codec
@@ -101,6 +102,11 @@ def main() -> None:
         rate, rss_tp = measure_throughput(rows, batch)
         latencies, rss_lat = measure_latency(args.rate, args.seconds, batch)
         rates[label] = rate
+        record(f"relay rows/s, {label}", rate, "rows/s")
+        for q in (50, 99):
+            at = f"at {args.rate}/s, {label}"
+            record(f"relay commit→ack p{q} {at}", percentile(latencies, q) * 1000, "ms")
+        record(f"relay peak RSS, {label}", max(rss_tp, rss_lat), "MB")
         print(
             f"{label:>8} relay: {rate:>8,.0f} rows/s over {rows:,} rows | commit→ack at"
             f" {args.rate}/s: p50 {percentile(latencies, 50) * 1000:.1f} ms,"

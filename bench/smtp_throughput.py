@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+from results import record
+
 from consumer.core.outcome import Outcome
 from consumer.core.smtp_outcome import classify_call
 from consumer.provider import OutgoingMail
@@ -84,6 +86,7 @@ def main() -> None:
         for run in range(1, args.runs + 1):
             rate = asyncio.run(one_run(f"smtp://127.0.0.1:{port}", args.in_flight, args.seconds))
             rates.append(rate)
+            record(f"SMTP sends/s at {args.in_flight} in flight", rate, "sends/s")
             print(f"run {run}: {rate:,.0f} sends/s at {args.in_flight} in flight")
         print(
             f"SMTP sends/s: min {min(rates):,.0f}  median {statistics.median(rates):,.0f}"

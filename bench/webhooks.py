@@ -32,6 +32,8 @@ import psycopg
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "client")]  # this checkout first, client included
 
+from results import record  # noqa: E402
+
 from feedback.signature import signature_header  # noqa: E402
 from mailbus.migrate import apply_migrations  # noqa: E402
 
@@ -126,6 +128,7 @@ def main() -> None:
             bodies = make_events(run, args.sends, args.events, rng)
             rate = asyncio.run(drive(endpoint, bodies, args.concurrency))
             rates.append(rate)
+            record(f"webhook events/s at {args.concurrency} in flight", rate, "events/s")
             print(f"run {run + 1}: {len(bodies)} events, {rate:,.0f} events/s", flush=True)
         with psycopg.connect(url) as conn:
             stored = conn.execute("SELECT count(*) FROM delivery_events").fetchone()
