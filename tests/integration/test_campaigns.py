@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import threading
 import time
 import uuid
@@ -295,12 +296,38 @@ def test_the_rate_holds_on_the_database_clock(database_url: str) -> None:
     assert 72 <= row[0] <= 88  # 4 seconds at 20 a second, within 10%
 
 
+def forget_statistics(database_url: str, table: str) -> None:
+    """Drop the planner's statistics of ``table``, as if ANALYZE had not seen the import.
+    pg_statistic is a superuser's (the app role is not one): psql as the cluster's
+    ``postgres`` user over the local socket of the stack's cluster."""
+    info = psycopg.conninfo.conninfo_to_dict(database_url)
+    subprocess.run(
+        [
+            "runuser",
+            "-u",
+            "postgres",
+            "--",
+            "psql",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-q",
+            "-p",
+            str(info.get("port", 5432)),
+            "-d",
+            str(info["dbname"]),
+            "-c",
+            f"DELETE FROM pg_statistic WHERE starelid = '{table}'::regclass",
+        ],
+        check=True,
+    )
+
+
 def test_a_tick_walks_the_recipients_by_index_from_the_checkpoint(database_url: str) -> None:
     """Not a bitmap scan of the whole campaign and a sort (every tick read every recipient)."""
     campaign_id = create(database_url, audience_csv(5000))
     queries = load_queries("campaigns", "queries.sql")
+    forget_statistics(database_url, "campaign_recipients")
     with psycopg.connect(database_url) as conn:
-        conn.execute("DELETE FROM pg_statistic WHERE starelid = 'campaign_recipients'::regclass")
         conn.execute(queries["tick_settings"])
         plan = "\n".join(
             row[0]
@@ -338,7 +365,9 @@ def claimable(database_url: str, campaign_id: int) -> int:
         claims = [
             {"id": i, "attempt": 0, "token": str(uuid.uuid4()), "provider": None} for i in ids
         ]
-        taken = conn.execute(claim, {"claims": json.dumps(claims), "lease_s": 30}).fetchall()
+        taken = conn.execute(
+            claim, {"claims": json.dumps(claims), "lease_s": 30, "max_age_s": None}
+        ).fetchall()
         conn.rollback()
     return len(taken)
 
