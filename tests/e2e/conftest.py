@@ -122,7 +122,17 @@ class Stack:
         return not any(snapshot[state] for state in OPEN_STATES)
 
     def wait_settled(self, timeout: float) -> Counter[str]:
-        wait_until(self.settled, timeout, "every row settled")
+        try:
+            wait_until(self.settled, timeout, "every row settled")
+        except AssertionError as exc:
+            stuck = self.query(
+                "SELECT status, attempts, next_try_at, last_error FROM email_sends"
+                " WHERE status = ANY(%s) ORDER BY id LIMIT 5",
+                list(OPEN_STATES),
+            )
+            raise AssertionError(
+                f"{exc}: {dict(self.statuses())}; first open rows {stuck}"
+            ) from None
         return self.statuses()
 
     def control(self, path: str, body: dict[str, Any] | None = None) -> Any:

@@ -25,7 +25,15 @@ def test_random_sigkills_under_mixed_faults_lose_and_double_nothing(stack: Stack
     total = 5_000
     for priority, share in (("p0", 0.1), ("p1", 0.5), ("p2", 0.4)):
         stack.seed(int(total * share), prefix=f"chaos-{priority}", priority=priority)
-    env = {"MAILBUS_REQUEST_TIMEOUT": "1", "MAILBUS_MAX_ATTEMPTS": "30"}
+    # A breaker that stays open 30 s (six failed probes in a row: a slow run's 1 s timeouts
+    # make that likely) starts the recovery ramp, which caps sends at 100/min for ten
+    # minutes by default: the rest of the 5,000 rows would then outlast the test. The ramp
+    # still runs here, over 10 s.
+    env = {
+        "MAILBUS_REQUEST_TIMEOUT": "1",
+        "MAILBUS_MAX_ATTEMPTS": "30",
+        "MAILBUS_RECOVERY_RAMP": "10s",
+    }
     roles = {
         "relay": lambda name: stack.start_relay(name, **env),
         "consumer-a": lambda name: stack.start_consumer(name, **env),
@@ -41,7 +49,7 @@ def test_random_sigkills_under_mixed_faults_lose_and_double_nothing(stack: Stack
         stack.kill(victim)
         roles[victim](victim)
         kills += 1
-    counts = stack.wait_settled(300)
+    counts = stack.wait_settled(200)  # fails with the open rows before pytest's 300 s
     print(f"{kills} SIGKILLs; final states {dict(counts)}")
     assert kills >= 4
     assert sum(counts.values()) == total
