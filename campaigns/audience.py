@@ -51,6 +51,8 @@ class Rejected:
 class Audience:
     """An opened CSV: ``columns`` (the variables' names) and ``records()``."""
 
+    last_key: str | None = None  # a CSV resumes by line number alone
+
     def __init__(self, stream: IO[bytes]) -> None:
         text = io.TextIOWrapper(stream, encoding="utf-8-sig", errors="surrogateescape", newline="")
         self._reader = csv.reader(text, strict=True)
@@ -90,7 +92,11 @@ class Audience:
             seen.add(name.lower())
         return header
 
-    def records(self) -> Iterator[Recipient | Rejected]:
+    def records(
+        self, after: int = 0, after_key: str | None = None
+    ) -> Iterator[Recipient | Rejected]:
+        """Every record after line ``after`` (lines up to it are read, not checked);
+        ``after_key`` is for a SQL audience's keyset and ignored here."""
         reader = self._reader
         while True:
             start = reader.line_num + 1
@@ -99,8 +105,11 @@ class Audience:
             except StopIteration:
                 return
             except csv.Error as exc:
-                yield Rejected(start, f"unreadable CSV: {exc}")
+                if start > after:
+                    yield Rejected(start, f"unreadable CSV: {exc}")
                 continue
+            if start <= after:
+                continue  # imported by an earlier run
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue  # a blank line
             yield self._recipient(start, row)

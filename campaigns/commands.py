@@ -6,10 +6,11 @@ Only ``argparse`` is imported at start-up; each handler imports what it runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from campaigns.errors import CampaignError
@@ -17,6 +18,7 @@ from mailbus.settings_doc import epilog as settings_epilog
 
 if TYPE_CHECKING:
     from campaigns.audience import Rejected
+    from campaigns.store import ImportReport, RecipientSource
     from mailbus.settings import Settings
 
 __all__ = ["MAX_REJECTS_SHOWN", "add_campaign_commands"]
@@ -37,23 +39,72 @@ def _create(settings: Settings, args: argparse.Namespace) -> int:
         warmup=args.warmup or (),
         audience=args.audience or f"sql: {args.audience_sql}",
     )
-    where = args.audience or "--audience-sql"
-    item = "line" if args.audience else "row"
-    shown = 0
 
-    def report(rejected: Rejected) -> None:
-        nonlocal shown
-        shown += 1
-        if shown <= MAX_REJECTS_SHOWN:
-            print(f"{where}: {item} {rejected.line}: {rejected.problem}", file=sys.stderr)
+    def created(campaign_id: int) -> None:
+        print(f"campaign {campaign_id} {spec.name!r} created; importing its audience", flush=True)
+        if args.start:  # the pacer hands out the first parts while the rest is read
+            print(transition(settings.database_url, campaign_id, "start")[0], flush=True)
+
+    spec.check()  # before a query runs or a file is opened
+    with _opened_audience(settings, args) as (audience, rejects):
+        result = create_campaign(
+            settings.database_url,
+            spec,
+            audience,
+            rejects.report,
+            on_created=created,
+            part_size=settings.campaign_import_part,
+        )
+    return _imported(result, rejects)
+
+
+def _import(settings: Settings, args: argparse.Namespace) -> int:
+    from campaigns.store import import_audience
+
+    with _opened_audience(settings, args) as (audience, rejects):
+        result = import_audience(
+            settings.database_url,
+            args.id,
+            audience,
+            rejects.report,
+            part_size=settings.campaign_import_part,
+        )
+    return _imported(result, rejects)
+
+
+class _Rejects:
+    """Skipped lines, printed on stderr (the first ``MAX_REJECTS_SHOWN``) and counted."""
+
+    def __init__(self, where: str, item: str) -> None:
+        self.where, self.item, self.shown = where, item, 0
+
+    def report(self, rejected: Rejected) -> None:
+        self.shown += 1
+        if self.shown <= MAX_REJECTS_SHOWN:
+            print(f"{self.where}: {self.item} {rejected.line}: {rejected.problem}", file=sys.stderr)
+
+    def close(self) -> None:
+        if self.shown > MAX_REJECTS_SHOWN:
+            print(
+                f"{self.where}: ... and {self.shown - MAX_REJECTS_SHOWN} more {self.item}s skipped",
+                file=sys.stderr,
+            )
+
+
+@contextlib.contextmanager
+def _opened_audience(
+    settings: Settings, args: argparse.Namespace
+) -> Iterator[tuple[RecipientSource, _Rejects]]:
+    """The audience of ``--audience`` or ``--audience-sql``, opened, and its reject list."""
+    from campaigns.audience import open_audience
+    from campaigns.sql_audience import SqlAudience
 
     if args.audience_sql is not None:
-        from campaigns.sql_audience import SqlAudience
-
-        spec.check()  # before the query runs
-        with SqlAudience(settings.database_url, args.audience_sql) as audience:
-            result = create_campaign(settings.database_url, spec, audience, report)
+        rejects = _Rejects("--audience-sql", "row")
+        with SqlAudience(settings.database_url, args.audience_sql) as query:
+            yield query, rejects
     else:
+        rejects = _Rejects(args.audience, "line")
         try:
             stream = open(args.audience, "rb")  # noqa: SIM115 - closed below, errors named
         except OSError as exc:
@@ -61,18 +112,17 @@ def _create(settings: Settings, args: argparse.Namespace) -> int:
                 f"--audience: cannot read {args.audience}: {exc.strerror}"
             ) from None
         with stream:
-            result = create_campaign(settings.database_url, spec, stream, report)
-    if shown > MAX_REJECTS_SHOWN:
-        print(
-            f"{where}: ... and {shown - MAX_REJECTS_SHOWN} more {item}s skipped",
-            file=sys.stderr,
-        )
+            yield open_audience(stream), rejects
+    rejects.close()
+
+
+def _imported(result: ImportReport, rejects: _Rejects) -> int:
+    if not result.completed:
+        print(f"campaign {result.campaign_id} was cancelled during its import", file=sys.stderr)
     print(
-        f"campaign {result.campaign_id} {spec.name!r}: {result.recipients} recipients imported,"
-        f" {result.rejected} {item}s skipped"
+        f"campaign {result.campaign_id}: {result.recipients} recipients imported,"
+        f" {result.rejected} {rejects.item}s skipped"
     )
-    if args.start:
-        print(transition(settings.database_url, result.campaign_id, "start")[0])
     print(result.campaign_id)
     return 0
 
@@ -151,7 +201,7 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
         clock=time.monotonic,
         already=before["handed_out"],
     )
-    pacer.run(stop, until_idle=True, on_tick=lambda results: progress.add(_handed_out(results)))
+    pacer.run(stop, until_idle=True, on_tick=progress.add_ticks)
     progress.finish()
     status = collect_status(settings.database_url, args.id)
     print(
@@ -159,10 +209,6 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
         f" of {status['recipients']}"
     )
     return 0
-
-
-def _handed_out(results: list[Any]) -> int:
-    return sum(result.handed_out for result in results)
 
 
 def add_campaign_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -197,16 +243,7 @@ def add_campaign_commands(commands: argparse._SubParsersAction[argparse.Argument
     )
     create.add_argument("--name", required=True, help="a name for people")
     create.add_argument("--template", required=True, help="the template of every mail")
-    source = create.add_mutually_exclusive_group(required=True)
-    source.add_argument("--audience", metavar="FILE.csv", help="the recipients")
-    source.add_argument(
-        "--audience-sql",
-        metavar="QUERY",
-        help="the recipients as a query over the application's tables in mailbus's"
-        ' database, e.g. "SELECT id AS user_id, email, first_name FROM users WHERE'
-        ' opted_in"; read in pages ordered by user_id (index it), in one read-only'
-        " snapshot",
-    )
+    _audience_options(create)
     create.add_argument(
         "--priority", choices=("p0", "p1", "p2"), default="p2", help="default p2 (bulk)"
     )
@@ -233,7 +270,22 @@ def add_campaign_commands(commands: argparse._SubParsersAction[argparse.Argument
         help="warm-up: at most N1 recipients on the first UTC day, N2 on the"
         " second, ...; then only --daily-cap",
     )
-    create.add_argument("--start", action="store_true", help="start it at once")
+    create.add_argument(
+        "--start",
+        action="store_true",
+        help="start it at once: the pacer hands out the first parts of the audience while"
+        " the rest is imported",
+    )
+    resume_import = action(
+        "import",
+        _import,
+        "go on with a campaign's audience import that stopped (a crash, a kill) from its"
+        " last committed part; give the same --audience or --audience-sql as at create",
+    )
+    resume_import.add_argument(
+        "id", type=_option(_positive), metavar="ID", help="the campaign's id"
+    )
+    _audience_options(resume_import)
     for verb, text in (
         ("start", "start a draft campaign: `mailbus relay` then hands it out at its pace"),
         (
@@ -269,6 +321,19 @@ def add_campaign_commands(commands: argparse._SubParsersAction[argparse.Argument
         action="store_true",
         help="no progress bar on a terminal (plain lines every 10 s instead, as when"
         " stderr is not a terminal)",
+    )
+
+
+def _audience_options(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--audience", metavar="FILE.csv", help="the recipients")
+    source.add_argument(
+        "--audience-sql",
+        metavar="QUERY",
+        help="the recipients as a query over the application's tables in mailbus's"
+        ' database, e.g. "SELECT id AS user_id, email, first_name FROM users WHERE'
+        ' opted_in"; read in pages ordered by user_id (index it), in read-only'
+        " snapshots",
     )
 
 

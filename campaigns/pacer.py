@@ -54,7 +54,9 @@ class _Planned:
     template: str
     priority: str
     checkpoint: int
-    left: int  # recipients not yet handed out
+    left: int  # recipients not yet handed out (of those imported so far)
+    recipients: int  # imported so far
+    importing: bool  # more recipients may come: the campaign cannot finish yet
     grant: Grant
 
 
@@ -65,7 +67,9 @@ class TickResult:
     created: int  # new email_sends rows
     suppressed: int
     finished: bool
-    limited_by: str  # see pacing.Grant, or "quota"; "batch" means more is owed at once
+    limited_by: str  # see pacing.Grant, or "quota", or "import" (waits for the next part);
+    # "batch" means more is owed at once
+    recipients: int = 0  # the campaign's recipients imported so far
 
 
 class Pacer:
@@ -125,6 +129,8 @@ class Pacer:
             started_on,
             now,
             left,  # recipients not yet handed out
+            recipients,
+            importing,
         ) = row
         window = None if w_start is None or w_end is None else Window(w_start, w_end)
         pace = Pace(rate, window, daily_cap, tuple(warmup or ()))
@@ -135,7 +141,9 @@ class Pacer:
             started_on or now.date(),
             self.max_batch,
         )
-        return _Planned(campaign_id, template, priority, checkpoint, left, grant)
+        return _Planned(
+            campaign_id, template, priority, checkpoint, left, recipients, importing, grant
+        )
 
     def _apply(
         self, conn: psycopg.Connection[Any], planned: _Planned, rows: int, limited_by: str
@@ -161,8 +169,12 @@ class Pacer:
             assert out is not None
             handed_out, last_ordinal, suppressed, created = out
             last = planned.checkpoint if last_ordinal is None else last_ordinal
-        # Done when the list ran out, or the last recipient just went (no idle tick).
-        finished = (rows > 0 and handed_out < rows) or handed_out >= planned.left
+        # Done when the list ran out, or the last recipient just went (no idle tick); never
+        # while the audience is still being imported: the list may only wait for a part.
+        ran_out = rows > 0 and handed_out < rows
+        finished = not planned.importing and (ran_out or handed_out >= planned.left)
+        if planned.importing and ran_out:
+            limited_by = "import"
         bucket = settle(planned.grant, handed_out)
         conn.execute(
             q["record_tick"],
@@ -180,7 +192,13 @@ class Pacer:
             },
         )
         return TickResult(
-            planned.campaign_id, handed_out, created, suppressed, finished, limited_by
+            planned.campaign_id,
+            handed_out,
+            created,
+            suppressed,
+            finished,
+            limited_by,
+            planned.recipients,
         )
 
     def tick_all(self, conn: psycopg.Connection[Any]) -> list[TickResult]:

@@ -8,7 +8,10 @@ write, on a clock passed in.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from campaigns.pacer import TickResult
 
 __all__ = ["Progress", "render_bar", "render_line"]
 
@@ -73,6 +76,13 @@ class Progress:
         self._clock = clock
         self._started = clock()
         self._written_at: float | None = None
+
+    def add_ticks(self, results: list[TickResult]) -> None:
+        """A pacer round's results: the recipients handed out, and the audience imported so
+        far (it grows while the import still runs)."""
+        for result in results:
+            self.total = max(self.total, result.recipients)
+        self.add(sum(result.handed_out for result in results))
 
     def add(self, handed_out: int) -> None:
         self.done += handed_out

@@ -1,8 +1,9 @@
 -- name: insert_campaign
+-- A campaign whose audience is still to be imported (store.import_audience).
 INSERT INTO campaigns (name, template, priority, rate_per_min, window_start, window_end,
-                       daily_cap, warmup, audience)
+                       daily_cap, warmup, audience, importing)
 VALUES (%(name)s, %(template)s, %(priority)s, %(rate_per_min)s, %(window_start)s,
-        %(window_end)s, %(daily_cap)s, %(warmup)s, %(audience)s)
+        %(window_end)s, %(daily_cap)s, %(warmup)s, %(audience)s, true)
 RETURNING id
 
 -- name: copy_recipients
@@ -12,13 +13,53 @@ COPY campaign_recipients (campaign_id, ordinal, user_id, email, variables) FROM 
 -- The repeated-user sort of a million-line audience fits in memory instead of temp files.
 SET LOCAL work_mem = '64MB'
 
+-- name: import_lock
+-- One importer per campaign (a session lock, released when its connection ends, crash or
+-- not): parts must commit in line order for the pacer's checkpoint to skip nothing.
+SELECT pg_try_advisory_lock(hashtext('mailbus.campaign_import'), %(id)s::int)
+
+-- name: import_position
+SELECT state, importing, imported_through, imported_key FROM campaigns WHERE id = %(id)s
+
+-- name: import_counts
+SELECT recipients, invalid_lines FROM campaigns WHERE id = %(id)s
+
+-- name: record_part
+-- A part of the audience, in the transaction that copied its recipients. No row: the
+-- campaign is no longer importing (cancelled meanwhile).
+UPDATE campaigns
+SET recipients = recipients + %(stored)s,
+    invalid_lines = invalid_lines + %(rejected)s,
+    imported_through = %(through)s,
+    imported_key = %(key)s,
+    updated_at = now()
+WHERE id = %(id)s AND importing
+RETURNING id
+
+-- name: lock_importing
+-- The import's last step waits for a pacer tick to end, then reads the checkpoint.
+SELECT checkpoint FROM campaigns WHERE id = %(id)s AND importing FOR UPDATE
+
+-- name: finish_import
+-- Repeated lines leave the counts; those the pacer already handed out (they found their
+-- user's row, ON CONFLICT DO NOTHING) leave `processed` (and `suppressed`) too.
+UPDATE campaigns
+SET recipients = recipients - %(repeated)s,
+    invalid_lines = invalid_lines + %(repeated)s,
+    processed = processed - %(handed_out)s,
+    suppressed = suppressed - %(handed_out_suppressed)s,
+    importing = false,
+    updated_at = now()
+WHERE id = %(id)s
+
 -- name: repeated_users
 -- Lines whose user id an earlier line of the same campaign already has (the first is
--- kept). One scan and a sort, no join: the plan does not hang on statistics that have not
--- seen the rows just copied.
-SELECT ordinal, user_id, first_line
+-- kept), and whether the pacer marked them suppressed. One scan and a sort, no join: the
+-- plan does not hang on statistics that have not seen the rows just copied.
+SELECT ordinal, user_id, first_line, suppressed
 FROM (
-    SELECT ordinal, user_id, min(ordinal) OVER (PARTITION BY user_id) AS first_line
+    SELECT ordinal, user_id, suppressed,
+           min(ordinal) OVER (PARTITION BY user_id) AS first_line
     FROM campaign_recipients
     WHERE campaign_id = %(id)s
 ) lines
@@ -28,14 +69,13 @@ ORDER BY ordinal
 -- name: delete_lines
 DELETE FROM campaign_recipients WHERE campaign_id = %(id)s AND ordinal = ANY(%(ordinals)s)
 
--- name: record_import
-UPDATE campaigns SET recipients = %(recipients)s, invalid_lines = %(invalid)s
-WHERE id = %(id)s
-
 -- name: analyze_recipients
--- Statistics that count the rows just copied (ANALYZE in the importing transaction sees
--- them), so the pacer's first ticks are planned for the campaign's real size.
-ANALYZE campaign_recipients
+-- Statistics that count the parts just committed, so the pacer's ticks are planned for
+-- the campaign's real size; and fresh ones of the suppressions: on a table never analyzed
+-- (suppressions just imported) the fan-out's per-recipient check was planned as a
+-- sequential scan of every suppression, not the lower(address) index (2,000 suppressions:
+-- a 20,000-recipient tick took 15 s instead of 0.3 s).
+ANALYZE campaign_recipients, email_suppressions
 
 -- name: transition
 -- Moves a campaign from one of %(from_states)s to %(to_state)s. Waits for the row lock a
@@ -47,6 +87,7 @@ SET state = %(to_state)s,
     ended_at = CASE WHEN %(to_state)s IN ('finished', 'cancelled') THEN now() ELSE ended_at END,
     tokens = 0,
     last_tick_at = NULL,
+    importing = importing AND %(to_state)s <> 'cancelled',  -- a cancel ends the import
     updated_at = now()
 WHERE id = %(id)s AND state = ANY(%(from_states)s)
 RETURNING state
@@ -98,7 +139,8 @@ WHERE day = (now() AT TIME ZONE 'UTC')::date
 -- One pacer at a time per campaign: another pacer's tick skips a locked campaign.
 SELECT template, priority, rate_per_min, window_start, window_end, daily_cap, warmup,
        checkpoint, tokens, last_tick_at, day, day_count,
-       (started_at AT TIME ZONE 'UTC')::date, now(), recipients - processed
+       (started_at AT TIME ZONE 'UTC')::date, now(), recipients - processed, recipients,
+       importing
 FROM campaigns
 WHERE id = %(id)s AND state = 'running'
 FOR UPDATE SKIP LOCKED
@@ -196,7 +238,8 @@ WHERE id = %(id)s
 -- name: campaign_row
 SELECT id, name, template, priority, state, rate_per_min, window_start, window_end,
        daily_cap, warmup, audience, recipients, invalid_lines, checkpoint, processed,
-       created_rows, suppressed, created_at, started_at, ended_at
+       created_rows, suppressed, created_at, started_at, ended_at, importing,
+       imported_through
 FROM campaigns
 WHERE id = %(id)s
 

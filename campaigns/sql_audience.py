@@ -39,6 +39,7 @@ class SqlAudience:
         if not text:
             raise CampaignError("--audience-sql: empty query")
         self._page_size = page_size
+        self.last_key: str | None = None
         try:
             self._conn = psycopg.connect(database_url)
         except psycopg.Error as exc:
@@ -84,27 +85,32 @@ class SqlAudience:
                 raise CampaignError(f"--audience-sql: column {name!r} appears twice")
         return names
 
-    def records(self) -> Iterator[Recipient | Rejected]:
-        position = 0
-        after: Any = None
+    def records(
+        self, after: int = 0, after_key: str | None = None
+    ) -> Iterator[Recipient | Rejected]:
+        """Every row after keyset key ``after_key`` (None: from the first), positions
+        counted on from ``after``; ``last_key`` follows the rows yielded."""
+        position = after
+        last: Any = after_key  # the text form: PostgreSQL reads it as the column's type
         while True:
             try:
-                if position == 0:
+                if last is None:
                     page = self._conn.execute(self._first, {"page": self._page_size}).fetchall()
                 else:
-                    params = {"after": after, "page": self._page_size}
+                    params = {"after": last, "page": self._page_size}
                     page = self._conn.execute(self._next, params).fetchall()
             except psycopg.Error as exc:
                 raise CampaignError(f"--audience-sql: {_first_line(exc)}") from None
             for row in page:
                 position += 1
+                self.last_key = str(row[self._user_id])
                 extras = [(name, _text(row[index])) for index, name in self._extra]
                 yield check_recipient(
                     position, _text(row[self._user_id]), _text(row[self._email]), extras
                 )
             if len(page) < self._page_size:
                 return
-            after = page[-1][self._user_id]
+            last = page[-1][self._user_id]
             del page
 
     def close(self) -> None:

@@ -1,16 +1,23 @@
-"""Campaigns in PostgreSQL: creation with the audience import, and state transitions.
+"""Campaigns in PostgreSQL: creation, the audience import in parts, state transitions.
 
-The import is one transaction: the campaign row, a COPY of every valid recipient (ordinal
-= its CSV line), then the removal of repeated user ids. A crash or an error leaves no
-campaign at all; a campaign that exists has its whole audience.
+``create_campaign`` commits the campaign row first (``importing``), then the audience in
+parts of ``PART_SIZE`` lines: each part is one transaction, a COPY of its valid
+recipients (ordinal = its line) and the line it reached (``imported_through``). So a
+started campaign's pacer fans out the first parts while the rest is read, and an import
+that stopped goes on from its last part (``import_audience``, `mailbus campaign import`):
+no line is read into the table twice or skipped. One importer per campaign (an advisory
+lock) keeps parts committing in line order, which the pacer's checkpoint relies on. The
+last step removes lines whose user id an earlier line has, and ends ``importing``; until
+then the pacer never ends the campaign ``finished``.
 
 States: ``draft`` → (start) ``running`` ⇄ (pause/resume) ``paused``; the pacer ends a
-running campaign ``finished`` when its audience is handed out; ``cancel`` ends any
-unfinished one ``cancelled``.
+running campaign ``finished`` when its audience is imported and handed out; ``cancel``
+ends any unfinished one ``cancelled`` (and its import).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,17 +29,24 @@ from campaigns.audience import Recipient, Rejected, open_audience
 from campaigns.errors import CampaignError
 from campaigns.pacing import Window
 from mailbus.errors import InvalidSendError, StorageError
+from mailbus.settings import Settings
 from mailbus_client.send_request import SendRequest, validate_send_request
 from mailbus_client.sqlfiles import load_queries
 
 __all__ = [
+    "PART_SIZE",
     "CampaignSpec",
     "ImportReport",
     "RecipientSource",
     "Transition",
     "create_campaign",
+    "import_audience",
     "transition",
 ]
+
+# Audience lines per import transaction (MAILBUS_CAMPAIGN_IMPORT_PART): what the pacer
+# waits for before it can start, and what a crash of the import makes it read again.
+PART_SIZE = Settings.campaign_import_part
 
 
 @dataclass(frozen=True)
@@ -62,16 +76,23 @@ class CampaignSpec:
 @dataclass(frozen=True)
 class ImportReport:
     campaign_id: int
-    recipients: int  # valid, distinct recipients stored
-    rejected: int  # lines skipped (invalid or a repeated user id)
+    recipients: int  # valid, distinct recipients stored (all parts, earlier runs too)
+    rejected: int  # lines skipped (invalid or a repeated user id), earlier runs too
+    completed: bool = True  # False: the campaign was cancelled during the import
 
 
 @runtime_checkable
 class RecipientSource(Protocol):
     """An opened audience: a CSV (:class:`campaigns.audience.Audience`) or a SQL query
-    (:class:`campaigns.sql_audience.SqlAudience`)."""
+    (:class:`campaigns.sql_audience.SqlAudience`). ``records`` goes on after line
+    ``after`` (and, for a SQL query, after the keyset key ``after_key``); ``last_key`` is
+    the keyset key of the last record it yielded (None for a CSV)."""
 
-    def records(self) -> Iterator[Recipient | Rejected]: ...
+    last_key: str | None
+
+    def records(
+        self, after: int = 0, after_key: str | None = None
+    ) -> Iterator[Recipient | Rejected]: ...
 
 
 def create_campaign(
@@ -79,12 +100,17 @@ def create_campaign(
     spec: CampaignSpec,
     source: IO[bytes] | RecipientSource,
     on_reject: Callable[[Rejected], None],
+    *,
+    on_created: Callable[[int], None] = lambda campaign_id: None,
+    part_size: int = PART_SIZE,
 ) -> ImportReport:
-    """Create a ``draft`` campaign with the audience read from ``source`` (a CSV stream, or
-    an opened audience).
+    """Create a ``draft`` campaign and import its audience from ``source`` (a CSV
+    stream, or an opened audience).
 
-    ``on_reject`` hears every skipped line (invalid, or a user id already seen) as it is
-    found. Raises :class:`CampaignError` for a bad header; nothing is then stored.
+    ``on_created`` hears the campaign's id once its row is committed, before the import
+    (a caller may start it then); ``on_reject`` hears every skipped line (invalid, or a
+    user id already seen). Raises :class:`CampaignError` for a bad header; nothing is
+    then stored.
     """
     spec.check()
     # A CSV's header is checked before anything is written.
@@ -92,47 +118,148 @@ def create_campaign(
     queries = load_queries("campaigns", "queries.sql")
     try:
         with psycopg.connect(database_url) as conn:
-            conn.execute(queries["import_memory"])
             row = conn.execute(queries["insert_campaign"], _spec_params(spec)).fetchone()
             assert row is not None
             campaign_id = int(row[0])
-            stored = rejected = 0
-            with conn.cursor() as cur, cur.copy(queries["copy_recipients"]) as copy:
-                dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-                for record in audience.records():
+    except psycopg.Error as exc:
+        raise StorageError(f"campaign creation failed: {exc}") from exc
+    on_created(campaign_id)
+    return import_audience(database_url, campaign_id, audience, on_reject, part_size=part_size)
+
+
+def import_audience(
+    database_url: str,
+    campaign_id: int,
+    audience: RecipientSource,
+    on_reject: Callable[[Rejected], None],
+    *,
+    part_size: int = PART_SIZE,
+) -> ImportReport:
+    """Import ``audience`` into a campaign whose import is not complete, from where its
+    last committed part ended (a new campaign: from the start). ``audience`` must be the
+    same CSV or query as before. Raises :class:`CampaignError` if the campaign does not
+    exist, has its whole audience, or another process imports it now."""
+    q = load_queries("campaigns", "queries.sql")
+    try:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            locked = conn.execute(q["import_lock"], {"id": campaign_id}).fetchone()
+            if locked is None or not locked[0]:
+                raise CampaignError(f"campaign {campaign_id} is being imported by another process")
+            row = conn.execute(q["import_position"], {"id": campaign_id}).fetchone()
+            if row is None:
+                raise CampaignError(f"no campaign {campaign_id}")
+            state, importing, through, key = row
+            if not importing:
+                raise CampaignError(
+                    f"campaign {campaign_id} is {state}: its audience import is not open"
+                    " (complete, or ended by a cancel)"
+                )
+            records = audience.records(after=through, after_key=key)
+            first = True
+            while True:
+                part = _import_part(conn, q, campaign_id, records, part_size, audience, on_reject)
+                if part is None:  # cancelled meanwhile: the rest is never read
+                    return _report(conn, q, campaign_id, completed=False)
+                if first:  # statistics for the pacer's first ticks
+                    conn.execute(q["analyze_recipients"])
+                    first = False
+                if part < part_size:
+                    break
+            _remove_repeats(conn, q, campaign_id, on_reject)
+            conn.execute(q["analyze_recipients"])
+            return _report(conn, q, campaign_id, completed=True)
+    except psycopg.Error as exc:
+        raise StorageError(f"campaign import failed: {exc}") from exc
+
+
+def _import_part(
+    conn: psycopg.Connection[Any],
+    q: dict[str, str],
+    campaign_id: int,
+    records: Iterator[Recipient | Rejected],
+    part_size: int,
+    audience: RecipientSource,
+    on_reject: Callable[[Rejected], None],
+) -> int | None:
+    """Copy the next ``part_size`` lines in one transaction; how many lines it read, or
+    None when the campaign no longer imports (then nothing of the part is kept)."""
+    stored = rejected = read = 0
+    through = None
+    dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+    try:
+        with conn.transaction():
+            with conn.cursor() as cur, cur.copy(q["copy_recipients"]) as copy:
+                for record in itertools.islice(records, part_size):
+                    read += 1
+                    through = record.line
                     if isinstance(record, Recipient):
                         copy.write_row(
-                            (
-                                campaign_id,
-                                record.line,
-                                record.user_id,
-                                record.email,
-                                dumps(record.variables),
-                            )
-                        )
+                            (campaign_id, record.line, record.user_id, record.email,
+                             dumps(record.variables))
+                        )  # fmt: skip
                         stored += 1
                     else:
                         rejected += 1
                         on_reject(record)
-            repeated = []
-            for line, user_id, first_line in conn.execute(
-                queries["repeated_users"], {"id": campaign_id}
-            ):
-                repeated.append(line)
-                on_reject(Rejected(line, f"user_id {user_id!r} repeats line {first_line}"))
-            if repeated:
-                conn.execute(queries["delete_lines"], {"id": campaign_id, "ordinals": repeated})
-            stored -= len(repeated)
-            rejected += len(repeated)
-            conn.execute(
-                queries["record_import"],
-                {"id": campaign_id, "recipients": stored, "invalid": rejected},
-            )
-            conn.execute(queries["analyze_recipients"])
-            conn.commit()
-    except psycopg.Error as exc:
-        raise StorageError(f"campaign import failed: {exc}") from exc
-    return ImportReport(campaign_id, stored, rejected)
+            if through is None:
+                return 0  # the audience ended with the last part
+            params = {
+                "id": campaign_id,
+                "stored": stored,
+                "rejected": rejected,
+                "through": through,
+                "key": audience.last_key,
+            }
+            if conn.execute(q["record_part"], params).fetchone() is None:
+                raise _Cancelled  # rolls the part back
+    except _Cancelled:
+        return None
+    return read
+
+
+class _Cancelled(Exception):
+    """The campaign was cancelled while a part was read."""
+
+
+def _remove_repeats(
+    conn: psycopg.Connection[Any],
+    q: dict[str, str],
+    campaign_id: int,
+    on_reject: Callable[[Rejected], None],
+) -> None:
+    """The import's last step: lines whose user id an earlier line has are removed and
+    reported; those the pacer already handed out leave its counts. Ends ``importing``."""
+    with conn.transaction():
+        conn.execute(q["import_memory"])
+        repeated = conn.execute(q["repeated_users"], {"id": campaign_id}).fetchall()
+    with conn.transaction():
+        locked = conn.execute(q["lock_importing"], {"id": campaign_id}).fetchone()
+        if locked is None:
+            return  # cancelled meanwhile
+        checkpoint = int(locked[0])
+        handed_out = [r for r in repeated if r[0] <= checkpoint]
+        if repeated:
+            ordinals = [line for line, _user, _first, _suppressed in repeated]
+            conn.execute(q["delete_lines"], {"id": campaign_id, "ordinals": ordinals})
+        conn.execute(
+            q["finish_import"],
+            {
+                "id": campaign_id,
+                "repeated": len(repeated),
+                "handed_out": len(handed_out),
+                "handed_out_suppressed": sum(1 for r in handed_out if r[3]),
+            },
+        )
+    for line, user_id, first_line, _suppressed in repeated:
+        on_reject(Rejected(line, f"user_id {user_id!r} repeats line {first_line}"))
+
+
+def _report(
+    conn: psycopg.Connection[Any], q: dict[str, str], campaign_id: int, *, completed: bool
+) -> ImportReport:
+    row = conn.execute(q["import_counts"], {"id": campaign_id}).fetchone()
+    assert row is not None
+    return ImportReport(campaign_id, int(row[0]), int(row[1]), completed=completed)
 
 
 def _spec_params(spec: CampaignSpec) -> dict[str, Any]:

@@ -145,6 +145,9 @@ def collect_status(database_url: str, campaign_id: int) -> dict[str, Any]:
         "audience": campaign["audience"],
         "recipients": campaign["recipients"],
         "invalid_lines": campaign["invalid_lines"],
+        # The audience import is not complete: recipients are those imported so far.
+        "importing": campaign["importing"],
+        "imported_through": campaign["imported_through"],
         "handed_out": campaign["processed"],
         "counts": campaign_counts(
             campaign["state"],
@@ -174,6 +177,11 @@ def render_status(status: dict[str, Any]) -> list[str]:
         f"recipients {status['recipients']} (lines skipped at import: {status['invalid_lines']}),"
         f" handed out {status['handed_out']}, rows created {status['counts']['created']}",
     ]
+    if status["importing"]:
+        lines.append(
+            f"audience import not complete: read through line {status['imported_through']}"
+            f" (if no import runs: mailbus campaign import {status['id']} --audience ...)"
+        )
     counts = status["counts"]
     lines.append("".join(f"{name:>11}" for name in COUNTS))
     lines.append("".join(f"{counts[name]:>11}" for name in COUNTS))

@@ -64,6 +64,7 @@ class Settings:
     unsubscribe_secret: str = ""  # signs unsubscribe links; empty: campaigns carry none
     unsubscribe_base_url: str | None = None  # where `mailbus webhooks` is reached
     campaign_daily_quota: int | None = None  # recipients per UTC day, all campaigns; None: any
+    campaign_import_part: int = 50_000  # audience lines per import transaction
     kafka_security: KafkaSecurity = _PLAINTEXT  # TLS/SASL: see kafka_client_config
     provider: str = "http"  # http | smtp
     smtp_url: str = ""  # smtp://host:port, smtp+starttls://user@host:587, smtps://...
@@ -175,6 +176,9 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         unsubscribe_secret=reader.secret("MAILBUS_UNSUBSCRIBE_SECRET"),
         unsubscribe_base_url=reader.optional_url("MAILBUS_UNSUBSCRIBE_BASE_URL", ("https", "http")),
         campaign_daily_quota=reader.optional_integer("MAILBUS_CAMPAIGN_DAILY_QUOTA", 1, 10**12),
+        campaign_import_part=reader.integer(
+            "MAILBUS_CAMPAIGN_IMPORT_PART", Settings.campaign_import_part, 1, 10**7
+        ),
         kafka_security=parse_kafka_security(env),
         provider=_provider_kind(env.get("MAILBUS_PROVIDER")),
         smtp_url=reader._raw("MAILBUS_SMTP_URL") or "",

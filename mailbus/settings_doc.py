@@ -174,6 +174,13 @@ SETTINGS: tuple[Setting, ...] = (
         "recipients handed out per UTC day by all campaigns together, shared fairly",
         {"relay", "campaign"},
     ),
+    _s(
+        "CAMPAIGN_IMPORT_PART",
+        "50000",
+        "audience lines per import transaction: a started campaign's first part goes out"
+        " while the rest is read; an import that stopped goes on from its last part",
+        {"campaign"},
+    ),
     _s("INTAKE_TOPIC", "orders.events", "topic of the domain events", {"intake"}),
     _s(
         "INTAKE_MAPPINGS", "schemas/intake_mappings.json", "event type -> mail mappings", {"intake"}
