@@ -39,12 +39,23 @@ import psycopg
 
 from campaigns.pacing import Bucket, Grant, Pace, Window, fair_shares, plan_tick, settle
 from campaigns.unsubscribe import Links, hmac_pads
+from mailbus import health
+from mailbus.errors import StorageError
 from mailbus.settings import Settings
 from mailbus_client.sqlfiles import load_queries
 
-__all__ = ["MAX_BATCH", "Pacer", "TickResult", "start_pacer_thread"]
+__all__ = [
+    "MAX_BATCH",
+    "PACER_COMPONENT",
+    "PACER_RETRY_AFTER_ERROR_S",
+    "Pacer",
+    "TickResult",
+    "start_pacer_thread",
+]
 
 MAX_BATCH = 20_000  # recipients per transaction: a bigger grant is cut into several ticks
+PACER_COMPONENT = "campaign-pacer"  # its readiness in /readyz (mailbus.health)
+PACER_RETRY_AFTER_ERROR_S = 60.0
 log = logging.getLogger("mailbus.campaigns")
 
 
@@ -242,8 +253,9 @@ class Pacer:
         on_tick: Callable[[list[TickResult]], None] | None = None,
     ) -> None:
         """Tick every ``tick_s`` until ``stop`` (or, with ``until_idle``, until no campaign
-        of this pacer is running); survives database outages. ``on_tick`` hears every
-        round's results (after their commit)."""
+        of this pacer is running); survives database outages. Raises StorageError when the
+        database refuses a statement (a missing column, a SQL bug): retrying would loop for
+        ever. ``on_tick`` hears every round's results (after their commit)."""
         delay = 0.5
         while not stop.is_set():
             try:
@@ -259,10 +271,12 @@ class Pacer:
                         if any(r.limited_by == "batch" for r in results):
                             continue  # more is owed now: no sleep
                         stop.wait(max(0.0, self.tick_s - (time.monotonic() - started)))
-            except psycopg.Error as exc:
+            except psycopg.OperationalError as exc:  # connection lost, server restarting, ...
                 log.warning("campaign pacer: database error, retrying in %.1fs: %s", delay, exc)
                 stop.wait(delay)
                 delay = min(delay * 2, 10.0)
+            except psycopg.Error as exc:  # a statement the database refuses: a retry cannot help
+                raise StorageError(f"campaign pacer failed: {type(exc).__name__}: {exc}") from exc
 
     def _still_running(self, conn: psycopg.Connection[Any]) -> bool:
         if self.only is None:
@@ -279,6 +293,26 @@ def start_pacer_thread(settings: Settings, stop: threading.Event) -> threading.T
         links=Links.of(settings.unsubscribe_secret, settings.unsubscribe_base_url),
         daily_quota=settings.campaign_daily_quota,
     )
-    thread = threading.Thread(target=pacer.run, args=(stop,), name="campaign-pacer", daemon=True)
+    thread = threading.Thread(
+        target=_pace_until_stopped, args=(pacer, stop), name="campaign-pacer", daemon=True
+    )
     thread.start()
     return thread
+
+
+def _pace_until_stopped(pacer: Pacer, stop: threading.Event) -> None:
+    """The relay's pacer loop. A statement the database refuses stops pacing, not the relay:
+    P0/P1 mail keeps flowing. The error is logged with its traceback and /readyz turns 503
+    (a rollout of a broken version stalls); the pacer tries again every
+    ``PACER_RETRY_AFTER_ERROR_S``, which is slow enough not to flood the log and heals
+    the case of code deployed before its migration."""
+    while not stop.is_set():
+        try:
+            pacer.run(stop, on_tick=lambda _results: health.mark(PACER_COMPONENT, True))
+        except StorageError as exc:
+            health.mark(PACER_COMPONENT, False, str(exc))
+            log.exception(
+                "campaign pacer stopped, campaigns are not paced; trying again in %.0fs",
+                PACER_RETRY_AFTER_ERROR_S,
+            )
+            stop.wait(PACER_RETRY_AFTER_ERROR_S)

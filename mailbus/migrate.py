@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import resources
+from importlib.resources.abc import Traversable
 
 import psycopg
 
-from mailbus.errors import StorageError
+from mailbus.errors import ConfigError, StorageError
 
 __all__ = ["ROLES", "Migration", "apply_migrations", "apply_roles", "available_migrations"]
 
@@ -34,18 +35,33 @@ class Migration:
     sql: str
 
 
-def available_migrations() -> list[Migration]:
-    """The migrations shipped in ``schemas/sql``, ordered by version (``0001_name.sql``)."""
+def available_migrations(directory: Traversable | None = None) -> list[Migration]:
+    """The migrations in ``directory`` (default: those shipped in ``schemas/sql``), ordered
+    by version (``0001_name.sql``). Two files with one version (two branches that each
+    added the next number) raise ConfigError: a database that recorded the version with
+    one of them would skip the other."""
+    if directory is None:
+        directory = resources.files("schemas").joinpath("sql")
+    files: dict[int, str] = {}  # version → file name
     found = []
-    for entry in resources.files("schemas").joinpath("sql").iterdir():
+    for entry in sorted(directory.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".sql"):
-            version, _, rest = entry.name.partition("_")
-            found.append(Migration(int(version), rest.removesuffix(".sql"), entry.read_text()))
+            prefix, _, rest = entry.name.partition("_")
+            version = int(prefix)
+            if version in files:
+                raise ConfigError(
+                    str(directory),
+                    f"migrations {files[version]} and {entry.name} share version {version}:"
+                    " renumber one",
+                )
+            files[version] = entry.name
+            found.append(Migration(version, rest.removesuffix(".sql"), entry.read_text()))
     return sorted(found, key=lambda m: m.version)
 
 
 def apply_migrations(database_url: str) -> list[int]:
     """Apply what is missing; return the versions applied by this call."""
+    migrations = available_migrations()  # two files with one version: refused before connecting
     try:
         with psycopg.connect(database_url, autocommit=False) as conn:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
@@ -56,7 +72,7 @@ def apply_migrations(database_url: str) -> list[int]:
             )
             done = {row[0] for row in conn.execute("SELECT version FROM mailbus_schema_migrations")}
             applied = []
-            for migration in available_migrations():
+            for migration in migrations:
                 if migration.version in done:
                     continue
                 conn.execute(migration.sql.encode())

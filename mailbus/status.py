@@ -1,6 +1,6 @@
-"""`mailbus status`: what is waiting, how old the oldest is, what failed, how the
-provider is answering (failure and 429 rates, breaker state per consumer process), and
-each campaign's recipients by state."""
+"""`mailbus status`: what is waiting, how old the oldest is, what is not yet on Kafka
+(sends and outcome events), what failed, how the provider is answering (failure and 429
+rates, breaker state per consumer process), and each campaign's recipients by state."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ FROM email_sends WHERE status IN ('pending', 'sending', 'unknown') GROUP BY prio
 _UNPUBLISHED = """
 SELECT count(*) FROM email_sends WHERE status = 'pending' AND published_at IS NULL
 """
+_EVENTS_UNPUBLISHED = "SELECT count(*) FROM email_send_events WHERE published_at IS NULL"
 # One pass over the last 15 minutes of attempts (email_attempts_at_idx); 5-minute figures
 # are the FILTERed subset.
 _ATTEMPT_RATES = """
@@ -69,6 +70,7 @@ def collect_status(database_url: str) -> dict[str, Any]:
                 counts.setdefault(priority, {})[status] = count
             oldest = {p: round(float(age), 1) for p, age in conn.execute(_OLDEST_PENDING)}
             unpublished_row = conn.execute(_UNPUBLISHED).fetchone()
+            events_row = conn.execute(_EVENTS_UNPUBLISHED).fetchone()
             attempts_row = conn.execute(_ATTEMPT_RATES).fetchone()
             dead_letters = {reason: n for reason, n in conn.execute(_DEAD_LETTERS)}
             breakers = _breakers(conn)
@@ -82,6 +84,7 @@ def collect_status(database_url: str) -> dict[str, Any]:
         "by_priority": counts,
         "oldest_open_age_s": oldest,
         "not_yet_on_kafka": unpublished_row[0] if unpublished_row else 0,
+        "send_events_unpublished": events_row[0] if events_row else 0,  # outcome events
         "failed": sum(c.get("failed", 0) for c in counts.values()),
         "provider_calls": {"5m": _rates(*five), "15m": _rates(*fifteen)},
         "dead_letters": {
@@ -140,7 +143,10 @@ def render_status(status: dict[str, Any]) -> list[str]:
         lines.append(
             f"{priority:<9}" + "".join(f"{row.get(s, 0):>11}" for s in STATES) + f"{_age(age):>13}"
         )
-    lines.append(f"not yet on Kafka: {status['not_yet_on_kafka']}   failed: {status['failed']}")
+    lines.append(
+        f"not yet on Kafka: {status['not_yet_on_kafka']} sends,"
+        f" {status['send_events_unpublished']} outcome events   failed: {status['failed']}"
+    )
     lines.append("")
     lines.append(
         f"{'provider calls':<16}{'calls':>8}{'failed':>8}{'fail %':>8}{'429s':>8}{'429 %':>8}"

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import psycopg
@@ -14,6 +16,9 @@ import pytest
 from relay_runner import wait_until
 from services import REPO, run_mailbus, settings_env
 
+from campaigns.pacer import PACER_COMPONENT, start_pacer_thread
+from campaigns.store import transition
+from mailbus import health
 from mailbus.settings import Settings
 
 
@@ -202,3 +207,52 @@ def test_the_relay_paces_a_started_campaign(settings: Settings, tmp_path: Path) 
         run_mailbus("campaign", "status", str(campaign_id), "--json", env=env).stdout
     )
     assert status["state"] == "finished" and status["counts"]["created"] == n
+
+
+def drop_pacer_column(database_url: str) -> None:
+    """A schema the pacer's queries no longer match (code deployed before its migration,
+    or a SQL bug): the database refuses the statement, and a retry cannot change that."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE campaigns DROP COLUMN tokens")
+
+
+def test_run_fails_when_the_database_refuses_the_pacers_statement(
+    settings: Settings, tmp_path: Path
+) -> None:
+    campaign_id = create(settings, write_audience(tmp_path / "a.csv", 3))
+    transition(settings.database_url, campaign_id, "start")
+    drop_pacer_column(settings.database_url)
+    done = run_mailbus("campaign", "run", str(campaign_id), env=settings_env(settings), timeout=30)
+    assert done.returncode == 1, done.stderr
+    assert 'mailbus: campaign pacer failed: UndefinedColumn: column "tokens"' in done.stderr
+
+
+def test_the_relays_pacer_reports_a_refused_statement_and_keeps_the_thread(
+    settings: Settings,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(health, "_components", {})  # this process's readiness, for this test
+    campaign_id = create(settings, write_audience(tmp_path / "a.csv", 3))
+    transition(settings.database_url, campaign_id, "start")
+    drop_pacer_column(settings.database_url)
+    stop = threading.Event()
+    with caplog.at_level(logging.ERROR, logger="mailbus.campaigns"):
+        pacer = start_pacer_thread(settings, stop)
+        try:
+
+            def not_ready() -> bool:
+                _ready, components = health.readiness()
+                return components.get(PACER_COMPONENT, {}).get("ready") is False
+
+            wait_until(not_ready, 20, "the pacer to mark itself not ready")
+            assert pacer.is_alive()  # waits to try again, the relay's other work goes on
+        finally:
+            stop.set()
+            pacer.join(10)
+    assert not pacer.is_alive()
+    _ready, components = health.readiness()
+    assert "UndefinedColumn" in str(components[PACER_COMPONENT]["detail"])
+    [record] = [r for r in caplog.records if "campaign pacer stopped" in r.getMessage()]
+    assert record.exc_info is not None  # the traceback is in the log

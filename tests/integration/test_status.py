@@ -1,5 +1,5 @@
-"""`mailbus status` over seeded rows: depth, oldest age, failure and 429 rates, dead
-letters not replayed, and breaker states from ``provider_health``."""
+"""`mailbus status` over seeded rows: depth, oldest age, what is not yet on Kafka, failure
+and 429 rates, dead letters not replayed, and breaker states from ``provider_health``."""
 
 from __future__ import annotations
 
@@ -89,6 +89,7 @@ def test_collect_status(database_url: str) -> None:
     assert oldest["p1"] == pytest.approx(600, abs=5)
     assert oldest["p2"] == pytest.approx(7200, abs=5)
     assert status["not_yet_on_kafka"] == 6
+    assert status["send_events_unpublished"] == 5  # p1's unknown, accepted and failed rows
     assert status["failed"] == 1
     assert status["provider_calls"] == {
         "5m": {
@@ -125,6 +126,7 @@ def test_an_empty_database(database_url: str) -> None:
         "rate_429": None,
     }
     assert status["dead_letters"] == {"not_replayed": 0, "by_reason": {}}
+    assert status["send_events_unpublished"] == 0
     text = "\n".join(render_status(status))
     assert "dead letters not replayed: 0" in text
 
@@ -186,3 +188,4 @@ def test_cli_table(database_url: str) -> None:
     assert p1.split()[-1] == "10m"
     assert any("last 5m" in line and "10.0%" in line and "25.0%" in line for line in table)
     assert "dead letters not replayed: 3 (rejected 2, max_attempts 1)" in done.stdout
+    assert "not yet on Kafka: 6 sends, 5 outcome events   failed: 1" in done.stdout

@@ -76,6 +76,7 @@ def test_rules_only_use_exported_metrics() -> None:
         ("MailbusBreakerOpen", "== 2"),
         ("MailbusDeadLettersGrowing", "increase(mailbus_dead_letters_total[15m])) > 50"),
         ("MailbusConsumerLagGrowing", "mailbus_consumer_lag"),
+        ("MailbusSendEventsBacklog", "max(mailbus_send_events_unpublished) > 0"),
     ],
 )
 def test_required_alerts(alert: str, fragment: str) -> None:

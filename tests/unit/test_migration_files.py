@@ -1,0 +1,39 @@
+"""The migration files: versions from their names, in order, and never two with one
+version (two branches that each added the next number would silently lose one)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mailbus.errors import ConfigError
+from mailbus.migrate import available_migrations
+
+
+def write(directory: Path, *names: str) -> Path:
+    for name in names:
+        (directory / name).write_text(f"-- {name}\n")
+    return directory
+
+
+def test_versions_and_names_in_order(tmp_path: Path) -> None:
+    write(tmp_path, "0002_b.sql", "0010_c_d.sql", "0001_a.sql", "README.md")
+    found = available_migrations(tmp_path)
+    assert [(m.version, m.name) for m in found] == [(1, "a"), (2, "b"), (10, "c_d")]
+    assert found[0].sql == "-- 0001_a.sql\n"
+
+
+def test_two_files_with_one_version_are_refused_naming_both(tmp_path: Path) -> None:
+    write(tmp_path, "0001_a.sql", "0016_send_tags.sql", "0016_campaign_notes.sql")
+    with pytest.raises(ConfigError) as refused:
+        available_migrations(tmp_path)
+    assert refused.value.setting == str(tmp_path)
+    assert refused.value.problem == (
+        "migrations 0016_campaign_notes.sql and 0016_send_tags.sql share version 16: renumber one"
+    )
+
+
+def test_the_shipped_migrations_have_distinct_versions() -> None:
+    versions = [m.version for m in available_migrations()]
+    assert versions == sorted(set(versions)) and versions[0] == 1
