@@ -41,6 +41,7 @@ sys.path[:0] = [str(REPO), str(REPO / "client")]  # this checkout first, client 
 from results import record  # noqa: E402
 
 from mailbus.migrate import apply_migrations  # noqa: E402
+from mailbus.scratch_database import drop_database  # noqa: E402
 
 
 def generate(path: Path, n: int) -> None:
@@ -150,8 +151,7 @@ def fresh_database(base_url: str, n: int, source: str) -> Iterator[tuple[str, di
                 conn.execute("ANALYZE app_users")
         yield url, {**os.environ, "MAILBUS_DATABASE_URL": url, "MAILBUS_LOG_LEVEL": "WARNING"}
     finally:
-        with psycopg.connect(base_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        drop_database(base_url, dbname)
 
 
 def check_rows(url: str, campaign_id: str, n: int) -> None:

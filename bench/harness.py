@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "client")]  # this checkout first, client included
 
 from mailbus.migrate import apply_migrations  # noqa: E402
+from mailbus.scratch_database import drop_database  # noqa: E402
 from mailbus.settings import Settings  # noqa: E402
 
 __all__ = ["REPO", "Bench", "percentile"]
@@ -110,5 +111,4 @@ class Bench:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
                 process.wait(120)
-        with psycopg.connect(self._admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{self.dbname}" WITH (FORCE)')
+        drop_database(self._admin_url, self.dbname)

@@ -36,6 +36,7 @@ from results import record  # noqa: E402
 
 from feedback.signature import signature_header  # noqa: E402
 from mailbus.migrate import apply_migrations  # noqa: E402
+from mailbus.scratch_database import drop_database  # noqa: E402
 
 SECRET = "bench-webhook-secret-0123456789"
 TYPES = ("delivered", "delivered", "delivered", "deferred", "bounced", "complained")
@@ -142,8 +143,7 @@ def main() -> None:
         if server is not None:
             server.send_signal(signal.SIGTERM)
             server.wait(timeout=30)
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        drop_database(admin_url, dbname)
 
 
 if __name__ == "__main__":

@@ -165,8 +165,8 @@ def import_audience(
                     first = False
                 if part < part_size:
                     break
-            _remove_repeats(conn, q, campaign_id, on_reject)
             conn.execute(q["analyze_recipients"])
+            _remove_repeats(conn, q, campaign_id, on_reject)
             return _report(conn, q, campaign_id, completed=True)
     except psycopg.Error as exc:
         raise StorageError(f"campaign import failed: {exc}") from exc

@@ -10,12 +10,12 @@ any second is the rate plus the bucket's capacity plus what processes hold local
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 
 import psycopg
 
+from consumer.held_tokens import HeldTokens
 from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["GlobalRateLimiter"]
@@ -32,18 +32,11 @@ class GlobalRateLimiter:
         self._name = name
         self._queries = load_queries("consumer", "protection.sql")
         self._conn: psycopg.AsyncConnection | None = None
-        self._tokens = 0
-        self._lock = asyncio.Lock()
+        self._held = HeldTokens()
 
     async def acquire(self) -> None:
         """Wait until this process may make one provider request."""
-        async with self._lock:
-            while self._tokens == 0:
-                granted, wait_s = await self._take()
-                self._tokens += granted
-                if granted == 0:
-                    await asyncio.sleep(wait_s)
-            self._tokens -= 1
+        await self._held.spend(self._take)
 
     async def close(self) -> None:
         if self._conn is not None:

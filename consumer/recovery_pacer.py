@@ -9,7 +9,6 @@ not hold sends back (the cap protects reputation, it is not a guarantee the tabl
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from collections.abc import Callable
 import psycopg
 
 from consumer.core.recovery import RecoveryPolicy, recovery_rate
+from consumer.held_tokens import HeldTokens
 from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["RecoveryPacer"]
@@ -40,32 +40,27 @@ class RecoveryPacer:
         self._clock = clock
         self._queries = load_queries("consumer", "recovery.sql")
         self._conn: psycopg.AsyncConnection | None = None
-        self._lock = asyncio.Lock()
         self._elapsed_at: tuple[float | None, float] = (None, -1e18)  # (elapsed, read at)
-        self._tokens = 0
+        self._held = HeldTokens()
 
     async def start(self) -> None:
         """A breaker closed after an outage: restart the ramp for every process."""
         try:
             await self._run("start_recovery")
             self._elapsed_at = (0.0, self._clock())
-            self._tokens = 0
+            self._held.drop()
             log.warning("provider recovered: sends capped, ramping up (MAILBUS_RECOVERY_RATE)")
         except psycopg.Error as exc:
             log.warning("cannot start the recovery ramp: %s", exc)
 
     async def acquire(self, p0: bool) -> None:
         """Wait until one send may go out under the recovery cap (at once when no ramp)."""
-        async with self._lock:
-            while self._tokens == 0:
-                rate = recovery_rate(self.policy, await self._elapsed())
-                if rate is None:
-                    return
-                granted, wait_s = await self._take(rate, p0)
-                self._tokens += granted
-                if granted == 0:
-                    await asyncio.sleep(wait_s)
-            self._tokens -= 1
+
+        async def take() -> tuple[int, float] | None:
+            rate = recovery_rate(self.policy, await self._elapsed())
+            return None if rate is None else await self._take(rate, p0)
+
+        await self._held.spend(take)
 
     async def close(self) -> None:
         if self._conn is not None:

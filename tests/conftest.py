@@ -14,6 +14,7 @@ import pytest
 from services import StackServices, database_url_for, find_services
 
 from mailbus.migrate import apply_migrations
+from mailbus.scratch_database import drop_database
 from mailbus.settings import Settings, load_settings
 from mailbus.topics import ensure_topics
 
@@ -32,8 +33,7 @@ def template_database(services: StackServices) -> Iterator[str]:
         admin.execute(f'CREATE DATABASE "{name}"')
     apply_migrations(database_url_for(services.database_url, name))
     yield name
-    with psycopg.connect(services.database_url, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_database(services.database_url, name)
 
 
 @pytest.fixture
@@ -42,8 +42,7 @@ def database_url(services: StackServices, template_database: str) -> Iterator[st
     with psycopg.connect(services.database_url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
     yield database_url_for(services.database_url, name)
-    with psycopg.connect(services.database_url, autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    drop_database(services.database_url, name)
 
 
 @pytest.fixture

@@ -33,6 +33,8 @@ from pgqueuer.types import QueueExecutionMode
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from results import record
 
+from mailbus.scratch_database import drop_database
+
 
 async def cycle(url: str, jobs: int, in_flight: int, call_ms: float) -> tuple[float, float]:
     """(enqueue jobs/s, dequeue → complete jobs/s) on a database with PgQueuer's schema."""
@@ -92,8 +94,7 @@ def one_run(admin_url: str, jobs: int, in_flight: int, call_ms: float) -> tuple[
 
         return asyncio.run(install_and_cycle())
     finally:
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        drop_database(admin_url, dbname)
 
 
 def main() -> None:

@@ -1,8 +1,10 @@
 """The campaign proof: 100,000 recipients from a CSV, 1,000 of them suppressed (half of
-those in another letter case than the CSV has), the fan-out SIGKILLed at random points,
-then the relay (which paces the rest) and the consumers SIGKILLed at random while the
-campaign is delivered. After restarts: exactly 99,000 rows, each accepted once at the
-provider, no suppressed address contacted, and the table agrees with the provider."""
+those in another letter case than the CSV has), the import SIGKILLed mid-audience and
+taken up again (`campaign import`) while the fan-out hands out its first parts, the
+fan-out SIGKILLed at random points, then the relay (which paces the rest) and the
+consumers SIGKILLed at random while the campaign is delivered. After restarts: exactly
+99,000 rows, each accepted once at the provider, no suppressed address contacted, and
+the table agrees with the provider."""
 
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ from pathlib import Path
 
 from conftest import Stack
 from relay_runner import wait_until
-from services import run_mailbus
 
 N = 100_000
 SUPPRESSED = range(100, N + 1, 100)  # 1,000 users
@@ -34,6 +35,12 @@ def campaign_figures(stack: Stack, campaign_id: int) -> tuple[str, int, int]:
     return row  # type: ignore[return-value]
 
 
+def import_position(stack: Stack) -> tuple[int, bool, int]:
+    """(id, importing, imported_through) of the test's campaign, (0, True, 0) before."""
+    rows = stack.query("SELECT id, importing, imported_through FROM campaigns")
+    return rows[0] if rows else (0, True, 0)  # type: ignore[return-value]
+
+
 def test_sigkills_during_fan_out_and_delivery_lose_and_double_nothing(
     stack: Stack, tmp_path: Path
 ) -> None:
@@ -48,17 +55,22 @@ def test_sigkills_during_fan_out_and_delivery_lose_and_double_nothing(
         " FROM generate_series(100, %s, 100) AS i RETURNING 1",
         N,
     )
-    env = stack.env()
-    created = run_mailbus(
-        "campaign", "create", "--name", "proof", "--template", "newsletter",
-        "--audience", str(audience), "--rate", "25000/s", env=env, timeout=120,
-    )  # fmt: skip
-    assert created.returncode == 0, created.stderr
-    campaign_id = int(created.stdout.strip().splitlines()[-1])
     consumers = ("consumer-a", "consumer-b")
     for name in consumers:
         stack.start_consumer(name, priorities="p2")
-    assert run_mailbus("campaign", "start", str(campaign_id), env=env).returncode == 0
+
+    # The import, in parts of 5,000 lines, started at once and SIGKILLed mid-audience.
+    part = {"MAILBUS_CAMPAIGN_IMPORT_PART": "5000"}
+    stack.start("import", "campaign", "create", "--name", "proof", "--template", "newsletter",
+                "--audience", str(audience), "--rate", "25000/s", "--start", **part)  # fmt: skip
+    wait_until(lambda: import_position(stack)[2] > 0, 60, "a committed part")
+    time.sleep(rng.uniform(0.0, 0.3))
+    stack.kill("import")
+    campaign_id, importing, through = import_position(stack)
+    assert importing and through < N + 1  # killed mid-import
+    # Taken up again from its last part while the fan-out hands out what is there.
+    stack.start("import-again", "campaign", "import", str(campaign_id),
+                "--audience", str(audience), **part)  # fmt: skip
 
     # The fan-out alone (`campaign run`), SIGKILLed three times at random points once it
     # has committed something (25,000 a second: about 4 s for the whole audience).
@@ -72,6 +84,8 @@ def test_sigkills_during_fan_out_and_delivery_lose_and_double_nothing(
         stack.kill(f"fan-out-{round_}")
         handed_out.append(campaign_figures(stack, campaign_id)[1])
     assert 0 < handed_out[1] < N  # the first SIGKILL came mid-fan-out
+    assert stack.processes.pop("import-again").wait(120) == 0
+    assert import_position(stack)[1:] == (False, N + 1)
 
     # The relay paces the rest and publishes; it and the consumers die at random.
     roles = {"relay": lambda: stack.start_relay("relay")}

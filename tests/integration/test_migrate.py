@@ -9,6 +9,8 @@ import uuid
 import psycopg
 from services import REPO, StackServices, database_url_for
 
+from mailbus.scratch_database import drop_database
+
 _SCHEMA = """
 SELECT table_name, column_name, data_type, is_nullable, column_default
 FROM information_schema.columns WHERE table_schema = 'public' ORDER BY 1, 2
@@ -46,5 +48,4 @@ def test_migrate_twice_and_concurrently_gives_one_schema(services: StackServices
         assert _schema(url) == first
         assert any(index == "email_sends_dedupe_key_key" for index, _ in first[1])
     finally:
-        with psycopg.connect(services.database_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(services.database_url, name)

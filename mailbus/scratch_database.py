@@ -1,0 +1,36 @@
+"""Dropping the scratch databases that tests and benchmarks make for each run.
+
+``DROP DATABASE ... WITH (FORCE)`` ends every other session first, but a role that is no
+superuser (the local stack's app role) may not end an autovacuum worker's: a bulk load
+just before often starts one, and the drop then fails with ``must be a member of the role
+whose process is being terminated``. A plain ``DROP DATABASE`` stops autovacuum workers
+by itself (and waits for them), so that is what follows; it fails only while a session
+of ours is still open, which FORCE ends on the next try.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+
+__all__ = ["drop_database"]
+
+
+def drop_database(admin_url: str, name: str, attempts: int = 10) -> None:
+    """Drop database ``name`` (if it exists) through a connection to ``admin_url``."""
+    quoted = name.replace('"', '""')
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        for attempt in range(attempts):
+            try:
+                admin.execute(f'DROP DATABASE IF EXISTS "{quoted}" WITH (FORCE)')
+                return
+            except psycopg.errors.InsufficientPrivilege:  # an autovacuum worker is in it
+                pass
+            try:
+                admin.execute(f'DROP DATABASE IF EXISTS "{quoted}"')
+                return
+            except psycopg.errors.ObjectInUse:  # a session of ours came meanwhile
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(0.2)
