@@ -251,10 +251,11 @@ def write_doc(store: dict[str, Any], machine_info: dict[str, str]) -> None:
     text = "\n".join([
         "# Benchmarks", "",
         "Written by `make bench-report` (`python3 bench/report.py`); every figure is the"
-        " min / median / max over the runs shown. **Taken under load**: the machine's cores"
-        " were shared with other work while these ran, so each benchmark lists the load"
-        " average seen before and after its runs; read the figures as what this machine gave"
-        " then, not as a ceiling.",
+        " min / median / max over the runs shown, on the machine below. Each benchmark"
+        " lists the load average seen before and after its runs (the benchmarks' own"
+        " processes, the broker and the database make most of it; `--lock FILE` keeps other"
+        " heavy jobs that take the same lock out); read the figures as what this machine"
+        " gave then, on two cores shared by every process of the run, not as a ceiling.",
         *(["", "**Quick sizes** (`--quick`): rows, events and durations reduced to fit the"
            " time available; each section names its exact command. Run `make bench-report`"
            " for full sizes."] if quick else []),
