@@ -1,7 +1,7 @@
 """The campaign pacer: hands recipients out as ``email_sends`` rows, at each campaign's pace.
 
-One tick of one campaign is one transaction: lock the campaign row (``FOR UPDATE SKIP
-LOCKED``: two pacers never pace the same campaign at once), ask :func:`plan_tick` how many
+One tick of one campaign is one transaction: lock the campaign row (``FOR UPDATE``: two
+pacers never pace the same campaign at once, the second waits), ask :func:`plan_tick` how many
 recipients the pace allows, write their rows (``ON CONFLICT (dedupe_key) DO NOTHING``, the
 suppressed marked instead), and advance the checkpoint and the bucket. A crash before the
 commit undoes all of it, so no recipient is skipped or written twice; the unique dedupe
@@ -51,9 +51,12 @@ __all__ = [
     "Pacer",
     "TickResult",
     "start_pacer_thread",
+    "wait_after",
 ]
 
 MAX_BATCH = 20_000  # recipients per transaction: a bigger grant is cut into several ticks
+IMPORT_WAIT_S = 0.1  # a tick that handed out every recipient imported so far waits this
+# long for the import's next part, not a whole tick
 PACER_COMPONENT = "campaign-pacer"  # its readiness in /readyz (mailbus.health)
 PACER_RETRY_AFTER_ERROR_S = 60.0
 log = logging.getLogger("mailbus.campaigns")
@@ -268,9 +271,7 @@ class Pacer:
                             on_tick(results)
                         if until_idle and not self._still_running(conn):
                             return
-                        if any(r.limited_by == "batch" for r in results):
-                            continue  # more is owed now: no sleep
-                        stop.wait(max(0.0, self.tick_s - (time.monotonic() - started)))
+                        stop.wait(wait_after(results, self.tick_s, time.monotonic() - started))
             except psycopg.OperationalError as exc:  # connection lost, server restarting, ...
                 log.warning("campaign pacer: database error, retrying in %.1fs: %s", delay, exc)
                 stop.wait(delay)
@@ -283,6 +284,17 @@ class Pacer:
             return bool(conn.execute(self._queries["running_ids"]).fetchall())
         row = conn.execute(self._queries["campaign_state"], {"id": self.only}).fetchone()
         return row is not None and row[0] == "running"
+
+
+def wait_after(results: list[TickResult], tick_s: float, elapsed_s: float) -> float:
+    """Seconds until the next round (pure): none when more is owed at once, a moment when a
+    campaign waits for its import's next part, else the rest of the tick."""
+    if any(r.limited_by == "batch" for r in results):
+        return 0.0
+    rest = max(0.0, tick_s - elapsed_s)
+    if any(r.limited_by == "import" for r in results):
+        return min(rest, IMPORT_WAIT_S)
+    return rest
 
 
 def start_pacer_thread(settings: Settings, stop: threading.Event) -> threading.Thread:

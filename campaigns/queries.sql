@@ -139,14 +139,17 @@ FROM campaigns
 WHERE day = (now() AT TIME ZONE 'UTC')::date
 
 -- name: lock_running
--- One pacer at a time per campaign: another pacer's tick skips a locked campaign.
+-- One pacer at a time per campaign: another pacer's tick waits for the lock, then finds
+-- the campaign as the first one left it. Not SKIP LOCKED: an import commits each part by
+-- updating this row, queued behind a tick's lock, and a tick that skipped the row in the
+-- moment of that commit slept a whole second (once a part, most parts of an import).
 SELECT template, priority, rate_per_min, window_start, window_end, daily_cap, warmup,
        checkpoint, tokens, last_tick_at, day, day_count,
        (started_at AT TIME ZONE 'UTC')::date, now(), recipients - processed, recipients,
        importing
 FROM campaigns
 WHERE id = %(id)s AND state = 'running'
-FOR UPDATE SKIP LOCKED
+FOR UPDATE
 
 -- name: tick_settings
 -- The fan-out must walk the recipients in ordinal order from the checkpoint (an index scan
