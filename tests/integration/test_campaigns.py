@@ -283,17 +283,19 @@ def test_the_rate_holds_on_the_database_clock(database_url: str) -> None:
     thread = threading.Thread(target=pacer.run, args=(stop,), daemon=True)
     thread.start()
     try:
-        wait_until(lambda: count(database_url, campaign_id) >= 130, 30, "six seconds of rows")
+        wait_until(lambda: count(database_url, campaign_id) >= 210, 40, "ten seconds of rows")
     finally:
         stop.set()
         thread.join(timeout=10)
     with psycopg.connect(database_url) as conn:
         row = conn.execute(
             "SELECT count(*) FROM email_sends, (SELECT min(created_at) AS t0 FROM email_sends) f"
-            " WHERE created_at > t0 + interval '1 second' AND created_at <= t0 + interval '5 s'",
+            " WHERE created_at > t0 + interval '1 second' AND created_at <= t0 + interval '9 s'",
         ).fetchone()
     assert row is not None
-    assert 72 <= row[0] <= 88  # 4 seconds at 20 a second, within 10%
+    # 8 seconds at 20 a second, within 10%: long enough that one tick delayed by a loaded
+    # machine at either end of the window (it failed once over 4 s) stays inside it.
+    assert 144 <= row[0] <= 176
 
 
 def forget_statistics(database_url: str, table: str) -> None:
