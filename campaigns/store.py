@@ -185,7 +185,6 @@ def _import_part(
     None when the campaign no longer imports (then nothing of the part is kept)."""
     stored = rejected = read = 0
     through = None
-    dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
     try:
         with conn.transaction():
             with conn.cursor() as cur, cur.copy(q["copy_recipients"]) as copy:
@@ -195,7 +194,7 @@ def _import_part(
                     if isinstance(record, Recipient):
                         copy.write_row(
                             (campaign_id, record.line, record.user_id, record.email,
-                             dumps(record.variables))
+                             _json_object(record.variables))
                         )  # fmt: skip
                         stored += 1
                     else:
@@ -215,6 +214,20 @@ def _import_part(
     except _Cancelled:
         return None
     return read
+
+
+_json_string = json.encoder.encode_basestring  # C: a str as a JSON string, non-ASCII kept
+
+
+def _json_object(variables: dict[str, str]) -> str:
+    """A recipient's variables (text values) as a JSON object, for COPY: a line of a
+    million-line import, so a third of ``json.dumps``'s time (which builds an encoder a
+    call)."""
+    return (
+        "{"
+        + ",".join([_json_string(k) + ":" + _json_string(v) for k, v in variables.items()])
+        + "}"
+    )
 
 
 class _Cancelled(Exception):
