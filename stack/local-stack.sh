@@ -156,10 +156,19 @@ pg_up() {
   pg_tls
   pgc status >/dev/null 2>&1 || { log "starting PostgreSQL $PG_VER/$PG_CLUSTER"; pgc start; }
   pg_wait
-  # Room for many test connections; restart only when the value changes.
+  # Room for many test connections, and a buffer pool a million-recipient campaign's tables
+  # fit in (Debian's default is 128MB, PostgreSQL's docs suggest a quarter of the memory;
+  # with 1GB a campaign ran about 9% faster at the median: README, "Campaigns"). Restart
+  # only when a value changes.
+  local restart=0
   if [ "$(psql_admin -tAc 'SHOW max_connections')" -lt 300 ]; then
-    psql_admin -c 'ALTER SYSTEM SET max_connections = 300'
-    log "restarting PostgreSQL for max_connections=300"
+    psql_admin -c 'ALTER SYSTEM SET max_connections = 300'; restart=1
+  fi
+  if [ "$(psql_admin -tAc 'SHOW shared_buffers')" != 1GB ]; then
+    psql_admin -c "ALTER SYSTEM SET shared_buffers = '1GB'"; restart=1
+  fi
+  if [ "$restart" = 1 ]; then
+    log "restarting PostgreSQL for max_connections=300, shared_buffers=1GB"
     pgc restart; pg_wait
   fi
   # The app role is no superuser (an older stack made it one: ALTER downgrades it). It owns
