@@ -158,8 +158,8 @@ pg_up() {
   pg_wait
   # Room for many test connections, and a buffer pool a million-recipient campaign's tables
   # fit in (Debian's default is 128MB, PostgreSQL's docs suggest a quarter of the memory;
-  # with 1GB a campaign ran about 9% faster at the median: README, "Campaigns"). Restart
-  # only when a value changes.
+  # with 1GB a million-recipient campaign ran 2-9% faster at the median: README,
+  # "Campaigns"). Restart only when a value changes.
   local restart=0
   if [ "$(psql_admin -tAc 'SHOW max_connections')" -lt 300 ]; then
     psql_admin -c 'ALTER SYSTEM SET max_connections = 300'; restart=1
