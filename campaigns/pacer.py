@@ -22,6 +22,12 @@ own topic and consumer group: a draining campaign never holds back P0/P1 mail.
 Rows are created as the pace allows (not up front with a schedule): pausing or cancelling
 updates one campaign row and the few rows already queued, not a million scheduled ones.
 
+Campaign rows get what the enqueue helper gives other mail: the template's policy expiry
+(``expire_after_s`` of ``MAILBUS_POLICY_FILE``, counted from the row's creation) and the
+queue cap (``MAILBUS_QUEUE_CAP``): a tick hands out no more rows than the cap admits for
+the campaign's priority now, and the campaign waits (``limited_by`` "queue") while the
+queue is full.
+
 ``mailbus relay`` runs :func:`start_pacer_thread` beside the relay loop; ``mailbus
 campaign run ID`` runs :meth:`Pacer.run` in the foreground for one campaign.
 """
@@ -42,6 +48,7 @@ from campaigns.unsubscribe import Links, hmac_pads
 from mailbus import health
 from mailbus.errors import StorageError
 from mailbus.settings import Settings
+from mailbus_client.policies import PolicyBook, QueueCap, configured_policy_book
 from mailbus_client.sqlfiles import load_queries
 
 __all__ = [
@@ -81,7 +88,8 @@ class TickResult:
     created: int  # new email_sends rows
     suppressed: int
     finished: bool
-    limited_by: str  # see pacing.Grant, or "quota", or "import" (waits for the next part);
+    limited_by: str  # see pacing.Grant, or "quota", "queue" (the queue cap), or "import"
+    # (waits for the import's next part);
     # "batch" means more is owed at once
     recipients: int = 0  # the campaign's recipients imported so far
 
@@ -96,9 +104,14 @@ class Pacer:
         max_batch: int = MAX_BATCH,
         links: Links | None = None,
         daily_quota: int | None = None,
+        policies: PolicyBook | None = None,
+        queue_cap: QueueCap | None = None,
     ) -> None:
         self.database_url = database_url
         self.daily_quota = daily_quota  # recipients per UTC day, all campaigns together
+        # As the enqueue helper's: MAILBUS_POLICY_FILE (or the shipped book), MAILBUS_QUEUE_CAP.
+        self._policies = configured_policy_book() if policies is None else policies
+        self._queue_cap = QueueCap.from_environ() if queue_cap is None else queue_cap
         # Unsubscribe links in every row's variables (None: no secret, no links).
         inner, outer = hmac_pads(links.secret) if links is not None else (None, None)
         self._links = {
@@ -167,6 +180,7 @@ class Pacer:
         q = self._queries
         handed_out = created = suppressed = 0
         last = planned.checkpoint
+        rows, limited_by = self._within_queue_cap(conn, planned.priority, rows, limited_by)
         if rows > 0:
             conn.execute(q["tick_settings"])
             out = conn.execute(
@@ -177,6 +191,7 @@ class Pacer:
                     "limit": rows,
                     "template": planned.template,
                     "priority": planned.priority,
+                    "expire_after_s": self._policies.for_template(planned.template).expire_after_s,
                     **self._links,
                 },
             ).fetchone()
@@ -214,6 +229,17 @@ class Pacer:
             limited_by,
             planned.recipients,
         )
+
+    def _within_queue_cap(
+        self, conn: psycopg.Connection[Any], priority: str, rows: int, limited_by: str
+    ) -> tuple[int, str]:
+        """``rows``, or fewer: as many as the queue cap admits for ``priority`` now."""
+        threshold = self._queue_cap.threshold(priority)
+        if threshold is None or rows == 0:
+            return rows, limited_by
+        row = conn.execute(self._queries["open_rows"]).fetchone()
+        room = max(0, threshold - (int(row[0]) if row is not None else 0))
+        return (rows, limited_by) if rows <= room else (room, "queue")
 
     def tick_all(self, conn: psycopg.Connection[Any]) -> list[TickResult]:
         """A tick of every running campaign (or of ``only``): one transaction per campaign,

@@ -183,7 +183,7 @@ WITH batch AS (
     RETURNING 1
 ), inserted AS (
     INSERT INTO email_sends (dedupe_key, to_address, template, payload_json, priority,
-                             campaign_id)
+                             campaign_id, expires_at)
     SELECT 'campaign-' || %(id)s::bigint || '-user-' || b.user_id, b.email, %(template)s,
            CASE WHEN u.url IS NULL THEN b.variables
                 ELSE b.variables || jsonb_build_object(
@@ -192,7 +192,9 @@ WITH batch AS (
                         'List-Unsubscribe', '<' || u.url || '>',
                         'List-Unsubscribe-Post', 'List-Unsubscribe=One-Click'))
            END,
-           %(priority)s, %(id)s
+           %(priority)s, %(id)s,
+           -- the template's policy expiry, from now (NULL: never expires)
+           now() + %(expire_after_s)s::float8 * interval '1 second'
     FROM batch b
     -- The recipient's unsubscribe link (campaigns/unsubscribe.py: the same token, with
     -- HMAC-SHA256 spelled as sha256(outer || sha256(inner || payload))); NULL when
@@ -228,6 +230,11 @@ WITH batch AS (
 )
 SELECT (SELECT count(*) FROM batch), (SELECT max(ordinal) FROM batch),
        (SELECT count(*) FROM marked), (SELECT count(*) FROM inserted)
+
+-- name: open_rows
+-- What the queue cap counts (as the enqueue helper's enqueue_bounded): an index-only scan
+-- of email_sends_open_idx.
+SELECT count(*) FROM email_sends WHERE status IN ('pending', 'sending', 'unknown')
 
 -- name: record_tick
 UPDATE campaigns

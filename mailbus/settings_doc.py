@@ -140,7 +140,12 @@ SETTINGS: tuple[Setting, ...] = (
     _s("RELAY_BATCH_SIZE", "2000", "rows the relay claims per batch", {"relay"}),
     _s("RELAY_POLL_INTERVAL", "1", "seconds between relay polls without NOTIFY", {"relay"}),
     _s("POLICY_FILE", "the shipped policies", "mail policies (expiry, fallback)", _ENQUEUE),
-    _s("QUEUE_CAP", "unbounded", "open rows before enqueues are refused", _ENQUEUE),
+    _s(
+        "QUEUE_CAP",
+        "unbounded",
+        "open rows before enqueues are refused (and campaigns wait)",
+        _ENQUEUE,
+    ),
     _s("QUEUE_CAP_SHARES", "p2,p1,p0 shares", "where each priority is refused", _ENQUEUE),
     _s(
         "WEBHOOK_SECRET",

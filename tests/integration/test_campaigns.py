@@ -341,6 +341,7 @@ def test_a_tick_walks_the_recipients_by_index_from_the_checkpoint(database_url: 
                     "limit": 100,
                     "template": "t",
                     "priority": "p2",
+                    "expire_after_s": None,
                     "unsub_base": "https://x.test",  # links on (campaigns/unsubscribe.py)
                     "unsub_inner": b"i" * 64,
                     "unsub_outer": b"o" * 64,
