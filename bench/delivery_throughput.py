@@ -2,7 +2,7 @@
 latency at a steady rate, and peak RSS per consumer.
 
     python bench/delivery_throughput.py [--rows 30000] [--runs 3] [--latency-ms 50]
-                                        [--in-flight 64]
+                                        [--in-flight 64] [--no-send-events]
 
 Needs the local stack (make stack-up). The sandbox answers every send after
 ``--latency-ms``; the bound is in-flight ÷ latency per process (64 / 50 ms = 1,280/s).
@@ -126,8 +126,17 @@ def main() -> None:
         default=True,
         help="measure commit→accepted at --rate for --seconds",
     )
+    parser.add_argument(
+        "--send-events",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--no-send-events: no outcome events (their trigger disabled), for an A/B",
+    )
     args = parser.parse_args()
     bench = Bench(load_settings())
+    if not args.send_events:
+        with psycopg.connect(bench.settings.database_url) as conn:
+            conn.execute("ALTER TABLE email_sends DISABLE TRIGGER email_sends_record_event_update")
     env = {
         "MAILBUS_PROVIDER_URL": f"http://127.0.0.1:{SANDBOX_PORT}",
         "MAILBUS_PROVIDER_API_KEY": "bench-key",
