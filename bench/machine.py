@@ -42,7 +42,6 @@ def _package(name: str) -> str:
 def describe(database_url: str) -> dict[str, str]:
     with psycopg.connect(database_url) as conn:
         row = conn.execute("SHOW server_version").fetchone()
-    load = os.getloadavg()
     return {
         "CPU": _cpu_model(),
         "cores": str(os.cpu_count()),
@@ -54,5 +53,4 @@ def describe(database_url: str) -> dict[str, str]:
         + " (KRaft, single node, stack/kafka/pom.xml)",
         "Debezium": _pom_property(REPO / "bench/peers/debezium/pom.xml", "debezium.version"),
         "PgQueuer": _package("pgqueuer"),
-        "load average at the start (1/5/15 min)": " / ".join(f"{x:.2f}" for x in load),
     }
