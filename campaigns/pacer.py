@@ -88,9 +88,9 @@ class TickResult:
     created: int  # new email_sends rows
     suppressed: int
     finished: bool
-    limited_by: str  # see pacing.Grant, or "quota", "queue" (the queue cap), or "import"
-    # (waits for the import's next part);
-    # "batch" means more is owed at once
+    # see pacing.Grant ("batch": more is owed at once), or "quota", "queue" (the queue cap),
+    # or "import" (waits for the import's next part)
+    limited_by: str
     recipients: int = 0  # the campaign's recipients imported so far
 
 

@@ -220,9 +220,8 @@ _json_string = json.encoder.encode_basestring  # C: a str as a JSON string, non-
 
 
 def _json_object(variables: dict[str, str]) -> str:
-    """A recipient's variables (text values) as a JSON object, for COPY: a line of a
-    million-line import, so a third of ``json.dumps``'s time (which builds an encoder a
-    call)."""
+    """A recipient's variables (text values) as a JSON object, for COPY. Called once a line
+    of a million-line import: ``json.dumps`` builds an encoder every call."""
     return (
         "{"
         + ",".join([_json_string(k) + ":" + _json_string(v) for k, v in variables.items()])
