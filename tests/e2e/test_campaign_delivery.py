@@ -92,3 +92,4 @@ def test_a_paced_campaign_is_accepted_once_per_recipient(stack: Stack, tmp_path:
         "suppressed": len(suppressed),
         "cancelled": 0,
     }
+    stack.assert_table_agrees_with_providers()

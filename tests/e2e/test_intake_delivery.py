@@ -59,3 +59,4 @@ def test_order_placed_events_become_one_mail_per_order(stack: Stack) -> None:
     assert rows == [(key, "order_confirmation", "p1") for key in keys]
     ((reason, original_key),) = stack.query("SELECT reason, original_key FROM email_dead_letters")
     assert (reason, bytes(original_key)) == ("intake_undecodable", b"M")
+    stack.assert_table_agrees_with_providers()
