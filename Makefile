@@ -7,7 +7,7 @@ export MAILBUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:9092
 .PHONY: install stack-up stack-down stack-status demo test test-unit lint validate bench bench-report docs
 
 install:
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e ./client -e '.[test]'
 
 stack-up:
 	$(STACK) up
@@ -26,7 +26,8 @@ demo: install stack-up
 ## The whole test suite against the real broker and database.
 test: install stack-up
 	$(PYTHON) -m ruff check .
-	$(PYTHON) -m mypy client/mailbus_client consumer mailbus relay sandbox schemas feedback intake campaigns
+	$(PYTHON) -m mypy client/mailbus_client mailbus
+	lint-imports  # the layers of pyproject.toml [tool.importlinter]
 	PYTHON=$(PYTHON) bash stack/validate.sh
 	$(PYTHON) -m pytest
 
@@ -35,7 +36,8 @@ test-unit: install
 
 lint:
 	$(PYTHON) -m ruff check .
-	$(PYTHON) -m mypy client/mailbus_client consumer mailbus relay sandbox schemas feedback intake campaigns
+	$(PYTHON) -m mypy client/mailbus_client mailbus
+	lint-imports  # the layers of pyproject.toml [tool.importlinter]
 
 ## Deployment files (k8s/, docker-compose.yml, ops/alerts.yml) against their schemas and
 ## promtool, offline: no cluster, Docker engine or Prometheus server needed.
@@ -44,7 +46,7 @@ validate: install
 
 ## docs/configuration.md from the settings table (a test keeps the committed file equal).
 docs: install
-	$(PYTHON) -m mailbus.settings_doc > docs/configuration.md
+	$(PYTHON) -m mailbus.kernel.settings_doc > docs/configuration.md
 
 bench: install stack-up
 	$(PYTHON) bench/relay_throughput.py
@@ -55,5 +57,5 @@ bench: install stack-up
 ## Every benchmark and the peers (PgQueuer, Debezium) → docs/benchmarks.md and its charts.
 ## BENCH_REPORT_ARGS: e.g. --quick, --runs 5, --only relay,debezium, --lock FILE.
 bench-report: stack-up
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e ./client -e '.[test,bench]'
 	$(PYTHON) bench/report.py $(BENCH_REPORT_ARGS)

@@ -9,7 +9,7 @@ Each run gets a fresh database (migrated), 1% of the audience in ``email_suppres
   create --audience-sql "SELECT id AS user_id, email, first_name, plan FROM app_users"``
   over a table of the same recipients made in the run's database beforehand; then
   ``mailbus campaign run ID`` with an unbounded rate (recipients → email_sends rows, in
-  transactions of ``campaigns.pacer.MAX_BATCH``): the import's and the fan-out's own
+  transactions of ``mailbus.campaigns.pacer.MAX_BATCH``): the import's and the fan-out's own
   speeds;
 - together, as an operator runs it: ``campaign create --start`` while ``campaign run ID``
   hands out the parts already imported (the run starts once the campaign row exists).
@@ -40,8 +40,8 @@ sys.path[:0] = [str(REPO), str(REPO / "client")]  # this checkout first, client 
 
 from results import record  # noqa: E402
 
-from mailbus.migrate import apply_migrations  # noqa: E402
-from mailbus.scratch_database import drop_database  # noqa: E402
+from mailbus.app.migrate import apply_migrations  # noqa: E402
+from mailbus.app.scratch_database import drop_database  # noqa: E402
 
 
 def generate(path: Path, n: int) -> None:

@@ -32,7 +32,7 @@ from campaign_fanout import generate
 from harness import Bench, percentile
 from results import record
 
-from mailbus.settings import load_settings
+from mailbus.kernel.settings import load_settings
 
 SANDBOX_PORT = 8093
 

@@ -25,8 +25,8 @@ import psycopg
 from harness import Bench, percentile
 from results import record, record_series
 
-from consumer.provider import HttpProvider, OutgoingMail
-from mailbus.settings import load_settings
+from mailbus.consumer.provider import HttpProvider, OutgoingMail
+from mailbus.kernel.settings import load_settings
 
 SANDBOX_PORT = 8099
 

@@ -18,9 +18,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "client")]  # this checkout first, client included
 
-from mailbus.migrate import apply_migrations  # noqa: E402
-from mailbus.scratch_database import drop_database  # noqa: E402
-from mailbus.settings import Settings  # noqa: E402
+from mailbus.app.migrate import apply_migrations  # noqa: E402
+from mailbus.app.scratch_database import drop_database  # noqa: E402
+from mailbus.kernel.settings import Settings  # noqa: E402
 
 __all__ = ["REPO", "Bench", "percentile"]
 

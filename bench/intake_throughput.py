@@ -22,9 +22,9 @@ import time
 from harness import Bench
 from results import record
 
-from intake.sample import publish_records, sample_events
-from mailbus.settings import load_settings
-from mailbus.topics import create_topics
+from mailbus.intake.sample import publish_records, sample_events
+from mailbus.kernel.settings import load_settings
+from mailbus.kernel.topics import create_topics
 
 
 def measure(events: int, batch: int) -> tuple[float, float, int]:

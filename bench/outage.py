@@ -23,7 +23,7 @@ import psycopg
 from harness import Bench, percentile
 from results import record, record_series
 
-from mailbus.settings import load_settings
+from mailbus.kernel.settings import load_settings
 
 SANDBOX_PORT = 8098
 

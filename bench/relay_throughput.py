@@ -19,8 +19,8 @@ from confluent_kafka import Consumer
 from harness import Bench, percentile
 from results import record
 
-from mailbus.settings import load_settings
-from schemas.codec import send_pointer_codec
+from mailbus.kernel.settings import load_settings
+from mailbus.schemas.codec import send_pointer_codec
 
 APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
 

@@ -22,10 +22,10 @@ import time
 
 from results import record
 
-from consumer.core.outcome import Outcome
-from consumer.core.smtp_outcome import classify_call
-from consumer.provider import OutgoingMail
-from consumer.providers.smtp import SmtpProvider
+from mailbus.consumer.core.outcome import Outcome
+from mailbus.consumer.core.smtp_outcome import classify_call
+from mailbus.consumer.provider import OutgoingMail
+from mailbus.consumer.providers.smtp import SmtpProvider
 
 
 async def one_run(url: str, in_flight: int, seconds: float) -> float:

@@ -34,9 +34,9 @@ sys.path[:0] = [str(REPO), str(REPO / "client")]  # this checkout first, client 
 
 from results import record  # noqa: E402
 
-from feedback.signature import signature_header  # noqa: E402
-from mailbus.migrate import apply_migrations  # noqa: E402
-from mailbus.scratch_database import drop_database  # noqa: E402
+from mailbus.app.migrate import apply_migrations  # noqa: E402
+from mailbus.app.scratch_database import drop_database  # noqa: E402
+from mailbus.feedback.signature import signature_header  # noqa: E402
 
 SECRET = "bench-webhook-secret-0123456789"
 TYPES = ("delivered", "delivered", "delivered", "deferred", "bounced", "complained")

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, NamedTuple
 
-from campaigns.errors import CampaignError
-from mailbus.errors import InvalidSendError
+from mailbus.campaigns.errors import CampaignError
+from mailbus.kernel.errors import InvalidSendError
 from mailbus_client.send_request import validate_address
 
 __all__ = [

@@ -13,13 +13,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from campaigns.errors import CampaignError
-from mailbus.settings_doc import epilog as settings_epilog
+from mailbus.campaigns.errors import CampaignError
+from mailbus.kernel.settings_doc import epilog as settings_epilog
 
 if TYPE_CHECKING:
-    from campaigns.audience import Rejected
-    from campaigns.store import ImportReport, RecipientSource
-    from mailbus.settings import Settings
+    from mailbus.campaigns.audience import Rejected
+    from mailbus.campaigns.store import ImportReport, RecipientSource
+    from mailbus.kernel.settings import Settings
 
 __all__ = ["MAX_REJECTS_SHOWN", "add_campaign_commands"]
 
@@ -27,7 +27,7 @@ MAX_REJECTS_SHOWN = 1000  # lines printed one by one; the rest are only counted
 
 
 def _create(settings: Settings, args: argparse.Namespace) -> int:
-    from campaigns.store import CampaignSpec, create_campaign, transition
+    from mailbus.campaigns.store import CampaignSpec, create_campaign, transition
 
     spec = CampaignSpec(
         name=args.name,
@@ -59,7 +59,7 @@ def _create(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _import(settings: Settings, args: argparse.Namespace) -> int:
-    from campaigns.store import import_audience
+    from mailbus.campaigns.store import import_audience
 
     with _opened_audience(settings, args) as (audience, rejects):
         result = import_audience(
@@ -96,8 +96,8 @@ def _opened_audience(
     settings: Settings, args: argparse.Namespace
 ) -> Iterator[tuple[RecipientSource, _Rejects]]:
     """The audience of ``--audience`` or ``--audience-sql``, opened, and its reject list."""
-    from campaigns.audience import open_audience
-    from campaigns.sql_audience import SqlAudience
+    from mailbus.campaigns.audience import open_audience
+    from mailbus.campaigns.sql_audience import SqlAudience
 
     if args.audience_sql is not None:
         rejects = _Rejects("--audience-sql", "row")
@@ -136,7 +136,7 @@ _ROWS_SAID = {
 
 def _move(verb: str) -> Callable[[Settings, argparse.Namespace], int]:
     def handler(settings: Settings, args: argparse.Namespace) -> int:
-        from campaigns.store import transition
+        from mailbus.campaigns.store import transition
 
         said, rows = transition(settings.database_url, args.id, verb)
         print(said)
@@ -148,7 +148,7 @@ def _move(verb: str) -> Callable[[Settings, argparse.Namespace], int]:
 
 
 def _status(settings: Settings, args: argparse.Namespace) -> int:
-    from campaigns.views import collect_status, render_status
+    from mailbus.campaigns.views import collect_status, render_status
 
     status = collect_status(settings.database_url, args.id)
     if args.json:
@@ -159,7 +159,7 @@ def _status(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _list(settings: Settings, args: argparse.Namespace) -> int:
-    from campaigns.views import collect_list
+    from mailbus.campaigns.views import collect_list
 
     rows = collect_list(settings.database_url, args.limit)
     if args.json:
@@ -175,12 +175,12 @@ def _list(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _run(settings: Settings, args: argparse.Namespace) -> int:
-    from campaigns.pacer import Pacer
-    from campaigns.progress import Progress
-    from campaigns.store import transition
-    from campaigns.unsubscribe import Links
-    from campaigns.views import collect_status
-    from mailbus.cli import stop_on_signals
+    from mailbus.campaigns.pacer import Pacer
+    from mailbus.campaigns.progress import Progress
+    from mailbus.campaigns.store import transition
+    from mailbus.campaigns.unsubscribe import Links
+    from mailbus.campaigns.views import collect_status
+    from mailbus.kernel.signals import stop_on_signals
 
     links = Links.of(settings.unsubscribe_secret, settings.unsubscribe_base_url)  # checked first
     state = collect_status(settings.database_url, args.id)["state"]
@@ -348,19 +348,19 @@ def _option(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 def _rate(text: str) -> int:
-    from campaigns.pacing import parse_rate
+    from mailbus.campaigns.pacing import parse_rate
 
     return parse_rate(text)
 
 
 def _window(text: str) -> Any:
-    from campaigns.pacing import parse_window
+    from mailbus.campaigns.pacing import parse_window
 
     return parse_window(text)
 
 
 def _warmup(text: str) -> tuple[int, ...]:
-    from campaigns.pacing import parse_warmup
+    from mailbus.campaigns.pacing import parse_warmup
 
     return parse_warmup(text)
 

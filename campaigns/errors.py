@@ -1,8 +1,8 @@
-"""The campaign room's error, under the one root :class:`mailbus.errors.MailbusError`."""
+"""The campaign room's error, under the one root :class:`mailbus.kernel.errors.MailbusError`."""
 
 from __future__ import annotations
 
-from mailbus.errors import MailbusError
+from mailbus.kernel.errors import MailbusError
 
 __all__ = ["CampaignError"]
 

@@ -13,7 +13,7 @@ Under a daily quota across campaigns (``MAILBUS_CAMPAIGN_DAILY_QUOTA``) a round 
 one transaction instead: it takes a transaction-scoped advisory lock (so the pacers of
 several relay processes take their rounds one at a time), counts what every campaign
 handed out today, locks and plans every running campaign, and splits what is left of
-the quota max-min fairly (:func:`campaigns.pacing.fair_shares`) among the campaigns'
+the quota max-min fairly (:func:`mailbus.campaigns.pacing.fair_shares`) among the campaigns'
 paced demands. Recipients handed out (rows created plus the suppressed) count.
 
 Campaign mail goes out at its own priority, ``p2`` unless created otherwise, through its
@@ -43,11 +43,11 @@ from typing import Any
 
 import psycopg
 
-from campaigns.pacing import Bucket, Grant, Pace, Window, fair_shares, plan_tick, settle
-from campaigns.unsubscribe import Links, hmac_pads
-from mailbus import health
-from mailbus.errors import StorageError
-from mailbus.settings import Settings
+from mailbus.campaigns.pacing import Bucket, Grant, Pace, Window, fair_shares, plan_tick, settle
+from mailbus.campaigns.unsubscribe import Links, hmac_pads
+from mailbus.kernel import health
+from mailbus.kernel.errors import StorageError
+from mailbus.kernel.settings import Settings
 from mailbus_client.policies import PolicyBook, QueueCap, configured_policy_book
 from mailbus_client.sqlfiles import load_queries
 
@@ -64,7 +64,7 @@ __all__ = [
 MAX_BATCH = 20_000  # recipients per transaction: a bigger grant is cut into several ticks
 IMPORT_WAIT_S = 0.1  # a tick that handed out every recipient imported so far waits this
 # long for the import's next part, not a whole tick
-PACER_COMPONENT = "campaign-pacer"  # its readiness in /readyz (mailbus.health)
+PACER_COMPONENT = "campaign-pacer"  # its readiness in /readyz (mailbus.kernel.health)
 PACER_RETRY_AFTER_ERROR_S = 60.0
 log = logging.getLogger("mailbus.campaigns")
 
@@ -122,7 +122,7 @@ class Pacer:
         self.only = only  # pace this campaign alone (``campaign run``)
         self.tick_s = tick_s
         self.max_batch = max_batch
-        self._queries = load_queries("campaigns", "queries.sql")
+        self._queries = load_queries("mailbus.campaigns", "queries.sql")
 
     def tick(self, conn: psycopg.Connection[Any], campaign_id: int) -> TickResult | None:
         """One transaction for one campaign; None when it is not running or another pacer

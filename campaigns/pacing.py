@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time
 
-from campaigns.errors import CampaignError
+from mailbus.campaigns.errors import CampaignError
 
 __all__ = [
     "Bucket",

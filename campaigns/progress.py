@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
-    from campaigns.pacer import TickResult
+    from mailbus.campaigns.pacer import TickResult
 
 __all__ = ["Progress", "render_bar", "render_line"]
 

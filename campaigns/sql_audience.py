@@ -8,7 +8,7 @@ user_id LIMIT page``): one page in memory at a time, never the whole result. Eve
 read in one ``READ ONLY``, ``REPEATABLE READ`` transaction of its own connection: the
 audience is one consistent snapshot, and the operator's query cannot write anything.
 
-Each row is checked by the CSV's rules (:func:`campaigns.audience.check_recipient`); a
+Each row is checked by the CSV's rules (:func:`mailbus.campaigns.audience.check_recipient`); a
 bad row becomes a :class:`Rejected` naming its position in the result. Rows whose
 ``user_id`` is NULL are not part of the audience; a repeated ``user_id`` is kept once.
 """
@@ -21,8 +21,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from campaigns.audience import Recipient, Rejected, check_recipient
-from campaigns.errors import CampaignError
+from mailbus.campaigns.audience import Recipient, Rejected, check_recipient
+from mailbus.campaigns.errors import CampaignError
 from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["PAGE_SIZE", "SqlAudience"]
@@ -60,13 +60,13 @@ class SqlAudience:
             (i, name) for i, name in enumerate(names) if lowered[i] not in ("user_id", "email")
         ]
         self.columns = ["user_id", *(name for _, name in self._extra)]
-        queries = load_queries("campaigns", "audience_sql.sql")
+        queries = load_queries("mailbus.campaigns", "audience_sql.sql")
         column = sql.Identifier(names[self._user_id])
         self._first = sql.SQL(queries["first_page"]).format(query=composed, user_id=column)
         self._next = sql.SQL(queries["next_page"]).format(query=composed, user_id=column)
 
     def _describe(self, composed: sql.Composable) -> list[str]:
-        describe = sql.SQL(load_queries("campaigns", "audience_sql.sql")["describe"])
+        describe = sql.SQL(load_queries("mailbus.campaigns", "audience_sql.sql")["describe"])
         try:
             cursor = self._conn.execute(describe.format(query=composed))
         except psycopg.Error as exc:

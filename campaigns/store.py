@@ -25,11 +25,11 @@ from typing import IO, Any, Protocol, runtime_checkable
 
 import psycopg
 
-from campaigns.audience import Recipient, Rejected, open_audience
-from campaigns.errors import CampaignError
-from campaigns.pacing import Window
-from mailbus.errors import InvalidSendError, StorageError
-from mailbus.settings import Settings
+from mailbus.campaigns.audience import Recipient, Rejected, open_audience
+from mailbus.campaigns.errors import CampaignError
+from mailbus.campaigns.pacing import Window
+from mailbus.kernel.errors import InvalidSendError, StorageError
+from mailbus.kernel.settings import Settings
 from mailbus_client.send_request import SendRequest, validate_send_request
 from mailbus_client.sqlfiles import load_queries
 
@@ -83,8 +83,8 @@ class ImportReport:
 
 @runtime_checkable
 class RecipientSource(Protocol):
-    """An opened audience: a CSV (:class:`campaigns.audience.Audience`) or a SQL query
-    (:class:`campaigns.sql_audience.SqlAudience`). ``records`` goes on after line
+    """An opened audience: a CSV (:class:`mailbus.campaigns.audience.Audience`) or a SQL query
+    (:class:`mailbus.campaigns.sql_audience.SqlAudience`). ``records`` goes on after line
     ``after`` (and, for a SQL query, after the keyset key ``after_key``); ``last_key`` is
     the keyset key of the last record it yielded (None for a CSV)."""
 
@@ -115,7 +115,7 @@ def create_campaign(
     spec.check()
     # A CSV's header is checked before anything is written.
     audience = source if isinstance(source, RecipientSource) else open_audience(source)
-    queries = load_queries("campaigns", "queries.sql")
+    queries = load_queries("mailbus.campaigns", "queries.sql")
     try:
         with psycopg.connect(database_url) as conn:
             row = conn.execute(queries["insert_campaign"], _spec_params(spec)).fetchone()
@@ -139,7 +139,7 @@ def import_audience(
     last committed part ended (a new campaign: from the start). ``audience`` must be the
     same CSV or query as before. Raises :class:`CampaignError` if the campaign does not
     exist, has its whole audience, or another process imports it now."""
-    q = load_queries("campaigns", "queries.sql")
+    q = load_queries("mailbus.campaigns", "queries.sql")
     try:
         with psycopg.connect(database_url, autocommit=True) as conn:
             locked = conn.execute(q["import_lock"], {"id": campaign_id}).fetchone()
@@ -317,7 +317,7 @@ def transition(database_url: str, campaign_id: int, verb: str) -> tuple[str, int
     allow raises :class:`CampaignError`.
     """
     move = TRANSITIONS[verb]
-    queries = load_queries("campaigns", "queries.sql")
+    queries = load_queries("mailbus.campaigns", "queries.sql")
     params = {"id": campaign_id, "to_state": move.to_state, "from_states": list(move.from_states)}
     try:
         with psycopg.connect(database_url) as conn:

@@ -26,7 +26,7 @@ import hmac
 import re
 from dataclasses import dataclass
 
-from mailbus.errors import ConfigError
+from mailbus.kernel.errors import ConfigError
 
 __all__ = [
     "VERSION",

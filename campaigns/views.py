@@ -7,8 +7,8 @@ from typing import Any
 
 import psycopg
 
-from campaigns.errors import CampaignError
-from mailbus.errors import StorageError
+from mailbus.campaigns.errors import CampaignError
+from mailbus.kernel.errors import StorageError
 from mailbus_client.sqlfiles import load_queries
 
 __all__ = [
@@ -78,7 +78,7 @@ def overview_counts(counts: dict[str, int], unsubscribed: int) -> dict[str, int]
 def collect_overview(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     """Campaigns not ended, or ended within a day: id, name, state and ``OVERVIEW``
     counts. Raises psycopg errors (the caller knows its context)."""
-    queries = load_queries("campaigns", "queries.sql")
+    queries = load_queries("mailbus.campaigns", "queries.sql")
     campaigns = conn.execute(queries["overview_campaigns"]).fetchall()
     sends: dict[int, dict[str, int]] = {}
     ids = [row[0] for row in campaigns]
@@ -114,7 +114,7 @@ def render_overview(campaigns: list[dict[str, Any]]) -> list[str]:
 
 
 def collect_status(database_url: str, campaign_id: int) -> dict[str, Any]:
-    queries = load_queries("campaigns", "queries.sql")
+    queries = load_queries("mailbus.campaigns", "queries.sql")
     try:
         with psycopg.connect(database_url) as conn:
             cursor = conn.execute(queries["campaign_row"], {"id": campaign_id})
@@ -189,7 +189,7 @@ def render_status(status: dict[str, Any]) -> list[str]:
 
 
 def collect_list(database_url: str, limit: int) -> list[dict[str, Any]]:
-    queries = load_queries("campaigns", "queries.sql")
+    queries = load_queries("mailbus.campaigns", "queries.sql")
     try:
         with psycopg.connect(database_url) as conn:
             cursor = conn.execute(queries["list_campaigns"], {"limit": limit})

@@ -1,7 +1,7 @@
 """`mailbus dlq list / show / replay`: look at dead letters and put their sends back.
 
 A replay moves one send along the single edge reserved for it, ``failed → pending``
-(:mod:`consumer.core.states`), with a fresh attempt budget. Each dead letter is replayed in
+(:mod:`mailbus.consumer.core.states`), with a fresh attempt budget. Each dead letter is replayed in
 one transaction of three guarded statements: claim the dead letter (``replayed_at IS
 NULL``), reset the send (``status = 'failed'``), write the audit row. When a guard matches
 nothing the transaction is rolled back and the letter counted as skipped, so two replays
@@ -10,7 +10,7 @@ all) is never reset: a replay cannot cause a second send of an accepted key.
 
 This module is the PostgreSQL adapter, whose psycopg errors become :class:`StorageError`,
 and the commands; option parsing, replay order and tables are in
-:mod:`consumer.dead_letter_views`.
+:mod:`mailbus.consumer.dead_letter_views`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from consumer.dead_letter_views import (
+from mailbus.consumer.dead_letter_views import (
     Letter,
     LetterFilter,
     Progress,
@@ -44,8 +44,8 @@ from consumer.dead_letter_views import (
     skip_reason,
     utc_time,
 )
-from mailbus.errors import ConfigError, MailbusError, StorageError
-from mailbus.settings import Settings
+from mailbus.kernel.errors import ConfigError, MailbusError, StorageError
+from mailbus.kernel.settings import Settings
 from mailbus_client.sqlfiles import load_queries
 
 __all__ = [
@@ -66,7 +66,7 @@ class DeadLetterStore:
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
-        self._q = load_queries("consumer", "dead_letters.sql")
+        self._q = load_queries("mailbus.consumer", "dead_letters.sql")
 
     def _all(self, query: str, **params: Any) -> list[tuple[Any, ...]]:
         return self._conn.execute(self._q[query], params).fetchall()

@@ -1,6 +1,6 @@
 """The pure side of `mailbus dlq`: option parsing, dead letters as values, tables, progress.
 
-Nothing here touches PostgreSQL: :mod:`consumer.dead_letter_admin` reads and replays dead
+Nothing here touches PostgreSQL: :mod:`mailbus.consumer.dead_letter_admin` reads and replays dead
 letters and uses these values and renderings. ``skip_reason`` predicts, from a listed
 letter, what the replay's guards will say, so a dry run tells the truth without writing.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
-from mailbus.errors import ConfigError
+from mailbus.kernel.errors import ConfigError
 
 __all__ = [
     "DEFAULT_REPLAY_RATE",
@@ -28,7 +28,6 @@ __all__ = [
     "letters_table",
     "parse_choices",
     "parse_letter_id",
-    "parse_rate",
     "parse_since",
     "replay_order",
     "replay_summary",
@@ -40,8 +39,6 @@ __all__ = [
 PRIORITIES = ("p0", "p1", "p2")
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(s|sec|min|m|h|hour)\s*$")
-_PER = {"s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0, "hour": 3600.0}
 
 
 def parse_since(text: str, now: datetime) -> datetime:
@@ -59,18 +56,6 @@ def parse_since(text: str, now: datetime) -> datetime:
 
 
 DEFAULT_REPLAY_RATE = "300/min"  # `dlq replay` is paced unless told --rate 0 / --no-pace
-
-
-def parse_rate(text: str, option: str = "--rate") -> float | None:
-    """``N/min`` (also ``N/s``, ``N/h``) as events per second; ``0`` (or ``0/min``): no
-    pace, None."""
-    if text.strip() == "0":
-        return None
-    rate = _RATE.match(text)
-    if not rate or float(rate.group(1)) < 0:
-        raise ConfigError(option, f"expected N/min such as 60/min, or 0; got {text!r}")
-    per_second = float(rate.group(1)) / _PER[rate.group(2)]
-    return per_second or None
 
 
 def parse_letter_id(text: str) -> int:

@@ -25,9 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from types import TracebackType
 
-from consumer.core.breaker import Breaker, BreakerPolicy, BreakerState, admit, record
-from consumer.core.concurrency import AdaptiveLimit, LimitPolicy, on_latency, restart_slowly
-from consumer.core.domains import (
+from mailbus.consumer.core.breaker import Breaker, BreakerPolicy, BreakerState, admit, record
+from mailbus.consumer.core.concurrency import AdaptiveLimit, LimitPolicy, on_latency, restart_slowly
+from mailbus.consumer.core.domains import (
     DomainPolicy,
     Pauses,
     clear,
@@ -35,10 +35,10 @@ from consumer.core.domains import (
     pause_left,
     throttle,
 )
-from consumer.core.outcome import Classification, Outcome
-from consumer.core.recovery import starts_recovery
-from consumer.rate_limit import GlobalRateLimiter
-from consumer.recovery_pacer import RecoveryPacer
+from mailbus.consumer.core.outcome import Classification, Outcome
+from mailbus.consumer.core.recovery import starts_recovery
+from mailbus.consumer.rate_limit import GlobalRateLimiter
+from mailbus.consumer.recovery_pacer import RecoveryPacer
 
 __all__ = ["AdaptiveSlots", "Admission", "ProviderGate"]
 

@@ -1,7 +1,7 @@
 """Tokens a process took from a bucket shared in PostgreSQL, spent one per send.
 
-The global rate limit (``consumer.rate_limit``) and the recovery cap
-(``consumer.recovery_pacer``) both keep their bucket in one database row and take a few
+The global rate limit (``mailbus.consumer.rate_limit``) and the recovery cap
+(``mailbus.consumer.recovery_pacer``) both keep their bucket in one database row and take a few
 tokens per UPDATE, so the database sees a few small updates a second whatever the send
 rate. This is their common part: a send spends a held token, and only when none is held
 is the bucket asked again, by one waiting send at a time.

@@ -25,9 +25,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from consumer.core.offsets import PartitionProgress
-from consumer.ledger import MessageOrigin
-from mailbus import health, metrics
+from mailbus.consumer.core.offsets import PartitionProgress
+from mailbus.consumer.ledger import MessageOrigin
+from mailbus.kernel import health, metrics
 
 __all__ = ["KafkaSource"]
 

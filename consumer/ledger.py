@@ -3,7 +3,7 @@
 Every state change is guarded (``… WHERE id = … AND status = … RETURNING``): a row not
 returned is owned by someone else and the caller moves on. Dead letters are written in
 the same statement as the ``failed`` status; the relay publishes them. The methods take
-one row each, but concurrent calls are coalesced (:mod:`mailbus.coalescer`) into one
+one row each, but concurrent calls are coalesced (:mod:`mailbus.kernel.coalescer`) into one
 statement per batch, so a busy consumer pays a round trip per batch, not per row.
 psycopg errors become :class:`StorageError`.
 """
@@ -21,11 +21,11 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from consumer.core import Decision, SendView, Status
-from consumer.core.decide import MAX_AGE_REASON
-from consumer.db_clock import DatabaseClock
-from mailbus.coalescer import Coalescer
-from mailbus.errors import StorageError
+from mailbus.consumer.core import Decision, SendView, Status
+from mailbus.consumer.core.decide import MAX_AGE_REASON
+from mailbus.consumer.db_clock import DatabaseClock
+from mailbus.kernel.coalescer import Coalescer
+from mailbus.kernel.errors import StorageError
 from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["Claim", "LoadedSend", "MessageOrigin", "SendLedger", "dead_letter_reason"]
@@ -96,8 +96,8 @@ class SendLedger:
             reconnect_timeout=3600,
         )
         self._queries = {
-            **load_queries("consumer", "queries.sql"),
-            **load_queries("consumer", "protection.sql"),  # report_health
+            **load_queries("mailbus.consumer", "queries.sql"),
+            **load_queries("mailbus.consumer", "protection.sql"),  # report_health
         }
         self._lease_s = lease_s
         self._max_age_s = max_age_s  # MAILBUS_MAX_AGE: the claim refuses a retry past it

@@ -1,7 +1,7 @@
 """The HTTP provider adapter: CONTRACT.md section 5 spoken over httpx, turned into values.
 
 The only module of the delivery path that imports httpx. :meth:`HttpProvider.send` returns
-a :data:`~consumer.core.outcome.CallResult` and :meth:`HttpProvider.lookup` a
+a :data:`~mailbus.consumer.core.outcome.CallResult` and :meth:`HttpProvider.lookup` a
 :class:`LookupResult`; neither raises for a network or HTTP problem:
 
 =========================================================  ====================================
@@ -19,7 +19,7 @@ httpx's read timeout is per chunk, so every call is also bounded as a whole by
 ``request_timeout``; keep ``connect_timeout`` below it, or a slow connect counts as sent.
 The API key travels only in the ``Authorization`` header and is masked in every detail.
 
-By default the calls go through :class:`~consumer.aiohttp_transport.AiohttpTransport`:
+By default the calls go through :class:`~mailbus.consumer.aiohttp_transport.AiohttpTransport`:
 httpx's own pool reaches about 600 sends/s at 64 in flight against a 50 ms provider, the
 aiohttp transport about 1,150 (see the module docstring there). Requests go straight to
 the transport, not through ``httpx.AsyncClient``: the API needs no cookies, redirects or
@@ -37,15 +37,15 @@ from typing import Any
 
 import httpx
 
-from consumer.aiohttp_transport import AiohttpTransport
-from consumer.core.outcome import (
+from mailbus.consumer.aiohttp_transport import AiohttpTransport
+from mailbus.consumer.core.outcome import (
     CallResult,
     ProviderReply,
     TransportFailure,
     clip_reason,
     parse_retry_after,
 )
-from mailbus.errors import ConfigError, InvalidSendError
+from mailbus.kernel.errors import ConfigError, InvalidSendError
 from mailbus_client.send_request import mail_headers
 
 __all__ = ["HttpProvider", "LookupResult", "OutgoingMail", "PreparedMail"]

@@ -15,7 +15,7 @@ import math
 
 import psycopg
 
-from consumer.held_tokens import HeldTokens
+from mailbus.consumer.held_tokens import HeldTokens
 from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["GlobalRateLimiter"]
@@ -30,7 +30,7 @@ class GlobalRateLimiter:
         self.batch = int(max(1, min(self.capacity, math.ceil(rate / 20))))
         self._database_url = database_url
         self._name = name
-        self._queries = load_queries("consumer", "protection.sql")
+        self._queries = load_queries("mailbus.consumer", "protection.sql")
         self._conn: psycopg.AsyncConnection | None = None
         self._held = HeldTokens()
 

@@ -14,9 +14,9 @@ import logging
 import time
 from collections.abc import Sequence
 
-from consumer.gate import AdaptiveSlots
-from consumer.service import DeliveryService, Stopping
-from mailbus.errors import StorageError
+from mailbus.consumer.gate import AdaptiveSlots
+from mailbus.consumer.service import DeliveryService, Stopping
+from mailbus.kernel.errors import StorageError
 
 __all__ = ["Reconciler"]
 

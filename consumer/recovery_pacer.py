@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import psycopg
 
-from consumer.core.recovery import RecoveryPolicy, recovery_rate
-from consumer.held_tokens import HeldTokens
+from mailbus.consumer.core.recovery import RecoveryPolicy, recovery_rate
+from mailbus.consumer.held_tokens import HeldTokens
 from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["RecoveryPacer"]
@@ -38,7 +38,7 @@ class RecoveryPacer:
         self._database_url = database_url
         self._provider = provider
         self._clock = clock
-        self._queries = load_queries("consumer", "recovery.sql")
+        self._queries = load_queries("mailbus.consumer", "recovery.sql")
         self._conn: psycopg.AsyncConnection | None = None
         self._elapsed_at: tuple[float | None, float] = (None, -1e18)  # (elapsed, read at)
         self._held = HeldTokens()

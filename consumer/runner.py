@@ -17,26 +17,26 @@ import socket
 import threading
 from collections.abc import Sequence
 
-from consumer.core import RetryPolicy
-from consumer.core.backoff import with_schedule
-from consumer.core.breaker import BreakerPolicy, BreakerState
-from consumer.core.recovery import RecoveryPolicy
-from consumer.gate import ProviderGate
-from consumer.kafka_source import KafkaSource
-from consumer.ledger import MessageOrigin, SendLedger
-from consumer.provider import HttpProvider
-from consumer.providers import Provider
-from consumer.providers.smtp import SmtpProvider
-from consumer.rate_limit import GlobalRateLimiter
-from consumer.reconciler import Reconciler
-from consumer.recovery_pacer import RecoveryPacer
-from consumer.service import DeliveryService, Stopping
-from mailbus import health, metrics
-from mailbus.errors import ConfigError, StorageError
-from mailbus.kafka_security import kafka_client_config
-from mailbus.settings import Settings
+from mailbus.consumer.core import RetryPolicy
+from mailbus.consumer.core.backoff import with_schedule
+from mailbus.consumer.core.breaker import BreakerPolicy, BreakerState
+from mailbus.consumer.core.recovery import RecoveryPolicy
+from mailbus.consumer.gate import ProviderGate
+from mailbus.consumer.kafka_source import KafkaSource
+from mailbus.consumer.ledger import MessageOrigin, SendLedger
+from mailbus.consumer.provider import HttpProvider
+from mailbus.consumer.providers import Provider
+from mailbus.consumer.providers.smtp import SmtpProvider
+from mailbus.consumer.rate_limit import GlobalRateLimiter
+from mailbus.consumer.reconciler import Reconciler
+from mailbus.consumer.recovery_pacer import RecoveryPacer
+from mailbus.consumer.service import DeliveryService, Stopping
+from mailbus.kernel import health, metrics
+from mailbus.kernel.errors import ConfigError, StorageError
+from mailbus.kernel.kafka_security import kafka_client_config
+from mailbus.kernel.settings import Settings
+from mailbus.schemas.registry import pointer_codec
 from mailbus_client.policies import configured_policy_book
-from schemas.registry import pointer_codec
 
 __all__ = ["lease_seconds", "run_consumer", "slot_wait_seconds"]
 

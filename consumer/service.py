@@ -11,7 +11,7 @@ settling, which the ledger batches, do not. A pointer is done when
 was nothing to do), so its offset may be committed. Storage failures are retried until
 they succeed or the service stops; a stop leaves the pointer undone (its offset
 uncommitted) and a ``sending`` row for the reconciler to resolve. Every time decision is
-made on the database's clock (:class:`~consumer.db_clock.DatabaseClock`).
+made on the database's clock (:class:`~mailbus.consumer.db_clock.DatabaseClock`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
-from consumer.core import (
+from mailbus.consumer.core import (
     Decision,
     RetryPolicy,
     SendView,
@@ -41,18 +41,18 @@ from consumer.core import (
     unsendable,
     wait_for_provider,
 )
-from consumer.core.breaker import BreakerState
-from consumer.core.domains import deferred, recipient_domain
-from consumer.core.smtp_outcome import classify_call
-from consumer.gate import Admission, ProviderGate
-from consumer.ledger import Claim, LoadedSend, MessageOrigin, SendLedger, dead_letter_reason
-from consumer.provider import LookupResult, OutgoingMail
-from consumer.providers import Provider
-from mailbus import metrics
-from mailbus.errors import CodecError, InvalidSendError, StorageError
+from mailbus.consumer.core.breaker import BreakerState
+from mailbus.consumer.core.domains import deferred, recipient_domain
+from mailbus.consumer.core.smtp_outcome import classify_call
+from mailbus.consumer.gate import Admission, ProviderGate
+from mailbus.consumer.ledger import Claim, LoadedSend, MessageOrigin, SendLedger, dead_letter_reason
+from mailbus.consumer.provider import LookupResult, OutgoingMail
+from mailbus.consumer.providers import Provider
+from mailbus.kernel import metrics
+from mailbus.kernel.errors import CodecError, InvalidSendError, StorageError
+from mailbus.schemas.codec import send_pointer_codec
+from mailbus.schemas.registry import ValueCodec
 from mailbus_client.policies import PolicyBook
-from schemas.codec import send_pointer_codec
-from schemas.registry import ValueCodec
 
 __all__ = ["DeliveryService", "Stopping"]
 

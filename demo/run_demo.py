@@ -26,10 +26,10 @@ import psycopg
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "client")]  # this checkout first, client included
 
-from intake.sample import publish_records, sample_events  # noqa: E402
-from mailbus.errors import InvalidSendError  # noqa: E402
-from mailbus.settings import Settings, load_settings  # noqa: E402
-from mailbus.topics import create_topics  # noqa: E402
+from mailbus.intake.sample import publish_records, sample_events  # noqa: E402
+from mailbus.kernel.errors import InvalidSendError  # noqa: E402
+from mailbus.kernel.settings import Settings, load_settings  # noqa: E402
+from mailbus.kernel.topics import create_topics  # noqa: E402
 from mailbus_client.enqueue import SendRequest, enqueue  # noqa: E402
 
 SANDBOX_PORT = 8025

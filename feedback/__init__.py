@@ -1,7 +1,8 @@
 """Feedback from the provider after ``accepted``: delivery events (webhooks) and suppressions.
 
-Pure parts: :mod:`feedback.signature` (the ``Mailbus-Signature`` header),
-:mod:`feedback.events` (event bodies), :mod:`feedback.suppression_file` (CSV imports).
-Adapters: :mod:`feedback.store` and :mod:`feedback.suppressions` (PostgreSQL),
-:mod:`feedback.server` (the aiohttp receiver, ``mailbus webhooks``).
+Pure parts: :mod:`mailbus.feedback.signature` (the ``Mailbus-Signature`` header),
+:mod:`mailbus.feedback.events` (event bodies),
+:mod:`mailbus.feedback.suppression_file` (CSV imports).
+Adapters: :mod:`mailbus.feedback.store` and :mod:`mailbus.feedback.suppressions` (PostgreSQL),
+:mod:`mailbus.feedback.server` (the aiohttp receiver, ``mailbus webhooks``).
 """

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from mailbus.errors import MailbusError
+from mailbus.kernel.errors import MailbusError
 
 __all__ = [
     "EVENT_TYPES",

@@ -4,17 +4,17 @@
 most 256 KiB, else 413); the ``Mailbus-Signature`` header is verified against it (401 when
 missing, malformed, not matching or more than 300 s from now: nothing is parsed, nothing
 changes); the body is parsed (400 naming the field); the event is recorded
-(:mod:`feedback.store`: one statement for each batch of concurrent requests). Answers:
+(:mod:`mailbus.feedback.store`: one statement for each batch of concurrent requests). Answers:
 200 ``{"result": "stored"}`` or ``"duplicate"`` (the event id was seen before; nothing
 changed), 202 ``"unmatched"`` (stored, but no send has that message_id), 503 with
 ``Retry-After`` when PostgreSQL fails (the sender retries; the event id makes the retry
 safe).
 
 Every ``sweep_s`` seconds (10) the receiver applies events that had come before their
-send recorded its ``message_id`` (:meth:`feedback.store.EventStore.apply_late_events`).
+send recorded its ``message_id`` (:meth:`mailbus.feedback.store.EventStore.apply_late_events`).
 
 With ``MAILBUS_UNSUBSCRIBE_SECRET`` set, the receiver also serves campaign unsubscribe
-links, ``GET``/``POST /unsubscribe/{token}`` (:mod:`feedback.unsubscribe_page`).
+links, ``GET``/``POST /unsubscribe/{token}`` (:mod:`mailbus.feedback.unsubscribe_page`).
 
 ``GET /healthz`` is 200 while the process serves; ``GET /readyz`` is 200 when PostgreSQL
 answers, else 503. SIGTERM/SIGINT: stop listening, let requests in flight finish (up to
@@ -35,13 +35,13 @@ from typing import Protocol
 
 from aiohttp import web
 
-from feedback.events import DeliveryEvent, InvalidEventError, parse_event
-from feedback.signature import HEADER, verify
-from feedback.store import EventStore, LateEvents, Recorded
-from feedback.unsubscribe_page import add_unsubscribe_routes
-from mailbus import metrics
-from mailbus.errors import ConfigError, StorageError
-from mailbus.settings import Settings
+from mailbus.feedback.events import DeliveryEvent, InvalidEventError, parse_event
+from mailbus.feedback.signature import HEADER, verify
+from mailbus.feedback.store import EventStore, LateEvents, Recorded
+from mailbus.feedback.unsubscribe_page import add_unsubscribe_routes
+from mailbus.kernel import metrics
+from mailbus.kernel.errors import ConfigError, StorageError
+from mailbus.kernel.settings import Settings
 
 __all__ = ["RunningReceiver", "Store", "make_app", "run_webhooks", "start"]
 

@@ -2,7 +2,7 @@
 batch (``feedback/events.sql``, ``record_events``).
 
 Requests arriving while a batch runs are coalesced into the next one (group commit,
-:class:`mailbus.coalescer.Coalescer`), so a busy receiver pays one round trip and one
+:class:`mailbus.kernel.coalescer.Coalescer`), so a busy receiver pays one round trip and one
 commit per batch, not per event, and a quiet one runs each event alone at once. The
 statement stores each event once per (provider, event id) and, only for the new ones,
 updates the sends with their ``message_id`` (guarded by ``last_event_at``: an older event
@@ -29,9 +29,9 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from feedback.events import STATUS_RANK, DeliveryEvent
-from mailbus.coalescer import Coalescer
-from mailbus.errors import StorageError
+from mailbus.feedback.events import STATUS_RANK, DeliveryEvent
+from mailbus.kernel.coalescer import Coalescer
+from mailbus.kernel.errors import StorageError
 from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["EventStore", "LateEvents", "Recorded"]
@@ -75,8 +75,8 @@ class EventStore:
             kwargs={"autocommit": True, "connect_timeout": 5},
             reconnect_timeout=3600,
         )
-        self._queries = load_queries("feedback", "events.sql")
-        self._unsubscribe = load_queries("feedback", "unsubscribe.sql")["unsubscribe"]
+        self._queries = load_queries("mailbus.feedback", "events.sql")
+        self._unsubscribe = load_queries("mailbus.feedback", "unsubscribe.sql")["unsubscribe"]
         self._batches: Coalescer[tuple[str, DeliveryEvent], Recorded] = Coalescer(
             self._record_batch, max_batch=max_batch
         )

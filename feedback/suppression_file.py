@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import TypeVar
 
-from mailbus.errors import InvalidSendError, MailbusError
+from mailbus.kernel.errors import InvalidSendError, MailbusError
 from mailbus_client.send_request import validate_address
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 Every address is stored lower-cased and compared as ``lower()`` on both sides, so
 ``Ana@Example.com`` and ``ana@example.com`` are one entry. ``import`` streams its CSV
-(:mod:`feedback.suppression_file`) in batches of 5,000, one transaction each: an import
+(:mod:`mailbus.feedback.suppression_file`) in batches of 5,000, one transaction each: an import
 stopped half-way keeps the batches it committed, and running it again adds only what is
 missing. Invalid lines are reported on stderr with their line numbers and skipped; the
 summary goes to stdout. psycopg errors become :class:`StorageError`.
@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 import psycopg
 
-from feedback.suppression_file import (
+from mailbus.feedback.suppression_file import (
     BadLine,
     Entry,
     InvalidFileError,
@@ -28,8 +28,8 @@ from feedback.suppression_file import (
     normalise_address,
     read_entries,
 )
-from mailbus.errors import ConfigError, InvalidSendError, StorageError
-from mailbus.settings import Settings
+from mailbus.kernel.errors import ConfigError, InvalidSendError, StorageError
+from mailbus.kernel.settings import Settings
 from mailbus_client.sqlfiles import load_queries
 
 __all__ = [
@@ -55,7 +55,7 @@ def _connect(settings: Settings) -> Iterator[psycopg.Connection[Any]]:
 
 
 def _queries() -> dict[str, str]:
-    return load_queries("feedback", "suppressions.sql")
+    return load_queries("mailbus.feedback", "suppressions.sql")
 
 
 def run_add(settings: Settings, address: str, reason: str, source: str = "cli") -> int:

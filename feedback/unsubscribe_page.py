@@ -1,5 +1,5 @@
 """The unsubscribe endpoint of `mailbus webhooks`: an aiohttp adapter over
-:mod:`campaigns.unsubscribe` and the suppression list.
+:mod:`mailbus.campaigns.unsubscribe` and the suppression list.
 
 ``POST /unsubscribe/{token}`` is RFC 8058's one-click unsubscribe (the mailbox provider
 posts ``List-Unsubscribe=One-Click``) and also what the confirmation page's button sends:
@@ -23,8 +23,8 @@ from typing import Protocol
 
 from aiohttp import web
 
-from campaigns.unsubscribe import Unsubscribe, verify_token
-from mailbus.errors import StorageError
+from mailbus.campaigns.unsubscribe import Unsubscribe, verify_token
+from mailbus.kernel.errors import StorageError
 
 __all__ = ["Unsubscriber", "add_unsubscribe_routes"]
 

@@ -2,7 +2,7 @@
 
 One agent reads ``MAILBUS_INTAKE_TOPIC`` in batches (``stream.noack_take``: up to
 ``MAILBUS_INTAKE_BATCH`` events, or what came within ``MAILBUS_INTAKE_BATCH_WAIT``),
-hands each batch to :class:`~intake.service.IntakeService` and acknowledges the batch's
+hands each batch to :class:`~mailbus.intake.service.IntakeService` and acknowledges the batch's
 events only after it returned, i.e. after the dead letters were acknowledged by the broker
 and the rows' transaction committed. faust commits, per partition, the offset below which
 every event was acknowledged, so a Kafka offset never passes an event whose row is not
@@ -30,13 +30,13 @@ from typing import Any
 import faust
 from mode import CrashingSupervisor
 
-from mailbus import health
-from mailbus.errors import ConfigError
-from mailbus.kafka_security import KafkaSecurity, kafka_client_config
-from mailbus.settings import Settings
-from mailbus.topics import create_topics
+from mailbus.kernel import health
+from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.kafka_security import KafkaSecurity, kafka_client_config
+from mailbus.kernel.settings import Settings
+from mailbus.kernel.topics import create_topics
+from mailbus.schemas.registry import RegistryWriters, registry_client
 from mailbus_client.policies import configured_policy_book
-from schemas.registry import RegistryWriters, registry_client
 
 from .config import IntakeConfig
 from .dead_letters import DeadLetterProducer
@@ -175,7 +175,7 @@ def run_intake(settings: Settings, config: IntakeConfig, log_level: str = "WARNI
     )
     config.state_dir.mkdir(parents=True, exist_ok=True)
     if settings.metrics_port is not None:
-        from mailbus.metrics import start_metrics_server
+        from mailbus.kernel.metrics import start_metrics_server
 
         start_metrics_server(settings.metrics_port)
     health.mark("intake", True)  # until a batch cannot be written (/readyz)

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from mailbus.errors import ConfigError
-from mailbus.settings import Settings
+from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.settings import Settings
 
 __all__ = ["IntakeConfig"]
 

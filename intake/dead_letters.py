@@ -2,7 +2,7 @@
 
 The record keeps the original key, value and headers untouched (so a fixed intake, or a
 person with kcat, can replay it as it was) and adds the headers the send DLQ uses
-(``schemas.dead_letter``), under the same prefix:
+(``mailbus.schemas.dead_letter``), under the same prefix:
 
 =================================  ============================================
 ``mailbus.dlq.reason``             ``undecodable`` or ``invalid``
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from mailbus.errors import MailbusError
-from schemas.dead_letter import HEADER_PREFIX
+from mailbus.kernel.errors import MailbusError
+from mailbus.schemas.dead_letter import HEADER_PREFIX
 
 __all__ = ["DeadLetterProducer", "IntakeDeadLetter", "dead_letter_headers"]
 

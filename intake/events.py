@@ -2,7 +2,7 @@
 
 Pure: bytes in, a decision value out (:class:`NewRow` or :class:`Rejected`). The event's
 type is found from its single-object header (the writer schema's fingerprint), decoded by
-that mapping's codec (``schemas.codec``), and checked by the enqueue helper's own rules
+that mapping's codec (``mailbus.schemas.codec``), and checked by the enqueue helper's own rules
 (``mailbus_client.send_request``: the address, the key, the template, the payload's size) plus
 one of the intake's: no string field of an event may carry CR, LF or NUL, since any field
 may end up in a header or a subject line.
@@ -19,11 +19,11 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-from mailbus.errors import CodecError, InvalidSendError
+from mailbus.kernel.errors import CodecError, InvalidSendError
+from mailbus.schemas.codec import single_object_fingerprint
+from mailbus.schemas.registry import RegistryWriters, confluent_schema_id
 from mailbus_client.policies import PolicyBook
 from mailbus_client.send_request import SendRequest, reject_line_breaks, validate_send_request
-from schemas.codec import single_object_fingerprint
-from schemas.registry import RegistryWriters, confluent_schema_id
 
 from .mappings import EventMapping
 

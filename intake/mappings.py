@@ -22,9 +22,9 @@ from importlib.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from mailbus.errors import ConfigError
+from mailbus.kernel.errors import ConfigError
+from mailbus.schemas.codec import AvroCodec
 from mailbus_client.send_request import PRIORITIES
-from schemas.codec import AvroCodec
 
 __all__ = ["EventMapping", "load_mappings", "parse_mappings"]
 
@@ -57,7 +57,7 @@ class EventMapping:
 def load_mappings(path: str | None) -> tuple[EventMapping, ...]:
     """The mappings in ``path`` (MAILBUS_INTAKE_MAPPINGS), or the shipped ones when None."""
     if path is None:
-        shipped = resources.files("schemas")
+        shipped = resources.files("mailbus.schemas")
         text = shipped.joinpath("intake_mappings.json").read_text()
         return parse_mappings(_json(text, "schemas/intake_mappings.json"), shipped)
     try:
@@ -141,7 +141,7 @@ def _parse_entry(entry: object, number: int, folder: Traversable | Path) -> Even
 def _schema(name: str, folder: Traversable | Path, fail: Any) -> tuple[AvroCodec, dict[str, Any]]:
     if "/" in name or "\\" in name or not name.endswith(".avsc"):
         raise fail(f"'schema' must be a file name ending in .avsc, got {name!r}")
-    for place in (folder, resources.files("schemas")):
+    for place in (folder, resources.files("mailbus.schemas")):
         candidate = place.joinpath(name)
         if candidate.is_file():
             history = place.joinpath("history")

@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from mailbus.errors import StorageError
+from mailbus.kernel.errors import StorageError
 from mailbus_client.sqlfiles import load_queries
 
 from .dead_letters import IntakeDeadLetter
@@ -71,7 +71,7 @@ class RowWriter:
     def __init__(self, database_url: str) -> None:
         self._url = database_url
         self._conn: psycopg.AsyncConnection[Any] | None = None
-        queries = load_queries("intake", "queries.sql")
+        queries = load_queries("mailbus.intake", "queries.sql")
         self._rows_sql = queries["insert_rows"]
         self._letters_sql = queries["insert_dead_letters"]
 

@@ -16,11 +16,11 @@ from datetime import UTC, datetime
 
 from confluent_kafka import KafkaException, Producer
 
-from mailbus.errors import MailbusError
-from mailbus.kafka_security import kafka_client_config
-from mailbus.settings import Settings
-from mailbus.topics import create_topics
-from schemas.codec import order_placed_codec
+from mailbus.kernel.errors import MailbusError
+from mailbus.kernel.kafka_security import kafka_client_config
+from mailbus.kernel.settings import Settings
+from mailbus.kernel.topics import create_topics
+from mailbus.schemas.codec import order_placed_codec
 
 __all__ = ["SampleRecord", "publish_records", "publish_sample", "sample_events"]
 

@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from mailbus import health
-from mailbus.errors import MailbusError
-from mailbus.metrics import observe_intake
+from mailbus.kernel import health
+from mailbus.kernel.errors import MailbusError
+from mailbus.kernel.metrics import observe_intake
 
 from .dead_letters import DeadLetterProducer, IntakeDeadLetter
 from .events import EventReader, NewRow, Rejected

@@ -2,6 +2,6 @@
 
 import sys
 
-from mailbus.cli import main
+from mailbus.app.cli import main
 
 sys.exit(main())

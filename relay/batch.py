@@ -27,7 +27,7 @@ from typing import Any, Generic, TypeVar
 import psycopg
 from psycopg.rows import RowFactory
 
-from relay.publisher import OutgoingMessage, PointerPublisher
+from mailbus.relay.publisher import OutgoingMessage, PointerPublisher
 
 __all__ = ["BatchResult", "Outbox", "publish_claimed"]
 

@@ -2,7 +2,7 @@
 
 The consumer writes a dead letter in the same transaction as the send's ``failed``
 status; the relay publishes it with the same claim-publish-commit pass as send pointers
-(:mod:`relay.batch`), so no dead letter is lost between PostgreSQL and Kafka. The insert
+(:mod:`mailbus.relay.batch`), so no dead letter is lost between PostgreSQL and Kafka. The insert
 trigger's NOTIFY wakes the relay as it does for new sends.
 """
 
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from psycopg.rows import class_row
 
-from mailbus.settings import Settings
-from relay.batch import Outbox
-from relay.publisher import OutgoingMessage
-from schemas.codec import dead_letter_codec
-from schemas.dead_letter import DeadLetter
-from schemas.registry import ValueCodec, dead_letter_value_codec
+from mailbus.kernel.settings import Settings
+from mailbus.relay.batch import Outbox
+from mailbus.relay.publisher import OutgoingMessage
+from mailbus.schemas.codec import dead_letter_codec
+from mailbus.schemas.dead_letter import DeadLetter
+from mailbus.schemas.registry import ValueCodec, dead_letter_value_codec
 
 __all__ = ["dead_letter_message", "dead_letter_outbox"]
 

@@ -2,7 +2,7 @@
 
 A trigger on ``email_sends`` records one event per reported change in the transaction
 that made it (``schemas/sql/0015_send_events.sql``); the relay publishes them with the
-same claim-publish-commit pass as send pointers (:mod:`relay.batch`), and keeps every
+same claim-publish-commit pass as send pointers (:mod:`mailbus.relay.batch`), and keeps every
 send's events in the order of its changes:
 
 - **one relay at a time**: the pass takes a transaction-level advisory lock first, so two
@@ -25,11 +25,11 @@ from collections.abc import Sequence
 
 from psycopg.rows import class_row
 
-from mailbus.settings import Settings
-from relay.batch import Outbox
-from relay.publisher import OutgoingMessage, PointerPublisher
-from schemas.registry import ValueCodec, send_event_value_codec
-from schemas.send_event import SendEvent
+from mailbus.kernel.settings import Settings
+from mailbus.relay.batch import Outbox
+from mailbus.relay.publisher import OutgoingMessage, PointerPublisher
+from mailbus.schemas.registry import ValueCodec, send_event_value_codec
+from mailbus.schemas.send_event import SendEvent
 
 __all__ = [
     "PRUNE_EVERY_S",

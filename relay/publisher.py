@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from mailbus.errors import MailbusError
+from mailbus.kernel.errors import MailbusError
 
 __all__ = ["OutgoingMessage", "PointerPublisher", "PublishError"]
 
@@ -36,7 +36,7 @@ class PointerPublisher:
         delivery_timeout_s: float = 60.0,
     ) -> None:
         """``client_config``: the brokers and their TLS/SASL settings
-        (:func:`mailbus.kafka_security.kafka_client_config`)."""
+        (:func:`mailbus.kernel.kafka_security.kafka_client_config`)."""
         self.delivery_timeout_s = delivery_timeout_s
         self._producer = Producer(
             {

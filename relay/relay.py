@@ -1,15 +1,15 @@
 """`mailbus relay`: publishes committed outbox rows to Kafka, never losing one.
 
 Each pass drains three tables with the same claim-publish-commit transaction
-(:func:`relay.batch.publish_claimed`):
+(:func:`mailbus.relay.batch.publish_claimed`):
 
 - due ``email_sends`` rows become pointers on ``{prefix}.send.{priority}``, keyed by
   dedupe key (:meth:`Relay.publish_due_batch`);
 - ``email_dead_letters`` rows become records on ``{prefix}.send.dlq``
-  (:meth:`Relay.publish_dead_letters`, :mod:`relay.dead_letters`);
+  (:meth:`Relay.publish_dead_letters`, :mod:`mailbus.relay.dead_letters`);
 - ``email_send_events`` rows become outcome events on ``{prefix}.send.events``, one relay
   at a time and in each send's order (:meth:`Relay.publish_send_events`,
-  :mod:`relay.events`); published ones are pruned after a day.
+  :mod:`mailbus.relay.events`); published ones are pruned after a day.
 
 The first two are the **pointer lane**, the third the **event lane**. `mailbus relay` runs
 one :class:`Relay` per lane, each in its own thread with its own connections, producer and
@@ -35,16 +35,16 @@ from typing import TypeVar
 import psycopg
 from psycopg.rows import TupleRow, tuple_row
 
-from mailbus import health, metrics
-from mailbus.kafka_security import kafka_client_config
-from mailbus.settings import Settings
+from mailbus.kernel import health, metrics
+from mailbus.kernel.kafka_security import kafka_client_config
+from mailbus.kernel.settings import Settings
+from mailbus.relay.batch import BatchResult, Outbox, publish_claimed
+from mailbus.relay.dead_letters import dead_letter_outbox
+from mailbus.relay.events import RETENTION_S, prune_due, send_event_outbox
+from mailbus.relay.publisher import OutgoingMessage, PointerPublisher, PublishError
+from mailbus.schemas.codec import SendPointer
+from mailbus.schemas.registry import pointer_codec
 from mailbus_client.sqlfiles import load_queries
-from relay.batch import BatchResult, Outbox, publish_claimed
-from relay.dead_letters import dead_letter_outbox
-from relay.events import RETENTION_S, prune_due, send_event_outbox
-from relay.publisher import OutgoingMessage, PointerPublisher, PublishError
-from schemas.codec import SendPointer
-from schemas.registry import pointer_codec
 
 __all__ = ["ALL_LANES", "EVENTS", "NOTIFY_CHANNEL", "POINTERS", "Relay", "RelayStats"]
 
@@ -78,7 +78,7 @@ class Relay:
         self._component = "relay" if POINTERS in lanes else "relay.events"  # for /readyz
         self.stats = RelayStats()
         self._publisher = publisher or PointerPublisher(kafka_client_config(settings))
-        self._queries = load_queries("relay", "queries.sql")
+        self._queries = load_queries("mailbus.relay", "queries.sql")
         self._codec = pointer_codec(settings)
         self._sends: Outbox[TupleRow] = Outbox(
             name="send pointers",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sandbox.server import add_arguments, main
+from mailbus.sandbox.server import add_arguments, main
 
 
 def _entry() -> int:

@@ -12,7 +12,7 @@ Control endpoints (no auth; loopback clients only unless ``open_control``):
 ``GET|POST /_sandbox/faults`` (read or replace the plan), ``POST /_sandbox/reset``,
 ``GET /_sandbox/events`` (what the delivery-event emitter sent, when there is one).
 
-With an emitter (:mod:`sandbox.emitter`), every newly accepted message gets signed
+With an emitter (:mod:`mailbus.sandbox.emitter`), every newly accepted message gets signed
 delivery events posted to the receiver.
 
 Order of checks for a send: auth (401), Idempotency-Key (400), body (400), then the fault
@@ -32,9 +32,9 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from sandbox.emitter import EventEmitter
-from sandbox.faults import Fault, FaultPlan, FaultSpecError, choose_fault, plan_from_dict
-from sandbox.ledger import Ledger, RequestRecord
+from mailbus.sandbox.emitter import EventEmitter
+from mailbus.sandbox.faults import Fault, FaultPlan, FaultSpecError, choose_fault, plan_from_dict
+from mailbus.sandbox.ledger import Ledger, RequestRecord
 
 __all__ = ["DEFAULT_API_KEY", "STATE", "SandboxState", "make_app"]
 

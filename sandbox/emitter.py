@@ -1,6 +1,6 @@
 """The sandbox sends signed delivery events for what it accepted (``--events-to URL``).
 
-Each newly accepted message gets its events (:mod:`sandbox.outcomes`) posted to the
+Each newly accepted message gets its events (:mod:`mailbus.sandbox.outcomes`) posted to the
 receiver after ``delay_ms``, signed with ``Mailbus-Signature`` under the webhook secret.
 A post answered 5xx or lost on the way is retried (up to 5 times, 0.5 s doubling); 4xx is
 not (the receiver refused it: a wrong secret, a bad body). Counts of sent, refused and
@@ -24,9 +24,9 @@ from typing import Any
 
 import aiohttp
 
-from feedback.signature import signature_header
-from mailbus.errors import ConfigError
-from sandbox.outcomes import OutcomePlan, outcome_events
+from mailbus.feedback.signature import signature_header
+from mailbus.kernel.errors import ConfigError
+from mailbus.sandbox.outcomes import OutcomePlan, outcome_events
 
 __all__ = ["EventEmitter", "add_event_arguments", "emitter_from_args"]
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from mailbus.errors import MailbusError
+from mailbus.kernel.errors import MailbusError
 
 __all__ = [
     "FAULT_KINDS",

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox.faults import FAULT_KINDS
+from mailbus.sandbox.faults import FAULT_KINDS
 
 __all__ = ["OUTCOMES", "KeyRecord", "Ledger", "RequestRecord", "new_message_id"]
 

@@ -27,10 +27,10 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from mailbus.errors import ConfigError
-from sandbox.app import DEFAULT_API_KEY, SandboxState, make_app
-from sandbox.emitter import EventEmitter, add_event_arguments, emitter_from_args
-from sandbox.faults import Fault, FaultPlan, FaultSpecError, parse_fault
+from mailbus.kernel.errors import ConfigError
+from mailbus.sandbox.app import DEFAULT_API_KEY, SandboxState, make_app
+from mailbus.sandbox.emitter import EventEmitter, add_event_arguments, emitter_from_args
+from mailbus.sandbox.faults import Fault, FaultPlan, FaultSpecError, parse_fault
 
 __all__ = [
     "RunningSandbox",

@@ -17,7 +17,7 @@ from typing import Any
 import fastavro
 import fastavro.schema
 
-from mailbus.errors import CodecError
+from mailbus.kernel.errors import CodecError
 
 __all__ = [
     "AvroCodec",
@@ -89,7 +89,7 @@ class AvroCodec:
 def read_body(value: bytes, offset: int, writer: Any, reader: Any) -> dict[str, Any]:
     """The Avro record at ``value[offset:]`` written with ``writer``, resolved into ``reader``.
 
-    Shared by both framings (single-object here, Confluent in ``schemas.registry``).
+    Shared by both framings (single-object here, Confluent in ``mailbus.schemas.registry``).
     """
     body = io.BytesIO(value)
     body.seek(offset)
@@ -130,7 +130,7 @@ class SendPointer(dict[str, Any]):
 
 def shipped_schema(filename: str) -> str:
     """The JSON text of ``schemas/<filename>``."""
-    return resources.files("schemas").joinpath(filename).read_text()
+    return resources.files("mailbus.schemas").joinpath(filename).read_text()
 
 
 @cache

@@ -1,7 +1,7 @@
 """What a dead letter says on ``{prefix}.send.dlq``: why and where, in the value and as headers.
 
 One :class:`DeadLetter` is one ``email_dead_letters`` row and one DLQ record. The value is
-``schemas/dead_letter.avsc`` (:func:`schemas.codec.dead_letter_codec`); the headers repeat
+``schemas/dead_letter.avsc`` (:func:`mailbus.schemas.codec.dead_letter_codec`); the headers repeat
 the why and where so tools that never decode Avro (kcat, Kafka UIs, Connect) see them. They
 are the union of what Spring Kafka's ``DeadLetterPublishingRecoverer`` (``kafka_dlt-original-
 topic/partition/offset``, exception message) and Kafka Connect's error headers

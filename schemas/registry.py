@@ -1,7 +1,7 @@
 """Avro values in the Confluent wire format, schemas held by a schema registry.
 
 With ``MAILBUS_SCHEMA_REGISTRY_URL`` set, a value is ``00``, the registry's 4-byte
-big-endian schema id, then the Avro binary body (the same body as ``schemas.codec``
+big-endian schema id, then the Avro binary body (the same body as ``mailbus.schemas.codec``
 writes). Subjects are named by topic (``{topic}-value``); registering a schema also sets
 the subject's compatibility to BACKWARD, so the registry refuses a change old readers
 cannot follow. The client is confluent-kafka's ``SchemaRegistryClient``; values written by
@@ -20,8 +20,8 @@ import fastavro
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from mailbus.errors import CodecError, ConfigError
-from mailbus.settings import Settings
+from mailbus.kernel.errors import CodecError, ConfigError
+from mailbus.kernel.settings import Settings
 from mailbus_client.send_request import PRIORITIES
 
 from .codec import (

@@ -13,10 +13,10 @@ import psycopg
 import pytest
 from services import StackServices, database_url_for, find_services
 
-from mailbus.migrate import apply_migrations
-from mailbus.scratch_database import drop_database
-from mailbus.settings import Settings, load_settings
-from mailbus.topics import ensure_topics
+from mailbus.app.migrate import apply_migrations
+from mailbus.app.scratch_database import drop_database
+from mailbus.kernel.settings import Settings, load_settings
+from mailbus.kernel.topics import ensure_topics
 
 
 @pytest.fixture(scope="session")

@@ -9,15 +9,15 @@ from typing import Any
 
 import httpx
 
-from consumer.core import RetryPolicy
-from consumer.core.breaker import BreakerPolicy
-from consumer.core.outcome import CallResult, ProviderReply
-from consumer.gate import ProviderGate
-from consumer.ledger import MessageOrigin, SendLedger
-from consumer.provider import LookupResult, OutgoingMail, PreparedMail
-from consumer.service import DeliveryService
+from mailbus.consumer.core import RetryPolicy
+from mailbus.consumer.core.breaker import BreakerPolicy
+from mailbus.consumer.core.outcome import CallResult, ProviderReply
+from mailbus.consumer.gate import ProviderGate
+from mailbus.consumer.ledger import MessageOrigin, SendLedger
+from mailbus.consumer.provider import LookupResult, OutgoingMail, PreparedMail
+from mailbus.consumer.service import DeliveryService
+from mailbus.schemas.codec import SendPointer, send_pointer_codec
 from mailbus_client.policies import configured_policy_book
-from schemas.codec import SendPointer, send_pointer_codec
 
 __all__ = ["ScriptedProvider", "origin_for", "service_for"]
 

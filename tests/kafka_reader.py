@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError
 
-from schemas.codec import send_pointer_codec
+from mailbus.schemas.codec import send_pointer_codec
 
 __all__ = ["Landed", "read_messages", "read_pointers"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from consumer.ledger import MessageOrigin, SendLedger
+from mailbus.consumer.ledger import MessageOrigin, SendLedger
 
 __all__ = ["ORIGIN", "claim", "rows", "seed", "suppressed_at_load", "with_ledger"]
 

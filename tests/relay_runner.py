@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from mailbus.settings import Settings
-from relay.relay import Relay
+from mailbus.kernel.settings import Settings
+from mailbus.relay.relay import Relay
 
 __all__ = ["relay_thread", "wait_until"]
 

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from mailbus.settings import Settings
+from mailbus.kernel.settings import Settings
 
 __all__ = [
     "APACHE_KAFKA_IMAGE",

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from services import REPO
 
-from mailbus.settings import load_env_file
+from mailbus.kernel.settings import load_env_file
 
 __all__ = [
     "WRONG_CA",

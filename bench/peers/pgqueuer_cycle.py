@@ -33,7 +33,7 @@ from pgqueuer.types import QueueExecutionMode
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from results import record
 
-from mailbus.scratch_database import drop_database
+from mailbus.app.scratch_database import drop_database
 
 
 async def cycle(url: str, jobs: int, in_flight: int, call_ms: float) -> tuple[float, float]:

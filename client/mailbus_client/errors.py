@@ -5,7 +5,7 @@
     ├── InvalidSendError     a send request that must not reach the table or the provider
     └── QueueFullError       the queue cap refuses this priority for now; nothing was written
 
-The services' own errors (``mailbus.errors``) derive from the same root, so one
+The services' own errors (``mailbus.kernel.errors``) derive from the same root, so one
 ``except MailbusError`` catches everything mailbus raises on purpose.
 """
 

@@ -7,8 +7,8 @@ beside this package.
 
 from __future__ import annotations
 
-from consumer.core.backoff import RetryPolicy, backoff_ceiling, retry_delay
-from consumer.core.decide import (
+from mailbus.consumer.core.backoff import RetryPolicy, backoff_ceiling, retry_delay
+from mailbus.consumer.core.decide import (
     Decision,
     SendView,
     after_call,
@@ -21,7 +21,7 @@ from consumer.core.decide import (
     unsendable,
     wait_for_provider,
 )
-from consumer.core.outcome import (
+from mailbus.consumer.core.outcome import (
     MAX_REASON_CHARS,
     MAX_RETRY_AFTER_S,
     RETRYABLE_STATUS_CODES,
@@ -34,7 +34,13 @@ from consumer.core.outcome import (
     clip_reason,
     parse_retry_after,
 )
-from consumer.core.states import TERMINAL, TRANSITIONS, Status, can_transition, claimable_from
+from mailbus.consumer.core.states import (
+    TERMINAL,
+    TRANSITIONS,
+    Status,
+    can_transition,
+    claimable_from,
+)
 
 __all__ = [
     "MAX_REASON_CHARS",

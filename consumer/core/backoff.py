@@ -18,14 +18,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from consumer.core.outcome import MAX_RETRY_AFTER_S
-from mailbus.errors import ConfigError
+from mailbus.consumer.core.outcome import MAX_RETRY_AFTER_S
+from mailbus_client.errors import ConfigError
 
 __all__ = [
     "RetryPolicy",
     "backoff_ceiling",
-    "parse_duration",
-    "parse_schedule",
     "retry_delay",
     "with_schedule",
 ]
@@ -33,8 +31,6 @@ __all__ = [
 # 2**1000 times any sane base is far past any sane cap, and still a finite float.
 _MAX_EXPONENT = 1000
 _SCHEDULE_JITTER = 0.1
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_MAX_SCHEDULE = 100
 
 
 @dataclass(frozen=True)
@@ -99,28 +95,6 @@ def retry_delay(
     if retry_after_s is not None and not math.isnan(retry_after_s):
         delay = max(delay, min(retry_after_s, MAX_RETRY_AFTER_S))
     return delay
-
-
-def parse_schedule(text: str, name: str = "MAILBUS_RETRY_SCHEDULE") -> tuple[float, ...]:
-    """``"5m,30m,2h,24h"`` -> seconds; units s, m, h, d. Bad input -> ConfigError(name)."""
-    parts = [part.strip() for part in text.split(",")]
-    if not text.strip() or any(not part for part in parts):
-        raise ConfigError(name, f"expected delays like 5m,30m,2h,24h, got {text!r}")
-    if len(parts) > _MAX_SCHEDULE:
-        raise ConfigError(name, f"at most {_MAX_SCHEDULE} delays")
-    return tuple(parse_duration(part, name) for part in parts)
-
-
-def parse_duration(part: str, name: str) -> float:
-    """``"24h"`` -> seconds: a positive whole number with a unit s, m, h or d."""
-    part = part.strip()
-    unit = _UNITS.get(part[-1:].lower())
-    if unit is None or not part[:-1].isdigit():
-        raise ConfigError(name, f"{part!r} is not a whole number with a unit s, m, h or d")
-    seconds = int(part[:-1]) * unit
-    if seconds <= 0:
-        raise ConfigError(name, f"{part!r}: every delay must be positive")
-    return seconds
 
 
 def with_schedule(policy: RetryPolicy, schedule: tuple[float, ...]) -> RetryPolicy:

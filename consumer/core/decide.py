@@ -33,10 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from consumer.core.backoff import RetryPolicy, retry_delay
-from consumer.core.outcome import Classification, Outcome, clip_reason
-from consumer.core.states import Status
-from mailbus.errors import InvalidSendError
+from mailbus.consumer.core.backoff import RetryPolicy, retry_delay
+from mailbus.consumer.core.outcome import Classification, Outcome, clip_reason
+from mailbus.consumer.core.states import Status
+from mailbus_client.errors import InvalidSendError
 from mailbus_client.send_request import validate_address
 
 __all__ = [

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from consumer.core.decide import Decision
-from consumer.core.outcome import Classification, Outcome, clip_reason
-from consumer.core.states import Status
+from mailbus.consumer.core.decide import Decision
+from mailbus.consumer.core.outcome import Classification, Outcome, clip_reason
+from mailbus.consumer.core.states import Status
 
 __all__ = [
     "DomainPause",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mailbus.errors import ConfigError
+from mailbus_client.errors import ConfigError
 
 __all__ = [
     "DOUBLINGS",

@@ -1,8 +1,8 @@
 """What one SMTP exchange means: the SMTP reply table, as a pure function.
 
 The SMTP adapter turns every exchange into an :class:`SmtpReply` (a reply code from the
-server) or a :class:`~consumer.core.outcome.TransportFailure`; :func:`classify_smtp` maps
-a reply to an :class:`~consumer.core.outcome.Outcome`:
+server) or a :class:`~mailbus.consumer.core.outcome.TransportFailure`; :func:`classify_smtp` maps
+a reply to an :class:`~mailbus.consumer.core.outcome.Outcome`:
 
 =================================================  ========  ==============================
 reply                                              outcome   why
@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from consumer.core.outcome import (
+from mailbus.consumer.core.outcome import (
     CallResult,
     Classification,
     Outcome,

@@ -1,11 +1,11 @@
 """Providers as adapters of one interface (ARCHITECTURE.md): what the delivery service needs.
 
 A provider encodes a mail before any row is claimed (:meth:`Provider.prepare`, raising
-:class:`~mailbus.errors.InvalidSendError` for a mail that cannot travel), sends it
+:class:`~mailbus.kernel.errors.InvalidSendError` for a mail that cannot travel), sends it
 (:meth:`Provider.send`, a result value, never an exception for a network problem), looks a
 dedupe key up (:meth:`Provider.lookup`) and closes (:meth:`Provider.aclose`). The HTTP
-adapter is :class:`consumer.provider.HttpProvider`, the SMTP one
-:class:`consumer.providers.smtp.SmtpProvider`; :func:`consumer.core.classify_call`
+adapter is :class:`mailbus.consumer.provider.HttpProvider`, the SMTP one
+:class:`mailbus.consumer.providers.smtp.SmtpProvider`; :func:`mailbus.consumer.core.classify_call`
 classifies either's result.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from consumer.core.smtp_outcome import AnyCallResult
-from consumer.provider import LookupResult, OutgoingMail
+from mailbus.consumer.core.smtp_outcome import AnyCallResult
+from mailbus.consumer.provider import LookupResult, OutgoingMail
 
 __all__ = ["Provider"]
 

@@ -1,8 +1,8 @@
 """The SMTP provider adapter: one mail per SMTP transaction over aiosmtplib, as values.
 
-:meth:`SmtpProvider.send` returns an :class:`~consumer.core.smtp_outcome.SmtpReply` (any
-reply code, classified by :func:`~consumer.core.smtp_outcome.classify_smtp`) or a
-:class:`~consumer.core.outcome.TransportFailure`; it never raises for a network problem:
+:meth:`SmtpProvider.send` returns an :class:`~mailbus.consumer.core.smtp_outcome.SmtpReply` (any
+reply code, classified by :func:`~mailbus.consumer.core.smtp_outcome.classify_smtp`) or a
+:class:`~mailbus.consumer.core.outcome.TransportFailure`; it never raises for a network problem:
 
 =========================================================  ====================================
 what happened                                              result
@@ -36,10 +36,10 @@ from urllib.parse import unquote, urlsplit
 
 import aiosmtplib
 
-from consumer.core.outcome import TransportFailure, clip_reason
-from consumer.core.smtp_outcome import AnyCallResult, SmtpReply
-from consumer.provider import LookupResult, OutgoingMail
-from mailbus.errors import ConfigError, InvalidSendError
+from mailbus.consumer.core.outcome import TransportFailure, clip_reason
+from mailbus.consumer.core.smtp_outcome import AnyCallResult, SmtpReply
+from mailbus.consumer.provider import LookupResult, OutgoingMail
+from mailbus.kernel.errors import ConfigError, InvalidSendError
 from mailbus_client.send_request import mail_headers
 
 __all__ = ["SmtpPrepared", "SmtpProvider", "SmtpTarget", "message_id_for", "render_mail"]

@@ -18,8 +18,8 @@ import pytest
 from relay_runner import wait_until
 from services import REPO, settings_env
 
-from mailbus.settings import Settings
-from sandbox.server import ThreadedSandbox, start_in_thread
+from mailbus.kernel.settings import Settings
+from mailbus.sandbox.server import ThreadedSandbox, start_in_thread
 
 API_KEY = "e2e-secret-key-0123456789"
 OPEN_STATES = ("pending", "sending", "unknown")

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from conftest import API_KEY, Stack
 from relay_runner import wait_until
 
-from sandbox.server import start_in_thread
+from mailbus.sandbox.server import start_in_thread
 
 
 def seed_templates(stack: Stack, template: str, count: int, **columns: object) -> None:

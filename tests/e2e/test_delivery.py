@@ -15,7 +15,7 @@ from conftest import Stack
 from kafka_reader import read_messages
 from relay_runner import wait_until
 
-from schemas.codec import SendPointer, send_pointer_codec
+from mailbus.schemas.codec import SendPointer, send_pointer_codec
 
 
 def sends_by_key(stack: Stack) -> dict[str, list[float]]:

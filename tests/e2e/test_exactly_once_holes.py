@@ -9,7 +9,7 @@ import time
 from conftest import Stack, control
 from relay_runner import wait_until
 
-from sandbox.server import start_in_thread
+from mailbus.sandbox.server import start_in_thread
 
 FALLBACK_KEY = "fallback-key-0123456789"
 

@@ -11,9 +11,9 @@ import pytest
 from conftest import Stack
 from relay_runner import wait_until
 
-from intake.sample import SampleRecord, publish_records
-from mailbus.topics import create_topics
-from schemas.codec import order_placed_codec
+from mailbus.intake.sample import SampleRecord, publish_records
+from mailbus.kernel.topics import create_topics
+from mailbus.schemas.codec import order_placed_codec
 
 pytestmark = pytest.mark.stack
 

@@ -17,12 +17,12 @@ from kafka_reader import read_messages
 from relay_runner import wait_until
 from services import run_mailbus
 
-from mailbus.settings import Settings
-from sandbox.emitter import EventEmitter
-from sandbox.outcomes import OutcomePlan
-from sandbox.server import start_in_thread
-from schemas.codec import send_event_codec
-from schemas.send_event import SendEvent
+from mailbus.kernel.settings import Settings
+from mailbus.sandbox.emitter import EventEmitter
+from mailbus.sandbox.outcomes import OutcomePlan
+from mailbus.sandbox.server import start_in_thread
+from mailbus.schemas.codec import send_event_codec
+from mailbus.schemas.send_event import SendEvent
 
 SECRET = "whsec_e2e_send_events_0123456789"
 PLAN = OutcomePlan(delay_ms=300, bounce_share=0.25, hard_share=0.5, complaint_share=0.3)

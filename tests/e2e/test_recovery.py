@@ -12,7 +12,7 @@ import psycopg
 from conftest import Stack
 from relay_runner import wait_until
 
-from consumer.core.recovery import RecoveryPolicy, allowed_between, recovery_rate
+from mailbus.consumer.core.recovery import RecoveryPolicy, allowed_between, recovery_rate
 
 RATE_PER_MIN = 120
 RAMP = "2m"

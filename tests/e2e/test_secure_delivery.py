@@ -11,10 +11,10 @@ from conftest import Stack
 from relay_runner import wait_until
 from transport_security import StackSecurity, login_as, stack_security
 
-from intake.sample import SampleRecord, publish_records
-from mailbus.migrate import apply_roles
-from mailbus.topics import create_topics
-from schemas.codec import order_placed_codec
+from mailbus.app.migrate import apply_roles
+from mailbus.intake.sample import SampleRecord, publish_records
+from mailbus.kernel.topics import create_topics
+from mailbus.schemas.codec import order_placed_codec
 
 pytestmark = pytest.mark.stack
 

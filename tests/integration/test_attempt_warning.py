@@ -9,8 +9,8 @@ import psycopg
 from delivery_support import ScriptedProvider, origin_for, service_for
 from prometheus_client import REGISTRY
 
-from consumer.core import RetryPolicy
-from consumer.ledger import SendLedger
+from mailbus.consumer.core import RetryPolicy
+from mailbus.consumer.ledger import SendLedger
 
 
 def _warnings(priority: str) -> float:

@@ -16,10 +16,10 @@ import pytest
 from relay_runner import wait_until
 from services import REPO, run_mailbus, settings_env
 
-from campaigns.pacer import PACER_COMPONENT, start_pacer_thread
-from campaigns.store import transition
-from mailbus import health
-from mailbus.settings import Settings
+from mailbus.campaigns.pacer import PACER_COMPONENT, start_pacer_thread
+from mailbus.campaigns.store import transition
+from mailbus.kernel import health
+from mailbus.kernel.settings import Settings
 
 
 def write_audience(path: Path, n: int) -> Path:

@@ -20,11 +20,11 @@ import pytest
 from relay_runner import wait_until
 from services import REPO, run_mailbus
 
-from campaigns.audience import Rejected, open_audience
-from campaigns.errors import CampaignError
-from campaigns.pacer import Pacer
-from campaigns.sql_audience import SqlAudience
-from campaigns.store import CampaignSpec, create_campaign, import_audience, transition
+from mailbus.campaigns.audience import Rejected, open_audience
+from mailbus.campaigns.errors import CampaignError
+from mailbus.campaigns.pacer import Pacer
+from mailbus.campaigns.sql_audience import SqlAudience
+from mailbus.campaigns.store import CampaignSpec, create_campaign, import_audience, transition
 
 UNPACED = CampaignSpec(name="parts", template="newsletter", rate_per_min=10**9)
 

@@ -11,10 +11,11 @@ import psycopg
 import pytest
 from test_campaigns import audience_csv, create
 
-from campaigns.pacer import Pacer
-from campaigns.store import transition
-from mailbus import metrics
-from mailbus.status import collect_status, render_status
+from mailbus.app.status import collect_status, render_status
+from mailbus.campaigns.pacer import Pacer
+from mailbus.campaigns.store import transition
+from mailbus.kernel import metrics
+from mailbus.relay.outbox_metrics import OutboxCollector
 
 
 @pytest.fixture
@@ -67,7 +68,7 @@ def test_metrics_gauges_per_campaign_and_state(database_url: str, campaign: int)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = int(probe.getsockname()[1])
-    metrics.start_metrics_server(port, database_url)
+    metrics.start_metrics_server(port, OutboxCollector(database_url))
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
             text = response.read().decode()

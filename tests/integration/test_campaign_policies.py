@@ -10,8 +10,8 @@ from datetime import timedelta
 import psycopg
 from test_campaigns import audience_csv, create
 
-from campaigns.pacer import Pacer
-from campaigns.store import CampaignSpec, create_campaign, transition
+from mailbus.campaigns.pacer import Pacer
+from mailbus.campaigns.store import CampaignSpec, create_campaign, transition
 from mailbus_client.policies import MailPolicy, PolicyBook, QueueCap
 
 BOOK = PolicyBook(

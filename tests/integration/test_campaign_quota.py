@@ -8,9 +8,9 @@ import threading
 import psycopg
 from test_campaigns import audience_csv, create
 
-from campaigns.pacer import Pacer
-from campaigns.store import transition
-from campaigns.views import collect_status
+from mailbus.campaigns.pacer import Pacer
+from mailbus.campaigns.store import transition
+from mailbus.campaigns.views import collect_status
 
 
 def test_two_pacers_share_the_daily_quota_fairly_and_never_exceed_it(database_url: str) -> None:

@@ -7,12 +7,12 @@ import psycopg
 import pytest
 from services import run_mailbus, settings_env
 
-from campaigns.audience import Rejected
-from campaigns.errors import CampaignError
-from campaigns.pacer import Pacer
-from campaigns.sql_audience import SqlAudience
-from campaigns.store import CampaignSpec, create_campaign, transition
-from mailbus.settings import Settings
+from mailbus.campaigns.audience import Rejected
+from mailbus.campaigns.errors import CampaignError
+from mailbus.campaigns.pacer import Pacer
+from mailbus.campaigns.sql_audience import SqlAudience
+from mailbus.campaigns.store import CampaignSpec, create_campaign, transition
+from mailbus.kernel.settings import Settings
 
 
 def make_users(database_url: str, n: int) -> None:

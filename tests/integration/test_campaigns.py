@@ -16,11 +16,11 @@ import psycopg
 import pytest
 from relay_runner import wait_until
 
-from campaigns.audience import Rejected
-from campaigns.errors import CampaignError
-from campaigns.pacer import Pacer
-from campaigns.store import CampaignSpec, create_campaign, transition
-from campaigns.views import collect_status
+from mailbus.campaigns.audience import Rejected
+from mailbus.campaigns.errors import CampaignError
+from mailbus.campaigns.pacer import Pacer
+from mailbus.campaigns.store import CampaignSpec, create_campaign, transition
+from mailbus.campaigns.views import collect_status
 from mailbus_client.sqlfiles import load_queries
 
 
@@ -327,7 +327,7 @@ def forget_statistics(database_url: str, table: str) -> None:
 def test_a_tick_walks_the_recipients_by_index_from_the_checkpoint(database_url: str) -> None:
     """Not a bitmap scan of the whole campaign and a sort (every tick read every recipient)."""
     campaign_id = create(database_url, audience_csv(5000))
-    queries = load_queries("campaigns", "queries.sql")
+    queries = load_queries("mailbus.campaigns", "queries.sql")
     forget_statistics(database_url, "campaign_recipients")
     with psycopg.connect(database_url) as conn:
         conn.execute(queries["tick_settings"])
@@ -356,7 +356,7 @@ def test_a_tick_walks_the_recipients_by_index_from_the_checkpoint(database_url: 
 def claimable(database_url: str, campaign_id: int) -> int:
     """How many of the campaign's pending rows the consumer's own claim would take now
     (run in a transaction that is rolled back)."""
-    claim = load_queries("consumer", "queries.sql")["claim_for_send"]
+    claim = load_queries("mailbus.consumer", "queries.sql")["claim_for_send"]
     with psycopg.connect(database_url) as conn:
         ids = [
             r[0]

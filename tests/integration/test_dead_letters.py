@@ -11,9 +11,9 @@ from kafka_reader import Landed, read_messages
 from psycopg.rows import class_row
 from relay_runner import relay_thread, wait_until
 
-from mailbus.settings import Settings
-from schemas.codec import dead_letter_codec
-from schemas.dead_letter import DeadLetter
+from mailbus.kernel.settings import Settings
+from mailbus.schemas.codec import dead_letter_codec
+from mailbus.schemas.dead_letter import DeadLetter
 
 _INSERT = """
 INSERT INTO email_dead_letters (

@@ -8,8 +8,8 @@ import os
 import psycopg
 from services import run_mailbus
 
-from feedback.figures import delivery_figures, render_delivery_figures
-from mailbus.status import collect_status, render_status
+from mailbus.app.status import collect_status, render_status
+from mailbus.feedback.figures import delivery_figures, render_delivery_figures
 
 _EVENT = """
 INSERT INTO delivery_events (provider, event_id, type, bounce, message_id, occurred_at,

@@ -8,10 +8,10 @@ import asyncio
 import psycopg
 from delivery_support import ScriptedProvider, origin_for, service_for
 
-from consumer.core import RetryPolicy
-from consumer.core.outcome import ProviderReply
-from consumer.core.smtp_outcome import SmtpReply
-from consumer.ledger import SendLedger
+from mailbus.consumer.core import RetryPolicy
+from mailbus.consumer.core.outcome import ProviderReply
+from mailbus.consumer.core.smtp_outcome import SmtpReply
+from mailbus.consumer.ledger import SendLedger
 
 
 def reply(key: str) -> SmtpReply | ProviderReply:

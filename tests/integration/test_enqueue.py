@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
-from mailbus.errors import InvalidSendError
+from mailbus.kernel.errors import InvalidSendError
 from mailbus_client.enqueue import SendRequest, enqueue
 from mailbus_client.send_request import MAX_PAYLOAD_BYTES
 

@@ -25,10 +25,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka_reader import read_messages
 from services import REPO, run_mailbus, settings_env
 
-from intake.sample import publish_records, sample_events
-from mailbus.settings import Settings
-from mailbus.topics import create_topics
-from schemas.codec import order_placed_codec
+from mailbus.intake.sample import publish_records, sample_events
+from mailbus.kernel.settings import Settings
+from mailbus.kernel.topics import create_topics
+from mailbus.schemas.codec import order_placed_codec
 
 pytestmark = pytest.mark.stack
 

@@ -10,8 +10,8 @@ from dataclasses import replace
 import psycopg
 from ledger_support import ORIGIN, claim, rows, seed, with_ledger
 
-from consumer.core import Decision, Status
-from consumer.ledger import LoadedSend, SendLedger
+from mailbus.consumer.core import Decision, Status
+from mailbus.consumer.ledger import LoadedSend, SendLedger
 
 
 def test_concurrent_loads_claims_and_settles_each_land_on_their_own_row(

@@ -11,8 +11,8 @@ from datetime import timedelta
 import psycopg
 from ledger_support import ORIGIN, claim, rows, seed, with_ledger
 
-from consumer.core import Decision, Status
-from consumer.ledger import Claim, SendLedger
+from mailbus.consumer.core import Decision, Status
+from mailbus.consumer.ledger import Claim, SendLedger
 
 
 def test_a_claim_retried_after_its_reply_was_lost_gets_the_row_again_uncounted(

@@ -11,8 +11,8 @@ import psycopg
 from delivery_support import ScriptedProvider, origin_for, service_for
 from ledger_support import claim
 
-from consumer.core import RetryPolicy
-from consumer.ledger import SendLedger
+from mailbus.consumer.core import RetryPolicy
+from mailbus.consumer.ledger import SendLedger
 
 DAY = 86400.0
 

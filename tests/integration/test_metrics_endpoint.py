@@ -10,7 +10,8 @@ import psycopg
 import pytest
 from prometheus_client import REGISTRY
 
-from mailbus import metrics
+from mailbus.kernel import metrics
+from mailbus.relay.outbox_metrics import OutboxCollector
 
 
 def free_port() -> int:
@@ -52,7 +53,7 @@ def test_outbox_rows_and_oldest_age(database_url: str, serve: None) -> None:
             """
         )
     port = free_port()
-    metrics.start_metrics_server(port, database_url)
+    metrics.start_metrics_server(port, OutboxCollector(database_url))
 
     samples = scrape(port)
     assert samples['mailbus_outbox_rows{priority="p0",status="pending"}'] == 2
@@ -77,7 +78,7 @@ def test_database_errors_drop_the_outbox_samples_and_are_counted(serve: None) ->
     errors = REGISTRY.get_sample_value("mailbus_outbox_scrape_errors_total") or 0.0
     port = free_port()
     unreachable = f"postgresql://mailbus:mailbus@127.0.0.1:{free_port()}/nothing"
-    metrics.start_metrics_server(port, unreachable)
+    metrics.start_metrics_server(port, OutboxCollector(unreachable))
 
     assert scrape(port) == {}
     assert REGISTRY.get_sample_value("mailbus_outbox_scrape_errors_total") == errors + 1

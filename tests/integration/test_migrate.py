@@ -9,7 +9,7 @@ import uuid
 import psycopg
 from services import REPO, StackServices, database_url_for
 
-from mailbus.scratch_database import drop_database
+from mailbus.app.scratch_database import drop_database
 
 _SCHEMA = """
 SELECT table_name, column_name, data_type, is_nullable, column_default

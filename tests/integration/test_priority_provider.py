@@ -8,9 +8,9 @@ import asyncio
 import psycopg
 from delivery_support import ScriptedProvider, origin_for, service_for
 
-from consumer.core import RetryPolicy
-from consumer.core.outcome import ProviderReply
-from consumer.ledger import SendLedger
+from mailbus.consumer.core import RetryPolicy
+from mailbus.consumer.core.outcome import ProviderReply
+from mailbus.consumer.ledger import SendLedger
 
 
 def test_rows_keep_the_provider_that_first_took_them(database_url: str) -> None:

@@ -16,11 +16,11 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from consumer.core.outcome import ProviderReply, TransportFailure
-from consumer.provider import HttpProvider, LookupResult, OutgoingMail
-from sandbox.app import SandboxState
-from sandbox.faults import build_plan
-from sandbox.server import ThreadedSandbox, start_in_thread
+from mailbus.consumer.core.outcome import ProviderReply, TransportFailure
+from mailbus.consumer.provider import HttpProvider, LookupResult, OutgoingMail
+from mailbus.sandbox.app import SandboxState
+from mailbus.sandbox.faults import build_plan
+from mailbus.sandbox.server import ThreadedSandbox, start_in_thread
 
 API_KEY = "integration-key-0123456789"
 MAIL = OutgoingMail("order-1:confirmation", "ana@example.com", "order_confirmation", {"n": 1})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from mailbus.errors import QueueFullError
+from mailbus.kernel.errors import QueueFullError
 from mailbus_client.enqueue import SendRequest, enqueue
 from mailbus_client.policies import QueueCap
 

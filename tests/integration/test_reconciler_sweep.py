@@ -6,7 +6,7 @@ import asyncio
 
 import psycopg
 
-from consumer.ledger import SendLedger
+from mailbus.consumer.ledger import SendLedger
 
 
 def test_only_long_published_pending_rows_of_our_priorities_are_handed_back(

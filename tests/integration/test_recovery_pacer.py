@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from consumer.core.recovery import RecoveryPolicy, allowed_between
-from consumer.recovery_pacer import RecoveryPacer
+from mailbus.consumer.core.recovery import RecoveryPolicy, allowed_between
+from mailbus.consumer.recovery_pacer import RecoveryPacer
 
 RATE = 20.0  # sends/s at the start of the ramp; a long ramp keeps it nearly flat here
 POLICY = RecoveryPolicy(rate_per_s=RATE, ramp_s=3600.0, after_s=0.0)

@@ -13,8 +13,8 @@ from kafka_reader import read_pointers
 from relay_runner import relay_thread, wait_until
 from services import REPO, settings_env, stack_script
 
-from mailbus.settings import Settings
-from mailbus.topics import send_topics
+from mailbus.kernel.settings import Settings
+from mailbus.kernel.topics import send_topics
 
 _SEED = """
 INSERT INTO email_sends (dedupe_key, to_address, template, priority)

@@ -11,7 +11,7 @@ from psycopg.errors import InsufficientPrivilege
 from services import run_mailbus
 from transport_security import login_as
 
-from mailbus.migrate import ROLES, apply_roles
+from mailbus.app.migrate import ROLES, apply_roles
 from mailbus_client.enqueue import QueueCap, SendRequest, enqueue
 
 

@@ -8,12 +8,12 @@ import asyncio
 import aiohttp
 import psycopg
 
-from feedback.server import start as start_receiver
-from feedback.store import EventStore
-from sandbox.app import DEFAULT_API_KEY
-from sandbox.emitter import EventEmitter
-from sandbox.outcomes import OutcomePlan
-from sandbox.server import start as start_sandbox
+from mailbus.feedback.server import start as start_receiver
+from mailbus.feedback.store import EventStore
+from mailbus.sandbox.app import DEFAULT_API_KEY
+from mailbus.sandbox.emitter import EventEmitter
+from mailbus.sandbox.outcomes import OutcomePlan
+from mailbus.sandbox.server import start as start_sandbox
 
 SECRET = "whsec_sandbox_loop_0123456789"
 

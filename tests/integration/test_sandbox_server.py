@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
-from sandbox.faults import FaultPlan, parse_fault
-from sandbox.server import ThreadedSandbox, start_in_thread
+from mailbus.sandbox.faults import FaultPlan, parse_fault
+from mailbus.sandbox.server import ThreadedSandbox, start_in_thread
 
 REPO = Path(__file__).resolve().parents[2]
 API_KEY = "test-key"

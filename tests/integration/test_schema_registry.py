@@ -23,13 +23,12 @@ from kafka_reader import read_messages
 from relay_runner import relay_thread, wait_until
 from test_relay import published, seed
 
-from intake.events import EventReader, NewRow, Rejected
-from intake.mappings import load_mappings
-from mailbus.errors import ConfigError
-from mailbus.settings import Settings
-from mailbus_client.policies import configured_policy_book
-from schemas.codec import shipped_schema
-from schemas.registry import (
+from mailbus.intake.events import EventReader, NewRow, Rejected
+from mailbus.intake.mappings import load_mappings
+from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.settings import Settings
+from mailbus.schemas.codec import shipped_schema
+from mailbus.schemas.registry import (
     RegistryWriters,
     pointer_codec,
     register,
@@ -39,6 +38,7 @@ from schemas.registry import (
     subject,
     value_codec,
 )
+from mailbus_client.policies import configured_policy_book
 
 URL = os.environ.get("MAILBUS_TEST_SCHEMA_REGISTRY_URL", "http://127.0.0.1:8081/apis/ccompat/v7")
 

@@ -17,12 +17,12 @@ from confluent_kafka.admin import AdminClient
 from kafka_reader import read_messages, read_pointers
 from relay_runner import wait_until
 
-from mailbus.kafka_security import kafka_client_config
-from mailbus.settings import Settings
-from relay.publisher import OutgoingMessage, PointerPublisher
-from relay.relay import EVENTS, POINTERS, Relay
-from schemas.codec import send_event_codec
-from schemas.send_event import HEADER_EVENT, HEADER_EVENT_ID, SendEvent
+from mailbus.kernel.kafka_security import kafka_client_config
+from mailbus.kernel.settings import Settings
+from mailbus.relay.publisher import OutgoingMessage, PointerPublisher
+from mailbus.relay.relay import EVENTS, POINTERS, Relay
+from mailbus.schemas.codec import send_event_codec
+from mailbus.schemas.send_event import HEADER_EVENT, HEADER_EVENT_ID, SendEvent
 
 EVENT_COLUMNS = "send_id, event, status, delivery_status"
 

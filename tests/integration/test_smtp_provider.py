@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 from smtp_server import SmtpRecorder, free_port, smtp_server
 
-from consumer.core.outcome import Outcome, TransportFailure
-from consumer.core.smtp_outcome import classify_call
-from consumer.provider import OutgoingMail
-from consumer.providers.smtp import SmtpProvider, message_id_for
+from mailbus.consumer.core.outcome import Outcome, TransportFailure
+from mailbus.consumer.core.smtp_outcome import classify_call
+from mailbus.consumer.provider import OutgoingMail
+from mailbus.consumer.providers.smtp import SmtpProvider, message_id_for
 
 
 @pytest.fixture

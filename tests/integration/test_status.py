@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from services import REPO, run_mailbus
 
-from mailbus.status import collect_status, render_status
+from mailbus.app.status import collect_status, render_status
 
 _SEND = """
 INSERT INTO email_sends (dedupe_key, to_address, template, priority, status, created_at)

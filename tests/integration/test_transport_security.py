@@ -9,7 +9,7 @@ import pytest
 from services import run_mailbus, settings_env
 from transport_security import WRONG_CA, StackSecurity, stack_security
 
-from mailbus.settings import Settings
+from mailbus.kernel.settings import Settings
 
 pytestmark = pytest.mark.stack
 

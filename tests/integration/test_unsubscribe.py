@@ -14,11 +14,11 @@ import aiohttp
 import psycopg
 from ledger_support import suppressed_at_load
 
-from campaigns.pacer import Pacer
-from campaigns.store import CampaignSpec, create_campaign, transition
-from campaigns.unsubscribe import Links, make_token, verify_token
-from feedback.server import RunningReceiver, start
-from feedback.store import EventStore
+from mailbus.campaigns.pacer import Pacer
+from mailbus.campaigns.store import CampaignSpec, create_campaign, transition
+from mailbus.campaigns.unsubscribe import Links, make_token, verify_token
+from mailbus.feedback.server import RunningReceiver, start
+from mailbus.feedback.store import EventStore
 
 SECRET = "unsub_integration_0123456789"
 WEBHOOK_SECRET = "whsec_integration_0123456789"

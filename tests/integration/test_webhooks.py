@@ -21,10 +21,10 @@ import psycopg
 from ledger_support import suppressed_at_load
 from services import REPO, run_mailbus
 
-from feedback.events import STATUS_RANK, parse_event
-from feedback.server import RunningReceiver, start
-from feedback.signature import signature_header
-from feedback.store import EventStore
+from mailbus.feedback.events import STATUS_RANK, parse_event
+from mailbus.feedback.server import RunningReceiver, start
+from mailbus.feedback.signature import signature_header
+from mailbus.feedback.store import EventStore
 
 SECRET = "whsec_integration_0123456789"
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

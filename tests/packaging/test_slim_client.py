@@ -2,8 +2,9 @@
 
 ``pip install ./client`` into ``python3 -m venv`` (PyPI for psycopg): no Kafka, aiohttp,
 Prometheus or faust comes in, the only new top-level module is ``mailbus_client``, and
-from that venv alone a row is enqueued into the real PostgreSQL. The main distribution
-ships the same package (editable and as a wheel), so ``pip install -e .`` keeps working.
+from that venv alone a row is enqueued into the real PostgreSQL. The full distribution
+installs one top-level module, ``mailbus``, and depends on the slim client rather than
+shipping a copy of it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ pytestmark = pytest.mark.stack
 PSYCOPG_OWN = {"psycopg", "psycopg-binary", "typing-extensions", "tzdata"}
 VENV_OWN = {"pip", "setuptools"}
 FORBIDDEN = {"confluent-kafka", "aiohttp", "prometheus-client", "faust-streaming", "httpx"}
-SERVICE_PACKAGES = ("mailbus", "relay", "consumer", "schemas", "sandbox", "feedback", "intake")
+# The rooms: top-level folders of the checkout, installed as mailbus.<room>.
+SERVICE_PACKAGES = ("relay", "consumer", "schemas", "sandbox", "feedback", "intake", "campaigns")
 
 # Prints {distribution: [its top-level modules]} as the venv's RECORD files say.
 LIST_DISTRIBUTIONS = """
@@ -130,7 +132,7 @@ def test_installs_psycopg_and_one_top_level_module(slim_venv: Path) -> None:
     assert not FORBIDDEN & installed.keys()
     assert set(installed) - VENV_OWN - PSYCOPG_OWN == {"mailbus-client"}
     everything = {top for modules in installed.values() for top in modules}
-    assert not everything & set(SERVICE_PACKAGES)
+    assert not everything & {"mailbus", *SERVICE_PACKAGES}
     others = VENV_OWN | PSYCOPG_OWN
     assert {top for name, tops in installed.items() if name not in others for top in tops} == {
         "mailbus_client"
@@ -153,17 +155,48 @@ def test_enqueues_into_postgresql_from_the_venv(slim_venv: Path, database_url: s
     assert rows[0][3].total_seconds() == 900  # the packaged policy file: one-time codes
 
 
-def test_main_distribution_ships_the_client(tmp_path: Path) -> None:
-    checkout = _copy(REPO, tmp_path / "mailbus")
-    _run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", tmp_path, checkout)
-    [wheel] = tmp_path.glob("mailbus-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
-    for shipped in ("enqueue.py", "queries.sql", "mail_policies.json", "py.typed"):
-        assert f"mailbus_client/{shipped}" in names
-    assert not any(name.startswith("client/") for name in names)
+@pytest.fixture(scope="module")
+def service_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The full distribution built as a wheel from a copy of the checkout."""
+    root = tmp_path_factory.mktemp("wheel")
+    checkout = _copy(REPO, root / "mailbus")
+    _run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", root, checkout)
+    [wheel] = root.glob("mailbus-*.whl")
+    return wheel
+
+
+def test_the_wheel_installs_one_top_level_module(service_wheel: Path) -> None:
+    names = zipfile.ZipFile(service_wheel).namelist()
+    tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert tops == {"mailbus"}
+    packages = {
+        str(Path(name).parent).replace("/", ".") for name in names if name.endswith("/__init__.py")
+    }
+    in_checkout = {
+        "mailbus." + str(init.parent.relative_to(REPO)).replace("/", ".")
+        for room in SERVICE_PACKAGES
+        for init in (REPO / room).rglob("__init__.py")
+    }
+    assert in_checkout <= packages  # a package missing from pyproject's list fails here
+    assert {"mailbus.kernel", "mailbus.app"} <= packages
+    assert not any(name.startswith(("mailbus_client/", "client/")) for name in names)
+    metadata = zipfile.ZipFile(service_wheel).read(
+        next(name for name in names if name.endswith(".dist-info/METADATA"))
+    ).decode()
+    assert "Requires-Dist: mailbus-client" in metadata
+
+
+def test_both_distributions_in_one_venv(
+    service_wheel: Path, tmp_path: Path, database_url: str
+) -> None:
+    """The full distribution beside the slim client: each keeps its own files, and the
+    slim client still enqueues."""
     python = _fresh_venv(tmp_path / "venv")
-    _run(python, "-m", "pip", "install", "--quiet", "--no-deps", "-e", checkout)
-    where = _run(
-        python, "-c", "import mailbus.errors, mailbus_client; print(mailbus_client.__file__)"
-    )
-    assert Path(where.strip()) == checkout / "client" / "mailbus_client" / "__init__.py"
+    _run(python, "-m", "pip", "install", "--quiet", _copy(REPO / "client", tmp_path / "client"))
+    _run(python, "-m", "pip", "install", "--quiet", "--no-deps", service_wheel)
+    installed: dict[str, list[str]] = json.loads(_run(python, "-c", LIST_DISTRIBUTIONS))
+    assert installed["mailbus"] == ["mailbus"]
+    assert installed["mailbus-client"] == ["mailbus_client"]
+    out = json.loads(_run(python, "-c", ENQUEUE, env=_clean_env(MAILBUS_DATABASE_URL=database_url)))
+    assert out["first"][1] and out["again"] is False and out["refused"] == "to_address"
+    _run(python, "-c", "import mailbus.kernel.errors, mailbus_client.errors")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from consumer.gate import AdaptiveSlots
+from mailbus.consumer.gate import AdaptiveSlots
 
 
 def test_never_more_holders_than_the_limit_and_fifo() -> None:

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
-from mailbus import metrics
-from mailbus.cli import _build_parser
+from mailbus.app.cli import _build_parser
+from mailbus.relay.outbox_metrics import OutboxCollector
 
 RULES = Path(__file__).resolve().parents[2] / "ops" / "alerts.yml"
 RULE_TESTS = RULES.with_name("alerts_test.yml")
@@ -30,7 +30,7 @@ def all_rules() -> list[dict[str, Any]]:
 
 
 def exported_names() -> set[str]:
-    families = [*REGISTRY.collect(), *metrics.OutboxCollector("postgresql://unused").describe()]
+    families = [*REGISTRY.collect(), *OutboxCollector("postgresql://unused").describe()]
     return {
         family.name + suffix
         for family in families

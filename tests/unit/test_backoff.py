@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.core.backoff import RetryPolicy, backoff_ceiling, retry_delay
-from consumer.core.outcome import MAX_RETRY_AFTER_S
-from mailbus.errors import ConfigError
+from mailbus.consumer.core.backoff import RetryPolicy, backoff_ceiling, retry_delay
+from mailbus.consumer.core.outcome import MAX_RETRY_AFTER_S
+from mailbus.kernel.errors import ConfigError
 
 unit = st.floats(min_value=0.0, max_value=1.0, exclude_max=True)
 attempts_st = st.integers(min_value=1, max_value=200)

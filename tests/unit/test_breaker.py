@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from consumer.core.breaker import Breaker, BreakerPolicy, BreakerState, admit, record
+from mailbus.consumer.core.breaker import Breaker, BreakerPolicy, BreakerState, admit, record
 
 POLICY = BreakerPolicy(failure_threshold=3, cool_down_s=5.0, max_cool_down_s=20.0)
 

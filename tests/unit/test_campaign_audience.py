@@ -6,8 +6,8 @@ import io
 
 import pytest
 
-from campaigns.audience import Recipient, Rejected, open_audience
-from campaigns.errors import CampaignError
+from mailbus.campaigns.audience import Recipient, Rejected, open_audience
+from mailbus.campaigns.errors import CampaignError
 
 
 def read(data: bytes) -> list[Recipient | Rejected]:

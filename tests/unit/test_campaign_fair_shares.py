@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from campaigns.pacing import fair_shares
+from mailbus.campaigns.pacing import fair_shares
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@ campaign waits for its import's next part, otherwise the rest of the tick."""
 
 from __future__ import annotations
 
-from campaigns.pacer import IMPORT_WAIT_S, TickResult, wait_after
+from mailbus.campaigns.pacer import IMPORT_WAIT_S, TickResult, wait_after
 
 
 def result(limited_by: str) -> TickResult:

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from campaigns.errors import CampaignError
-from campaigns.pacing import (
+from mailbus.campaigns.errors import CampaignError
+from mailbus.campaigns.pacing import (
     Bucket,
     Pace,
     Window,

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from campaigns.progress import Progress, render_bar, render_line
+from mailbus.campaigns.progress import Progress, render_bar, render_line
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ def test_client_imports_nothing_of_the_services() -> None:
 
 
 def test_the_check_sees_a_service_import() -> None:
-    assert imported("from mailbus.errors import ConfigError\nimport confluent_kafka") == {
+    assert imported("from mailbus.kernel.errors import ConfigError\nimport confluent_kafka") == {
         "mailbus",
         "confluent_kafka",
     }

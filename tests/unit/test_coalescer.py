@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from mailbus.coalescer import Coalescer
+from mailbus.kernel.coalescer import Coalescer
 
 
 class Recorder:

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mailbus.errors import CodecError
-from schemas.codec import AvroCodec, SendPointer, dead_letter_codec, send_pointer_codec
-from schemas.dead_letter import DeadLetter
+from mailbus.kernel.errors import CodecError
+from mailbus.schemas.codec import AvroCodec, SendPointer, dead_letter_codec, send_pointer_codec
+from mailbus.schemas.dead_letter import DeadLetter
 
 WHEN = datetime(2024, 5, 17, 9, 30, 12, 123456, tzinfo=UTC)
 POINTER = SendPointer.of(1042, "order-1042-shipped", "p1", 3, WHEN)
@@ -84,7 +84,7 @@ def test_codecs_are_shared_and_distinct() -> None:
 
 
 def test_the_dead_letter_schema_has_exactly_the_fields_of_dead_letter() -> None:
-    schema = json.loads(resources.files("schemas").joinpath("dead_letter.avsc").read_text())
+    schema = json.loads(resources.files("mailbus.schemas").joinpath("dead_letter.avsc").read_text())
     assert schema["name"] == "DeadLetter" and schema["namespace"] == "dev.mailbus.v1"
     by_name = {field["name"]: field for field in schema["fields"]}
     assert list(by_name) == [

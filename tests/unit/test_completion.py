@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from services import REPO
 
-from mailbus.cli import _build_parser, main
+from mailbus.app.cli import _build_parser, main
 
 # Sources the script, then asks its completion function what follows the given words,
 # the way bash's programmable completion calls it (COMP_WORDS, COMP_CWORD, $1 $2 $3).

@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.core.concurrency import AdaptiveLimit, LimitPolicy, on_latency, restart_slowly
+from mailbus.consumer.core.concurrency import AdaptiveLimit, LimitPolicy, on_latency, restart_slowly
 
 POLICY = LimitPolicy(min_limit=1, max_limit=64)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from consumer.db_clock import DatabaseClock
+from mailbus.consumer.db_clock import DatabaseClock
 
 
 def test_the_last_reading_advances_by_the_monotonic_clock_whatever_the_wall_says() -> None:

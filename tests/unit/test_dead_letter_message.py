@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from relay.dead_letters import dead_letter_message
-from schemas.codec import dead_letter_codec
-from schemas.dead_letter import DeadLetter
+from mailbus.relay.dead_letters import dead_letter_message
+from mailbus.schemas.codec import dead_letter_codec
+from mailbus.schemas.dead_letter import DeadLetter
 
 WHEN = datetime(2024, 5, 17, 9, 30, tzinfo=UTC)
 

@@ -11,20 +11,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.dead_letter_views import (
+from mailbus.app.cli import _build_parser
+from mailbus.consumer.dead_letter_views import (
     Letter,
     LetterFilter,
     Progress,
     format_table,
     letters_table,
     parse_letter_id,
-    parse_rate,
     parse_since,
     replay_order,
     skip_reason,
 )
-from mailbus.cli import _build_parser
-from mailbus.errors import ConfigError
+from mailbus.kernel.durations import parse_rate
+from mailbus.kernel.errors import ConfigError
 
 NOW = datetime(2025, 3, 10, 12, 0, 0, tzinfo=UTC)
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.core.backoff import RetryPolicy, retry_delay
-from consumer.core.decide import (
+from mailbus.consumer.core.backoff import RetryPolicy, retry_delay
+from mailbus.consumer.core.decide import (
     Decision,
     SendView,
     after_call,
@@ -24,8 +24,14 @@ from consumer.core.decide import (
     unsendable,
     wait_for_provider,
 )
-from consumer.core.outcome import Classification, Outcome, ProviderReply, TransportFailure, classify
-from consumer.core.states import TERMINAL, Status, can_transition, claimable_from
+from mailbus.consumer.core.outcome import (
+    Classification,
+    Outcome,
+    ProviderReply,
+    TransportFailure,
+    classify,
+)
+from mailbus.consumer.core.states import TERMINAL, Status, can_transition, claimable_from
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 POLICY = RetryPolicy(max_attempts=5, base_s=2.0, cap_s=300.0)

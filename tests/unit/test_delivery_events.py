@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from feedback.events import STATUS_RANK, InvalidEventError, parse_event
+from mailbus.feedback.events import STATUS_RANK, InvalidEventError, parse_event
 
 
 def body(**fields: Any) -> bytes:

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from consumer.core.breaker import BreakerPolicy, BreakerState
-from consumer.core.domains import (
+from mailbus.consumer.core.breaker import BreakerPolicy, BreakerState
+from mailbus.consumer.core.domains import (
     DomainPause,
     DomainPolicy,
     clear,
@@ -19,10 +19,10 @@ from consumer.core.domains import (
     recipient_domain,
     throttle,
 )
-from consumer.core.outcome import Classification, Outcome, ProviderReply, classify
-from consumer.core.smtp_outcome import SmtpReply, classify_smtp
-from consumer.core.states import Status
-from consumer.gate import Admission, ProviderGate
+from mailbus.consumer.core.outcome import Classification, Outcome, ProviderReply, classify
+from mailbus.consumer.core.smtp_outcome import SmtpReply, classify_smtp
+from mailbus.consumer.core.states import Status
+from mailbus.consumer.gate import Admission, ProviderGate
 
 POLICY = DomainPolicy(base_s=5.0, cap_s=60.0)
 OK = Classification(Outcome.ACCEPTED, message_id="m", status_code=200)

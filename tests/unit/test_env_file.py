@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from mailbus.cli import main
-from mailbus.errors import ConfigError
-from mailbus.settings import load_env_file, load_settings
+from mailbus.app.cli import main
+from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.settings import load_env_file, load_settings
 
 
 def parse(tmp_path: Path, text: str, environ: dict[str, str] | None = None) -> dict[str, str]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from consumer.core.breaker import BreakerPolicy, BreakerState
-from consumer.core.outcome import Classification, Outcome
-from consumer.gate import ProviderGate
+from mailbus.consumer.core.breaker import BreakerPolicy, BreakerState
+from mailbus.consumer.core.outcome import Classification, Outcome
+from mailbus.consumer.gate import ProviderGate
 
 FAILED = Classification(Outcome.RETRY, status_code=503)
 OK = Classification(Outcome.ACCEPTED, message_id="m", status_code=200)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from consumer.held_tokens import HeldTokens
+from mailbus.consumer.held_tokens import HeldTokens
 
 
 class Bucket:

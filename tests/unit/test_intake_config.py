@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from intake.config import IntakeConfig
-from mailbus.errors import ConfigError
-from mailbus.settings import load_settings
+from mailbus.intake.config import IntakeConfig
+from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.settings import load_settings
 
 
 def test_defaults() -> None:

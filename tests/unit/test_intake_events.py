@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from intake.dead_letters import IntakeDeadLetter, dead_letter_headers
-from intake.events import EventReader, NewRow, Rejected
-from intake.mappings import load_mappings
-from intake.rows import rows_document
-from intake.service import Incoming, sort_batch
+from mailbus.intake.dead_letters import IntakeDeadLetter, dead_letter_headers
+from mailbus.intake.events import EventReader, NewRow, Rejected
+from mailbus.intake.mappings import load_mappings
+from mailbus.intake.rows import rows_document
+from mailbus.intake.service import Incoming, sort_batch
+from mailbus.schemas.codec import AvroCodec, order_placed_codec
 from mailbus_client.policies import load_policy_book, parse_policy_book
-from schemas.codec import AvroCodec, order_placed_codec
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 WHEN = datetime(2026, 11, 30, 12, 0, 1, 500_000, tzinfo=UTC)

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from intake.events import EventReader, NewRow
-from intake.mappings import load_mappings
-from mailbus.errors import ConfigError
+from mailbus.intake.events import EventReader, NewRow
+from mailbus.intake.mappings import load_mappings
+from mailbus.kernel.errors import ConfigError
+from mailbus.schemas.codec import AvroCodec
 from mailbus_client.policies import load_policy_book
-from schemas.codec import AvroCodec
 
 _RESET_SCHEMA = {
     "type": "record",

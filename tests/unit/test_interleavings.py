@@ -19,17 +19,17 @@ from typing import Any
 import httpx
 import pytest
 
-from consumer.core import Decision, RetryPolicy, SendView, Status
-from consumer.core.breaker import BreakerPolicy
-from consumer.core.outcome import CallResult, ProviderReply, TransportFailure
-from consumer.db_clock import DatabaseClock
-from consumer.gate import ProviderGate
-from consumer.ledger import Claim, LoadedSend, MessageOrigin
-from consumer.provider import LookupResult, OutgoingMail, PreparedMail
-from consumer.reconciler import Reconciler
-from consumer.service import DeliveryService
+from mailbus.consumer.core import Decision, RetryPolicy, SendView, Status
+from mailbus.consumer.core.breaker import BreakerPolicy
+from mailbus.consumer.core.outcome import CallResult, ProviderReply, TransportFailure
+from mailbus.consumer.db_clock import DatabaseClock
+from mailbus.consumer.gate import ProviderGate
+from mailbus.consumer.ledger import Claim, LoadedSend, MessageOrigin
+from mailbus.consumer.provider import LookupResult, OutgoingMail, PreparedMail
+from mailbus.consumer.reconciler import Reconciler
+from mailbus.consumer.service import DeliveryService
+from mailbus.schemas.codec import SendPointer, send_pointer_codec
 from mailbus_client.policies import configured_policy_book
-from schemas.codec import SendPointer, send_pointer_codec
 
 LEASE_S = 0.4
 TIMEOUT_S = 0.05  # the client gives up on a call after this

@@ -1,4 +1,4 @@
-"""What a refused start-up looks like (mailbus.kafka_probe), and the intake's faust form of
+"""What a refused start-up looks like (mailbus.app.kafka_probe), and the intake's faust form of
 the TLS/SASL settings (intake.app.broker_credentials)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import pytest
 from confluent_kafka import KafkaError
 from faust.types.auth import AuthProtocol, SASLMechanism
 
-from intake.app import broker_credentials
-from mailbus.errors import ConfigError
-from mailbus.kafka_probe import check_kafka_access, refusal
-from mailbus.kafka_security import KafkaSecurity
-from mailbus.settings import load_settings
+from mailbus.app.kafka_probe import check_kafka_access, refusal
+from mailbus.intake.app import broker_credentials
+from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.kafka_security import KafkaSecurity
+from mailbus.kernel.settings import load_settings
 
 SCRAM = KafkaSecurity("SASL_SSL", "SCRAM-SHA-512", "svc", "hunter2")
 TLS = KafkaSecurity("SSL", ssl_ca_location="/etc/ssl/certs/ca-certificates.crt")

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from mailbus.errors import ConfigError
-from mailbus.kafka_security import kafka_client_config
-from mailbus.settings import load_settings
+from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.kafka_security import kafka_client_config
+from mailbus.kernel.settings import load_settings
 
 BOOTSTRAP = "broker-1:9093,broker-2:9093"
 

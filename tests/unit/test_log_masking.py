@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mailbus import logs
+from mailbus.kernel import logs
 
 API_KEY = "sk_live_4f9a8b7c6d5e"
 

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from consumer.core.backoff import RetryPolicy, parse_duration
-from consumer.core.decide import (
+from mailbus.consumer.core.backoff import RetryPolicy
+from mailbus.consumer.core.decide import (
     MAX_AGE_REASON,
     SendView,
     after_call,
@@ -19,11 +19,12 @@ from consumer.core.decide import (
     needs_confirmation,
     too_old,
 )
-from consumer.core.outcome import ProviderReply, TransportFailure, classify
-from consumer.core.states import Status
-from consumer.ledger import dead_letter_reason
-from mailbus.errors import ConfigError
-from mailbus.settings import load_settings
+from mailbus.consumer.core.outcome import ProviderReply, TransportFailure, classify
+from mailbus.consumer.core.states import Status
+from mailbus.consumer.ledger import dead_letter_reason
+from mailbus.kernel.durations import parse_duration
+from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.settings import load_settings
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 DAY = 86400.0

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from mailbus.errors import ConfigError
-from mailbus.migrate import available_migrations
+from mailbus.app.migrate import available_migrations
+from mailbus.kernel.errors import ConfigError
 
 
 def write(directory: Path, *names: str) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.core.offsets import PartitionProgress
+from mailbus.consumer.core.offsets import PartitionProgress
 
 
 def test_nothing_seen_nothing_to_commit() -> None:

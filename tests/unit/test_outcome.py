@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.core.outcome import (
+from mailbus.consumer.core.outcome import (
     MAX_REASON_CHARS,
     MAX_RETRY_AFTER_S,
     Classification,

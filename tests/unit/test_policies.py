@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mailbus.errors import ConfigError
-from mailbus.settings import load_settings
+from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.settings import load_settings
 from mailbus_client.policies import (
     DEFAULT_CAP_SHARES,
     MailPolicy,

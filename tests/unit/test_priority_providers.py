@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from consumer.provider import HttpProvider
-from consumer.runner import _process_provider
-from mailbus.errors import ConfigError
-from mailbus.settings import load_settings
+from mailbus.consumer.provider import HttpProvider
+from mailbus.consumer.runner import _process_provider
+from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.settings import load_settings
 
 P0 = {
     "MAILBUS_PROVIDER_P0_URL": "https://transactional.example",

@@ -21,10 +21,10 @@ import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from consumer.aiohttp_transport import translate_error
-from consumer.core.outcome import CallResult, ProviderReply, TransportFailure
-from consumer.provider import HttpProvider, LookupResult, OutgoingMail
-from mailbus.errors import ConfigError, InvalidSendError
+from mailbus.consumer.aiohttp_transport import translate_error
+from mailbus.consumer.core.outcome import CallResult, ProviderReply, TransportFailure
+from mailbus.consumer.provider import HttpProvider, LookupResult, OutgoingMail
+from mailbus.kernel.errors import ConfigError, InvalidSendError
 
 API_KEY = "sk_live_S3CRET-KEY-42"
 BASE_URL = "https://mail.example.test/api"

@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from consumer.provider import HttpProvider, OutgoingMail
-from mailbus.errors import InvalidSendError
+from mailbus.consumer.provider import HttpProvider, OutgoingMail
+from mailbus.kernel.errors import InvalidSendError
 
 URL = "https://news.example.test/unsubscribe/abc.def"
 HEADERS = {

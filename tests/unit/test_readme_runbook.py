@@ -8,8 +8,9 @@ import shlex
 import pytest
 from services import REPO
 
-from consumer.dead_letter_views import LetterFilter, parse_rate
-from mailbus.cli import _build_parser
+from mailbus.app.cli import _build_parser
+from mailbus.consumer.dead_letter_views import LetterFilter
+from mailbus.kernel.durations import parse_rate
 
 TOPICS = (
     "The provider is down",

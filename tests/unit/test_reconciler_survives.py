@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from consumer.gate import AdaptiveSlots
-from consumer.reconciler import Reconciler
-from consumer.service import Stopping
+from mailbus.consumer.gate import AdaptiveSlots
+from mailbus.consumer.reconciler import Reconciler
+from mailbus.consumer.service import Stopping
 
 
 class _Ledger:

@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.core.recovery import (
+from mailbus.consumer.core.recovery import (
     RecoveryPolicy,
     allowed_between,
     recovery_rate,
     starts_recovery,
 )
-from mailbus.errors import ConfigError
+from mailbus.kernel.errors import ConfigError
 
 POLICY = RecoveryPolicy(rate_per_s=100 / 60, ramp_s=600.0, after_s=30.0)
 

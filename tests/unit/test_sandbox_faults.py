@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mailbus.errors import MailbusError
-from sandbox.faults import (
+from mailbus.kernel.errors import MailbusError
+from mailbus.sandbox.faults import (
     FAULT_KINDS,
     Fault,
     FaultPlan,

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from feedback.events import parse_event
-from sandbox.outcomes import OutcomePlan, outcome_events
+from mailbus.feedback.events import parse_event
+from mailbus.sandbox.outcomes import OutcomePlan, outcome_events
 
 NOW = datetime(2026, 12, 1, 6, 0, tzinfo=UTC)
 

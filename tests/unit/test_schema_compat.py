@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas.compat import backward_problems
+from mailbus.schemas.compat import backward_problems
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMAS = REPO / "schemas"

@@ -11,16 +11,16 @@ from typing import cast
 from hypothesis import given
 from hypothesis import strategies as st
 
-from relay.events import (
+from mailbus.relay.events import (
     PRUNE_EVERY_S,
     key_waves,
     prune_due,
     publish_in_key_order,
     send_event_message,
 )
-from relay.publisher import OutgoingMessage, PointerPublisher
-from schemas.codec import send_event_codec
-from schemas.send_event import SendEvent
+from mailbus.relay.publisher import OutgoingMessage, PointerPublisher
+from mailbus.schemas.codec import send_event_codec
+from mailbus.schemas.send_event import SendEvent
 
 WHEN = datetime(2026, 12, 2, 1, 30, tzinfo=UTC)
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from mailbus.cli import _build_parser, main
-from mailbus.settings import load_settings
-from mailbus.settings_doc import SETTINGS, epilog, markdown, names
+from mailbus.app.cli import _build_parser, main
+from mailbus.kernel.settings import load_settings
+from mailbus.kernel.settings_doc import SETTINGS, epilog, markdown, names
 
 REPO = Path(__file__).resolve().parents[2]
 # Packages whose MAILBUS_* names must all be documented (add new top-level packages here).

@@ -7,15 +7,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from consumer.core.backoff import RetryPolicy, parse_schedule, retry_delay, with_schedule
-from consumer.core.decide import SendView, after_call, after_lookup
-from consumer.core.outcome import Outcome, ProviderReply, TransportFailure
-from consumer.core.smtp_outcome import SmtpReply, classify_call, classify_smtp, queue_id
-from consumer.core.states import Status
-from consumer.provider import OutgoingMail
-from consumer.providers.smtp import SmtpProvider, SmtpTarget, message_id_for
-from mailbus.errors import ConfigError, InvalidSendError
-from mailbus.settings import load_settings
+from mailbus.consumer.core.backoff import RetryPolicy, retry_delay, with_schedule
+from mailbus.consumer.core.decide import SendView, after_call, after_lookup
+from mailbus.consumer.core.outcome import Outcome, ProviderReply, TransportFailure
+from mailbus.consumer.core.smtp_outcome import SmtpReply, classify_call, classify_smtp, queue_id
+from mailbus.consumer.core.states import Status
+from mailbus.consumer.provider import OutgoingMail
+from mailbus.consumer.providers.smtp import SmtpProvider, SmtpTarget, message_id_for
+from mailbus.kernel.durations import parse_schedule
+from mailbus.kernel.errors import ConfigError, InvalidSendError
+from mailbus.kernel.settings import load_settings
 
 OURS = "<0123@mailbus>"
 

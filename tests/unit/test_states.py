@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from consumer.core.states import TERMINAL, TRANSITIONS, Status, can_transition, claimable_from
+from mailbus.consumer.core.states import (
+    TERMINAL,
+    TRANSITIONS,
+    Status,
+    can_transition,
+    claimable_from,
+)
 
 S = Status
 

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from feedback.suppression_file import (
+from mailbus.feedback.suppression_file import (
     BadLine,
     Entry,
     InvalidFileError,

@@ -8,9 +8,9 @@ import asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from campaigns.unsubscribe import make_token
-from feedback.unsubscribe_page import add_unsubscribe_routes
-from mailbus.errors import StorageError
+from mailbus.campaigns.unsubscribe import make_token
+from mailbus.feedback.unsubscribe_page import add_unsubscribe_routes
+from mailbus.kernel.errors import StorageError
 
 SECRET = "unsub_unit_secret"
 T0 = 1_764_576_000

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from campaigns.unsubscribe import Links, Unsubscribe, hmac_pads, make_token, verify_token
-from mailbus.errors import ConfigError
-from mailbus.settings import load_settings
+from mailbus.campaigns.unsubscribe import Links, Unsubscribe, hmac_pads, make_token, verify_token
+from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.settings import load_settings
 
 SECRET = "unsub_test_secret_0123456789"
 T0 = 1_764_576_000

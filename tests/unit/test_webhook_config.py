@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from mailbus import metrics
-from mailbus.errors import ConfigError
-from mailbus.settings import load_settings
+from mailbus.kernel import metrics
+from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.settings import load_settings
 
 
 def test_defaults() -> None:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from feedback.signature import TOLERANCE_S, sign, signature_header, verify
+from mailbus.feedback.signature import TOLERANCE_S, sign, signature_header, verify
 
 SECRET = "whsec_test_0123456789"
 BODY = b'{"id":"evt_1","type":"delivered","message_id":"m1","occurred_at":"2026-12-01T06:00:00Z"}'

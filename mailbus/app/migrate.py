@@ -13,7 +13,7 @@ from importlib.resources.abc import Traversable
 
 import psycopg
 
-from mailbus.errors import ConfigError, StorageError
+from mailbus.kernel.errors import ConfigError, StorageError
 
 __all__ = ["ROLES", "Migration", "apply_migrations", "apply_roles", "available_migrations"]
 
@@ -41,7 +41,7 @@ def available_migrations(directory: Traversable | None = None) -> list[Migration
     added the next number) raise ConfigError: a database that recorded the version with
     one of them would skip the other."""
     if directory is None:
-        directory = resources.files("schemas").joinpath("sql")
+        directory = resources.files("mailbus.schemas").joinpath("sql")
     files: dict[int, str] = {}  # version → file name
     found = []
     for entry in sorted(directory.iterdir(), key=lambda e: e.name):
@@ -90,7 +90,7 @@ def apply_migrations(database_url: str) -> list[int]:
 def apply_roles(database_url: str) -> tuple[str, ...]:
     """Create the group roles (once per cluster) and set their grants in this database to
     exactly those of ``grants.sql``; return the role names. Run after the migrations."""
-    sql = resources.files("schemas").joinpath("sql", "roles", "grants.sql").read_text()
+    sql = resources.files("mailbus.schemas").joinpath("sql", "roles", "grants.sql").read_text()
     try:
         with psycopg.connect(database_url, autocommit=False) as conn:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 
-from mailbus.errors import ConfigError, MailbusError
-from mailbus.logs import configure_logging, redact, register_secret
-from mailbus.settings import Settings, load_env_file, load_settings
-from mailbus.settings_doc import epilog as settings_epilog
+from mailbus.kernel.errors import ConfigError, MailbusError
+from mailbus.kernel.logs import configure_logging, redact, register_secret
+from mailbus.kernel.settings import Settings, load_env_file, load_settings
+from mailbus.kernel.settings_doc import epilog as settings_epilog
+from mailbus.kernel.signals import stop_on_signals
 
 __all__ = ["main"]
 
@@ -62,33 +62,21 @@ def _version() -> str:
         return "mailbus (not installed)"
 
 
-def stop_on_signals() -> threading.Event:
-    """An event set by SIGTERM or SIGINT: long-running commands finish what they hold."""
-    stop = threading.Event()
-
-    def handle(_signum: int, _frame: object) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, handle)
-    signal.signal(signal.SIGINT, handle)
-    return stop
-
-
 def _check_kafka(settings: Settings) -> None:
     """A refused password or unverifiable broker: exit 2 now, not retries for ever."""
-    from mailbus.kafka_probe import check_kafka_access
+    from mailbus.app.kafka_probe import check_kafka_access
 
     check_kafka_access(settings)
 
 
 def _migrate(settings: Settings, args: argparse.Namespace) -> int:
-    from mailbus.migrate import apply_migrations
-    from mailbus.topics import ensure_topics
+    from mailbus.app.migrate import apply_migrations
+    from mailbus.kernel.topics import ensure_topics
 
     applied = apply_migrations(settings.database_url)
     print(f"schema: applied {applied or 'nothing (up to date)'}")
     if args.roles:
-        from mailbus.migrate import apply_roles
+        from mailbus.app.migrate import apply_roles
 
         print(f"roles: {', '.join(apply_roles(settings.database_url))} (grants set)")
     if not args.skip_topics:
@@ -96,7 +84,7 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
         created = ensure_topics(settings)
         print(f"topics: created {created or 'nothing (all exist)'}")
     if settings.schema_registry_url is not None:
-        from schemas.registry import register_shipped
+        from mailbus.schemas.registry import register_shipped
 
         intake_topic = os.environ.get("MAILBUS_INTAKE_TOPIC") or "orders.events"
         print(f"schema registry: {', '.join(register_shipped(settings, intake_topic))}")
@@ -104,8 +92,8 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _relay(settings: Settings, _args: argparse.Namespace) -> int:
-    from campaigns.pacer import start_pacer_thread
-    from relay.relay import EVENTS, POINTERS, Relay
+    from mailbus.campaigns.pacer import start_pacer_thread
+    from mailbus.relay.relay import EVENTS, POINTERS, Relay
 
     _check_kafka(settings)
     stop = stop_on_signals()
@@ -116,9 +104,10 @@ def _relay(settings: Settings, _args: argparse.Namespace) -> int:
     )
     pacer = start_pacer_thread(settings, stop)  # paces running campaigns (campaigns/pacer.py)
     if settings.metrics_port is not None:
-        from mailbus.metrics import start_metrics_server
+        from mailbus.kernel.metrics import start_metrics_server
+        from mailbus.relay.outbox_metrics import OutboxCollector
 
-        start_metrics_server(settings.metrics_port, settings.database_url)  # outbox gauges here
+        start_metrics_server(settings.metrics_port, OutboxCollector(settings.database_url))
     events_thread.start()
     relay.run(stop)
     events_thread.join(timeout=60)  # a pass cut short is published again by the next relay
@@ -132,15 +121,15 @@ def _relay(settings: Settings, _args: argparse.Namespace) -> int:
 
 
 def _consume(settings: Settings, args: argparse.Namespace) -> int:
-    from consumer.runner import run_consumer
+    from mailbus.consumer.runner import run_consumer
 
     _check_kafka(settings)
     return run_consumer(settings, args.priority)
 
 
 def _intake(settings: Settings, _args: argparse.Namespace) -> int:
-    from intake.app import run_intake
-    from intake.config import IntakeConfig
+    from mailbus.intake.app import run_intake
+    from mailbus.intake.config import IntakeConfig
 
     _check_kafka(settings)
     level = os.environ.get("MAILBUS_LOG_LEVEL", "INFO").upper()
@@ -148,8 +137,8 @@ def _intake(settings: Settings, _args: argparse.Namespace) -> int:
 
 
 def _intake_publish_sample(settings: Settings, args: argparse.Namespace) -> int:
-    from intake.config import IntakeConfig
-    from intake.sample import publish_sample
+    from mailbus.intake.config import IntakeConfig
+    from mailbus.intake.sample import publish_sample
 
     _check_kafka(settings)
     config = IntakeConfig.from_environ(settings)
@@ -157,20 +146,20 @@ def _intake_publish_sample(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _sandbox(_settings: Settings, args: argparse.Namespace) -> int:
-    from sandbox.server import main as sandbox_main
+    from mailbus.sandbox.server import main as sandbox_main
 
     return sandbox_main(args)
 
 
 def _status(settings: Settings, args: argparse.Namespace) -> int:
-    from mailbus.status import print_status
+    from mailbus.app.status import print_status
 
     return print_status(settings, as_json=args.json)
 
 
 def _dlq_list(settings: Settings, args: argparse.Namespace) -> int:
-    from consumer.dead_letter_admin import print_list
-    from consumer.dead_letter_views import LetterFilter
+    from mailbus.consumer.dead_letter_admin import print_list
+    from mailbus.consumer.dead_letter_views import LetterFilter
 
     where = LetterFilter.from_options(
         args.reason, args.priority, args.template, args.since, include_replayed=args.all
@@ -179,15 +168,16 @@ def _dlq_list(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _dlq_show(settings: Settings, args: argparse.Namespace) -> int:
-    from consumer.dead_letter_admin import print_show
-    from consumer.dead_letter_views import parse_letter_id
+    from mailbus.consumer.dead_letter_admin import print_show
+    from mailbus.consumer.dead_letter_views import parse_letter_id
 
     return print_show(settings, parse_letter_id(args.id), as_json=args.json)
 
 
 def _dlq_replay(settings: Settings, args: argparse.Namespace) -> int:
-    from consumer.dead_letter_admin import run_replay
-    from consumer.dead_letter_views import LetterFilter, parse_rate
+    from mailbus.consumer.dead_letter_admin import run_replay
+    from mailbus.consumer.dead_letter_views import LetterFilter
+    from mailbus.kernel.durations import parse_rate
 
     where = LetterFilter.from_options(args.reason, args.priority, args.template, args.since)
     rate = None if args.no_pace else parse_rate(args.rate)
@@ -203,13 +193,13 @@ def _dlq_replay(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _webhooks(settings: Settings, _args: argparse.Namespace) -> int:
-    from feedback.server import run_webhooks
+    from mailbus.feedback.server import run_webhooks
 
     return run_webhooks(settings)
 
 
 def _suppress(settings: Settings, args: argparse.Namespace) -> int:
-    from feedback import suppressions
+    from mailbus.feedback import suppressions
 
     if args.suppress_command == "add":
         return suppressions.run_add(settings, args.address, args.reason, args.source or "cli")
@@ -266,11 +256,11 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_dlq_commands(commands)
     _add_feedback_commands(commands)
     _add_intake_commands(commands)
-    from campaigns.commands import add_campaign_commands
+    from mailbus.campaigns.commands import add_campaign_commands
 
     add_campaign_commands(commands)
     sandbox = command("sandbox", _sandbox, "run the fault-injectable sandbox email API")
-    from sandbox.server import add_arguments as add_sandbox_arguments
+    from mailbus.sandbox.server import add_arguments as add_sandbox_arguments
 
     add_sandbox_arguments(sandbox)
     text = "print a shell completion script (bash or zsh)"
@@ -286,7 +276,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from consumer.dead_letter_views import DEFAULT_REPLAY_RATE  # pure, standard library only
+    from mailbus.consumer.dead_letter_views import (
+        DEFAULT_REPLAY_RATE,  # pure, standard library only
+    )
 
     help_text = "inspect and replay dead letters"
     dlq = commands.add_parser(

@@ -16,8 +16,9 @@ from urllib.parse import urlsplit
 
 from dotenv.parser import parse_stream
 
-from mailbus.errors import ConfigError
-from mailbus.kafka_security import KafkaSecurity, parse_kafka_security
+from mailbus.kernel.durations import parse_duration, parse_rate, parse_schedule
+from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.kafka_security import KafkaSecurity, parse_kafka_security
 from mailbus_client.policies import (
     DEFAULT_CAP_SHARES,
     load_policy_book,
@@ -221,14 +222,10 @@ def _smtp_unknown(raw: str | None) -> str:
 
 
 def _retry_schedule(raw: str | None) -> tuple[float, ...]:
-    from consumer.core.backoff import parse_schedule  # the pure parser lives with its use
-
     return () if raw is None or not raw.strip() else parse_schedule(raw)
 
 
 def _duration(name: str, raw: str | None) -> float | None:
-    from consumer.core.backoff import parse_duration
-
     return None if raw is None or not raw.strip() else parse_duration(raw, name)
 
 
@@ -254,8 +251,6 @@ def _recovery_after(raw: str | None) -> float:
 
 def _recovery_rate(raw: str | None) -> float | None:
     """``100/min`` (the default), ``0`` or ``off``: no recovery cap."""
-    from consumer.dead_letter_views import parse_rate
-
     text = "100/min" if raw is None or not raw.strip() else raw.strip()
     return None if text.lower() == "off" else parse_rate(text, "MAILBUS_RECOVERY_RATE")
 

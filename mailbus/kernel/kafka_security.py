@@ -31,14 +31,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from mailbus.errors import ConfigError
+from mailbus.kernel.errors import ConfigError
 
-if TYPE_CHECKING:
-    from mailbus.settings import Settings
-
-__all__ = ["KafkaSecurity", "kafka_client_config", "parse_kafka_security"]
+__all__ = ["KafkaSecurity", "KafkaSettings", "kafka_client_config", "parse_kafka_security"]
 
 _PREFIX = "MAILBUS_KAFKA_"
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -112,7 +109,17 @@ def parse_kafka_security(env: Mapping[str, str]) -> KafkaSecurity:
     return security
 
 
-def kafka_client_config(settings: Settings) -> dict[str, str | int | float | bool]:
+class KafkaSettings(Protocol):
+    """What a Kafka client needs of the settings (:class:`~mailbus.kernel.settings.Settings`)."""
+
+    @property
+    def kafka_bootstrap(self) -> str: ...
+
+    @property
+    def kafka_security(self) -> KafkaSecurity: ...
+
+
+def kafka_client_config(settings: KafkaSettings) -> dict[str, str | int | float | bool]:
     """``bootstrap.servers`` plus the TLS/SASL keys; each client adds its own keys."""
     security = settings.kafka_security
     config: dict[str, str | int | float | bool] = {"bootstrap.servers": settings.kafka_bootstrap}

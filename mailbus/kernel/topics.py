@@ -6,9 +6,9 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from mailbus.errors import MailbusError
-from mailbus.kafka_security import kafka_client_config
-from mailbus.settings import Settings
+from mailbus.kernel.errors import MailbusError
+from mailbus.kernel.kafka_security import kafka_client_config
+from mailbus.kernel.settings import Settings
 from mailbus_client.send_request import PRIORITIES
 
 __all__ = ["create_topics", "ensure_topics", "send_topics"]

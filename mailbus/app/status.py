@@ -9,10 +9,10 @@ from typing import Any
 
 import psycopg
 
-from campaigns.views import collect_overview, render_overview
-from feedback.figures import delivery_figures, render_delivery_figures
-from mailbus.errors import StorageError
-from mailbus.settings import Settings
+from mailbus.campaigns.views import collect_overview, render_overview
+from mailbus.feedback.figures import delivery_figures, render_delivery_figures
+from mailbus.kernel.errors import StorageError
+from mailbus.kernel.settings import Settings
 
 __all__ = ["RATE_WINDOWS", "collect_status", "print_status"]
 

@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from mailbus.errors import ConfigError
-from mailbus.kafka_security import KafkaSecurity, kafka_client_config
-from mailbus.settings import Settings
+from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.kafka_security import KafkaSecurity, kafka_client_config
+from mailbus.kernel.settings import Settings
 
 __all__ = ["check_kafka_access", "refusal"]
 

@@ -3,7 +3,7 @@
 ``mailbus COMMAND --help`` ends with :func:`epilog` of that command, built from this table;
 tests/unit/test_settings_doc.py checks that every variable :func:`load_settings` reads and
 every ``MAILBUS_*`` name in the code is in it, so help and code cannot drift apart.
-``python -m mailbus.settings_doc > docs/configuration.md`` (``make docs``) writes the
+``python -m mailbus.kernel.settings_doc > docs/configuration.md`` (``make docs``) writes the
 reference of :func:`markdown`; a test keeps the committed file equal to it.
 """
 
@@ -270,7 +270,7 @@ def markdown() -> str:
     lines = [
         "# Configuration reference",
         "",
-        "<!-- Generated from mailbus/settings_doc.py by `make docs`; do not edit. -->",
+        "<!-- Generated from mailbus/kernel/settings_doc.py by `make docs`; do not edit. -->",
         "",
         "Every setting is an environment variable, read once at start-up; `mailbus --env-file"
         " FILE` reads a `.env`-style file first (variables already set win). A setting marked"

@@ -4,11 +4,8 @@ Processes record what they do through the small ``observe_*``/``set_*`` API belo
 metric objects live in the default registry and are served by
 :func:`start_metrics_server` on ``MAILBUS_METRICS_PORT``.
 
-The outbox itself (rows by status and priority, age of the oldest open row, outcome events
-not yet published) is read at scrape time by :class:`OutboxCollector` with one cheap query
-over the partial indexes ``email_sends_open_idx`` and ``email_send_events_unpublished_idx``.
-Only the relay registers it, so N consumer processes do not run the same query N times per
-scrape.
+A process may add one collector of its own that reads at scrape time: the relay adds
+:class:`~mailbus.relay.outbox_metrics.OutboxCollector` (the outbox's depth and ages).
 """
 
 from __future__ import annotations
@@ -18,12 +15,10 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator
 from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlparse
 
-import psycopg
 from prometheus_client import (
     REGISTRY,
     Counter,
@@ -35,13 +30,15 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import MetricsHandler
 from prometheus_client.registry import Collector
 
-from campaigns.views import OVERVIEW as CAMPAIGN_STATES
-from campaigns.views import collect_overview
-from mailbus import health
+from mailbus.kernel import health
 
 __all__ = [
     "BREAKER_STATES",
-    "OutboxCollector",
+    "OPEN_STATUSES",
+    "OUTBOX_SCRAPE_ERRORS",
+    "PRIORITIES",
+    "Collector",  # with GaugeMetricFamily: what a scrape-time collector is built of
+    "GaugeMetricFamily",
     "observe_call",
     "observe_dead_letter",
     "observe_intake",
@@ -301,122 +298,9 @@ def _remove_lag(topic: str, partition: str) -> None:
         CONSUMER_LAG.remove(topic, partition)
 
 
-_OUTBOX_QUERY = """
-SELECT status, priority, count(*), extract(epoch FROM now() - min(created_at))
-FROM email_sends
-WHERE status IN ('pending', 'sending', 'unknown')
-GROUP BY status, priority
-UNION ALL
-SELECT 'events', NULL, count(*), NULL FROM email_send_events WHERE published_at IS NULL
-"""
-
-
-class OutboxCollector(Collector):
-    """Outbox depth and oldest open age, and campaigns' recipients by state
-    (:func:`campaigns.views.collect_overview`), read from PostgreSQL at scrape time.
-
-    The outbox query per scrape is answered from ``email_sends_open_idx``, under a short
-    ``statement_timeout``. On any database error the scrape yields no outbox samples
-    and ``mailbus_outbox_scrape_errors_total`` counts it; the next scrape reconnects.
-    """
-
-    def __init__(self, database_url: str, timeout_s: float = 2.0) -> None:
-        self.database_url = database_url
-        self.timeout_s = timeout_s
-        self._lock = threading.Lock()
-        self._conn: psycopg.Connection[Any] | None = None
-
-    def describe(self) -> Iterable[GaugeMetricFamily]:
-        return list(self._families())
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        try:
-            rows, campaigns = self._query()
-        except psycopg.Error as exc:
-            OUTBOX_SCRAPE_ERRORS.inc()
-            log.warning("outbox metrics unavailable: %s", exc)
-            return
-        counts = {(s, p): 0 for s in OPEN_STATUSES for p in PRIORITIES}
-        oldest = dict.fromkeys(PRIORITIES, 0.0)
-        unpublished = 0
-        for status, priority, count, age in rows:
-            if priority is None:  # the outcome events' row
-                unpublished = int(count)
-                continue
-            counts[(status, priority)] = int(count)
-            oldest[priority] = max(oldest.get(priority, 0.0), float(age or 0.0))
-        rows_family, age_family, campaign_family, events_family = self._families()
-        for (status, priority), count in sorted(counts.items()):
-            rows_family.add_metric([status, priority], count)
-        for priority, age in sorted(oldest.items()):
-            age_family.add_metric([priority], age)
-        for campaign in campaigns:
-            for state in CAMPAIGN_STATES:
-                campaign_family.add_metric([str(campaign["id"]), state], campaign[state])
-        events_family.add_metric([], unpublished)
-        yield rows_family
-        yield age_family
-        yield campaign_family
-        yield events_family
-
-    def close(self) -> None:
-        with self._lock:
-            self._close_connection()
-
-    def _families(
-        self,
-    ) -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
-        return (
-            GaugeMetricFamily(
-                "mailbus_outbox_rows",
-                "Open outbox rows (pending, sending, unknown) by status and priority.",
-                labels=["status", "priority"],
-            ),
-            GaugeMetricFamily(
-                "mailbus_oldest_pending_age_seconds",
-                "Age of the oldest open (pending, sending or unknown) row by priority; "
-                "0 when none is open.",
-                labels=["priority"],
-            ),
-            GaugeMetricFamily(
-                "mailbus_campaign_recipients",
-                "Recipients of each campaign not ended or ended within a day, by state"
-                " (waiting, sent, failed, suppressed, unsubscribed).",
-                labels=["campaign", "state"],
-            ),
-            GaugeMetricFamily(
-                "mailbus_send_events_unpublished",
-                "Outcome events recorded and not yet acknowledged on {prefix}.send.events.",
-            ),
-        )
-
-    def _query(self) -> tuple[list[tuple[Any, ...]], list[dict[str, Any]]]:
-        with self._lock:
-            try:
-                if self._conn is None or self._conn.closed:
-                    timeout_ms = int(self.timeout_s * 1000)
-                    self._conn = psycopg.connect(
-                        self.database_url,
-                        autocommit=True,
-                        connect_timeout=max(1, int(self.timeout_s)),
-                        options=f"-c statement_timeout={timeout_ms}",
-                        application_name="mailbus-metrics",
-                    )
-                rows = self._conn.execute(_OUTBOX_QUERY).fetchall()
-                return rows, collect_overview(self._conn)
-            except psycopg.Error:
-                self._close_connection()
-                raise
-
-    def _close_connection(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-
 _server_lock = threading.Lock()
 _servers: list[Any] = []
-_outbox: OutboxCollector | None = None
+_extra: Collector | None = None  # the relay's OutboxCollector
 
 
 class _Handler(MetricsHandler):
@@ -444,38 +328,42 @@ class _Handler(MetricsHandler):
         """Probes every few seconds are not worth a log line each."""
 
 
-def start_metrics_server(port: int, database_url: str | None = None) -> None:
+def start_metrics_server(port: int, collector: Collector | None = None) -> None:
     """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``port`` in a daemon thread.
 
     Binds ``127.0.0.1`` unless ``MAILBUS_METRICS_ADDR`` names another address (e.g.
-    ``0.0.0.0`` in a container). With ``database_url``, also registers the
-    :class:`OutboxCollector` (call this with it from the relay only).
+    ``0.0.0.0`` in a container). ``collector`` (one per process, replacing an earlier
+    one) is registered too and closed by :func:`stop_metrics_server`.
     """
-    global _outbox
+    global _extra
     addr = os.environ.get("MAILBUS_METRICS_ADDR", "").strip() or "127.0.0.1"
     with _server_lock:
         server = ThreadingHTTPServer((addr, port), _Handler)
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
         _servers.append(server)
-        if database_url is not None:
-            if _outbox is not None:
-                REGISTRY.unregister(_outbox)
-                _outbox.close()
-            _outbox = OutboxCollector(database_url)
-            REGISTRY.register(_outbox)
+        if collector is not None:
+            _unregister_extra()
+            _extra = collector
+            REGISTRY.register(collector)
     log.info("metrics on http://%s:%d/metrics (and /healthz, /readyz)", addr, port)
 
 
 def stop_metrics_server() -> None:
     """Stop every server :func:`start_metrics_server` started; unregister the collector."""
-    global _outbox
     with _server_lock:
         while _servers:
             server = _servers.pop()
             server.shutdown()
             server.server_close()
-        if _outbox is not None:
-            REGISTRY.unregister(_outbox)
-            _outbox.close()
-            _outbox = None
+        _unregister_extra()
+
+
+def _unregister_extra() -> None:
+    global _extra
+    if _extra is not None:
+        REGISTRY.unregister(_extra)
+        close = getattr(_extra, "close", None)
+        if close is not None:
+            close()
+        _extra = None
