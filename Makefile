@@ -29,7 +29,8 @@ test: install stack-up
 	$(PYTHON) -m mypy client/mailbus_client mailbus
 	lint-imports  # the layers of pyproject.toml [tool.importlinter]
 	PYTHON=$(PYTHON) bash stack/validate.sh
-	$(PYTHON) -m pytest
+	$(PYTHON) -m pytest -n 2 --dist loadfile -m "not serial"
+	$(PYTHON) -m pytest -m serial
 
 test-unit: install
 	$(PYTHON) -m pytest tests/unit

@@ -141,6 +141,7 @@ def test_two_relays_share_a_backlog(settings: Settings) -> None:
 
 
 @pytest.mark.stack
+@pytest.mark.serial
 def test_relay_waits_out_a_kafka_outage(settings: Settings) -> None:
     seed(settings.database_url, 100, prefix="before-")
     with relay_thread(settings):
@@ -161,6 +162,7 @@ def test_relay_waits_out_a_kafka_outage(settings: Settings) -> None:
 
 
 @pytest.mark.stack
+@pytest.mark.serial
 def test_relay_reconnects_after_a_database_restart(settings: Settings) -> None:
     seed(settings.database_url, 10, prefix="before-")
     with relay_thread(settings) as relay:
