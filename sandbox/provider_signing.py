@@ -72,7 +72,7 @@ def sns_signed(
     """``message`` with ``SignatureVersion`` and ``Signature`` added."""
     keys = _SNS_NOTIFICATION if message["Type"] == "Notification" else _SNS_CONFIRMATION
     canonical = "".join(f"{k}\n{message[k]}\n" for k in keys if k in message).encode()
-    algorithm = hashes.SHA1() if version == "1" else hashes.SHA256()  # noqa: S303
+    algorithm = hashes.SHA1() if version == "1" else hashes.SHA256()
     signature = private_key.sign(canonical, padding.PKCS1v15(), algorithm)
     return {
         **message,
