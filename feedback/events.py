@@ -29,6 +29,7 @@ __all__ = [
     "STATUS_RANK",
     "DeliveryEvent",
     "InvalidEventError",
+    "make_event",
     "parse_event",
 ]
 
@@ -101,8 +102,34 @@ def parse_event(body: bytes) -> DeliveryEvent:
     )
 
 
+def make_event(
+    event_id: object,
+    event_type: str,
+    message_id: object,
+    occurred_at: datetime | object,
+    bounce: str | None = None,
+) -> DeliveryEvent:
+    """A provider's event as the internal one, its identifiers and time (a datetime, or an
+    ISO-8601 string) checked as :func:`parse_event` checks them (:mod:`mailbus.feedback.native`
+    parses each provider's body)."""
+    if not isinstance(occurred_at, datetime):
+        occurred_at = _instant(occurred_at)
+    if occurred_at.tzinfo is None:
+        occurred_at = occurred_at.replace(tzinfo=UTC)
+    return DeliveryEvent(
+        event_id=_checked(event_id, "id"),
+        type=event_type,
+        message_id=_checked(message_id, "message_id"),
+        occurred_at=occurred_at,
+        bounce=bounce,
+    )
+
+
 def _identifier(document: dict[str, Any], name: str) -> str:
-    value = document.get(name)
+    return _checked(document.get(name), name)
+
+
+def _checked(value: object, name: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InvalidEventError(name, "must be a non-empty string")
     if len(value) > MAX_ID_LENGTH:

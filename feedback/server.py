@@ -29,13 +29,23 @@ import logging
 import re
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from aiohttp import web
 
 from mailbus.feedback.events import DeliveryEvent, InvalidEventError, parse_event
+from mailbus.feedback.native.certificates import CertificateSource
+from mailbus.feedback.native.routes import (
+    Mailgun,
+    NativeReceiver,
+    Postmark,
+    Resend,
+    SendGrid,
+    Ses,
+    add_native_routes,
+)
 from mailbus.feedback.signature import HEADER, verify
 from mailbus.feedback.store import EventStore, LateEvents, Recorded
 from mailbus.feedback.unsubscribe_page import add_unsubscribe_routes
@@ -43,7 +53,14 @@ from mailbus.kernel import metrics
 from mailbus.kernel.errors import ConfigError, StorageError
 from mailbus.kernel.settings import Settings
 
-__all__ = ["RunningReceiver", "Store", "make_app", "run_webhooks", "start"]
+__all__ = [
+    "RunningReceiver",
+    "Store",
+    "make_app",
+    "native_receivers",
+    "run_webhooks",
+    "start",
+]
 
 log = logging.getLogger("mailbus.webhooks")
 
@@ -72,9 +89,12 @@ def make_app(
     secret: str,
     clock: Callable[[], float] = time.time,
     unsubscribe_secret: str = "",
+    native: Sequence[NativeReceiver] = (),
 ) -> web.Application:
     """The receiver's routes over ``store``; ``clock`` gives unix seconds; with an
-    ``unsubscribe_secret``, the unsubscribe routes too."""
+    ``unsubscribe_secret``, the unsubscribe routes too; each ``native`` provider's own
+    route (:mod:`mailbus.feedback.native.routes`) before the ``Mailbus-Signature`` one, which is
+    served only with a ``secret``."""
     key = secret.encode()
 
     async def receive(request: web.Request) -> web.Response:
@@ -116,7 +136,9 @@ def make_app(
         return _answer(503, status="database unavailable")
 
     app = web.Application(client_max_size=MAX_BODY)
-    app.router.add_post("/webhooks/{provider}", receive)
+    add_native_routes(app, store, native)
+    if secret:
+        app.router.add_post("/webhooks/{provider}", receive)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     if unsubscribe_secret:
@@ -160,10 +182,11 @@ async def start(
     shutdown_timeout: float = 5.0,
     sweep_s: float | None = 10.0,
     unsubscribe_secret: str = "",
+    native: Sequence[NativeReceiver] = (),
 ) -> RunningReceiver:
     """Serve on ``host:port`` (0: any free port, see ``.port``); sweep late events every
     ``sweep_s`` seconds (None: never)."""
-    app = make_app(store, secret, clock, unsubscribe_secret)
+    app = make_app(store, secret, clock, unsubscribe_secret, native)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
     try:
@@ -195,12 +218,49 @@ async def _sweep(store: Store, every_s: float) -> None:
 
 def run_webhooks(settings: Settings) -> int:
     """Serve until SIGTERM/SIGINT; 0 after a clean stop."""
-    if not settings.webhook_secret:
+    if not settings.webhook_secret and not _native_enabled(settings):
         raise ConfigError("MAILBUS_WEBHOOK_SECRET", "must be set (or MAILBUS_WEBHOOK_SECRET_FILE)")
     return asyncio.run(_serve(settings))
 
 
+def _native_enabled(settings: Settings) -> bool:
+    return bool(
+        settings.ses_topic_arns
+        or settings.sendgrid_webhook_key
+        or settings.mailgun_webhook_key
+        or settings.postmark_webhook_auth
+        or settings.resend_webhook_secret
+    )
+
+
+def native_receivers(
+    settings: Settings, clock: Callable[[], float] = time.time
+) -> tuple[list[NativeReceiver], CertificateSource | None]:
+    """The provider routes the settings enable (and the SNS certificate source to close)."""
+    receivers: list[NativeReceiver] = []
+    source = None
+    if settings.ses_topic_arns:
+        source = CertificateSource(settings.ses_cert_hosts, settings.ses_ca_file)
+        receivers.append(Ses(settings.ses_topic_arns, source, clock))
+    if settings.sendgrid_webhook_key:
+        try:
+            receivers.append(SendGrid(settings.sendgrid_webhook_key, clock))
+        except ValueError as exc:
+            raise ConfigError("MAILBUS_SENDGRID_WEBHOOK_KEY", str(exc)) from None
+    if settings.mailgun_webhook_key:
+        receivers.append(Mailgun(settings.mailgun_webhook_key, clock))
+    if settings.postmark_webhook_auth:
+        receivers.append(Postmark(settings.postmark_webhook_auth))
+    if settings.resend_webhook_secret:
+        try:
+            receivers.append(Resend(settings.resend_webhook_secret, clock))
+        except ValueError as exc:
+            raise ConfigError("MAILBUS_RESEND_WEBHOOK_SECRET", str(exc)) from None
+    return receivers, source
+
+
 async def _serve(settings: Settings) -> int:
+    native, certificates = native_receivers(settings)
     store = EventStore(settings.database_url)
     await store.open()
     host, port = settings.webhook_listen
@@ -211,6 +271,7 @@ async def _serve(settings: Settings) -> int:
             host=host,
             port=port,
             unsubscribe_secret=settings.unsubscribe_secret,
+            native=native,
         )
     except OSError as exc:
         await store.close()
@@ -232,5 +293,7 @@ async def _serve(settings: Settings) -> int:
             loop.remove_signal_handler(signum)
         await receiver.stop()
         await store.close()
+        if certificates is not None:
+            await certificates.close()
     print("mailbus webhooks stopped", flush=True)
     return 0

@@ -28,7 +28,7 @@ from mailbus.kernel.metrics import (
 
 __all__ = ["OutboxCollector"]
 
-log = logging.getLogger("mailbus.metrics")
+log = logging.getLogger("mailbus.kernel.metrics")
 
 
 _OUTBOX_QUERY = """

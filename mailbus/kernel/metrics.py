@@ -45,6 +45,7 @@ __all__ = [
     "observe_lookup",
     "observe_published",
     "observe_webhook_event",
+    "observe_webhook_ignored",
     "observe_webhook_late",
     "observe_webhook_rejected",
     "record_librdkafka_stats",
@@ -54,7 +55,7 @@ __all__ = [
     "stop_metrics_server",
 ]
 
-log = logging.getLogger("mailbus.metrics")
+log = logging.getLogger("mailbus.kernel.metrics")
 
 PRIORITIES = ("p0", "p1", "p2")
 OPEN_STATUSES = ("pending", "sending", "unknown")
@@ -165,6 +166,12 @@ WEBHOOK_REJECTED = Counter(
     "Webhook requests refused, by reason (missing, malformed, mismatch, stale: 401; invalid: 400).",
     ["reason"],
 )
+WEBHOOK_IGNORED = Counter(
+    "mailbus_webhook_ignored",
+    "Provider events verified but not applied, by provider and reason (stale: signed too"
+    " long ago, a replay; untracked: an event kind mailbus does not follow, e.g. opens).",
+    ["provider", "reason"],
+)
 
 for _type in ("delivered", "deferred", "bounced", "complained"):
     for _result in ("stored", "duplicate", "unmatched"):
@@ -237,6 +244,10 @@ def observe_webhook_late(applied: int, suppressed: int) -> None:
         WEBHOOK_LATE.inc(applied)
     if suppressed > 0:
         WEBHOOK_SUPPRESSIONS.inc(suppressed)
+
+
+def observe_webhook_ignored(provider: str, reason: str, n: int = 1) -> None:
+    WEBHOOK_IGNORED.labels(provider, reason).inc(n)
 
 
 def observe_webhook_rejected(reason: str) -> None:

@@ -63,6 +63,14 @@ class Settings:
     webhook_secret: str = ""  # `mailbus webhooks` refuses to start without one
     webhook_listen: tuple[str, int] = ("127.0.0.1", 8026)
     unsubscribe_secret: str = ""  # signs unsubscribe links; empty: campaigns carry none
+    # Providers' own delivery events (feedback/native): each route is on when its secret is
+    ses_topic_arns: frozenset[str] = frozenset()  # SNS topics whose SES events are taken
+    ses_cert_hosts: frozenset[str] = frozenset()  # empty: sns.<region>.amazonaws.com
+    ses_ca_file: str | None = None  # TLS trust for certificates; None: the system's CAs
+    sendgrid_webhook_key: str = ""  # the Event Webhook's verification key (base64 DER)
+    mailgun_webhook_key: str = ""  # the HTTP webhook signing key
+    postmark_webhook_auth: str = ""  # user:password of the webhook URL's basic auth
+    resend_webhook_secret: str = ""  # whsec_... (Svix)
     unsubscribe_base_url: str | None = None  # where `mailbus webhooks` is reached
     campaign_daily_quota: int | None = None  # recipients per UTC day, all campaigns; None: any
     campaign_import_part: int = 50_000  # audience lines per import transaction
@@ -175,6 +183,13 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         webhook_secret=reader.secret("MAILBUS_WEBHOOK_SECRET"),
         webhook_listen=reader.listen("MAILBUS_WEBHOOK_LISTEN", Settings.webhook_listen),
         unsubscribe_secret=reader.secret("MAILBUS_UNSUBSCRIBE_SECRET"),
+        ses_topic_arns=reader.names("MAILBUS_SES_TOPIC_ARNS"),
+        ses_cert_hosts=reader.names("MAILBUS_SES_CERT_HOSTS"),
+        ses_ca_file=reader.existing_file("MAILBUS_SES_CA_FILE"),
+        sendgrid_webhook_key=reader.secret("MAILBUS_SENDGRID_WEBHOOK_KEY"),
+        mailgun_webhook_key=reader.secret("MAILBUS_MAILGUN_WEBHOOK_KEY"),
+        postmark_webhook_auth=reader.secret("MAILBUS_POSTMARK_WEBHOOK_AUTH"),
+        resend_webhook_secret=reader.secret("MAILBUS_RESEND_WEBHOOK_SECRET"),
         unsubscribe_base_url=reader.optional_url("MAILBUS_UNSUBSCRIBE_BASE_URL", ("https", "http")),
         campaign_daily_quota=reader.optional_integer("MAILBUS_CAMPAIGN_DAILY_QUOTA", 1, 10**12),
         campaign_import_part=reader.integer(
@@ -200,6 +215,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise ConfigError("MAILBUS_SMTP_URL", "required with MAILBUS_PROVIDER=smtp")
     if settings.provider == "smtp" and "@" not in settings.smtp_from:
         raise ConfigError("MAILBUS_SMTP_FROM", "required with MAILBUS_PROVIDER=smtp: an address")
+    if settings.postmark_webhook_auth and ":" not in settings.postmark_webhook_auth:
+        raise ConfigError("MAILBUS_POSTMARK_WEBHOOK_AUTH", "expected user:password")
     if settings.backoff_cap < settings.backoff_base:
         raise ConfigError("MAILBUS_BACKOFF_CAP", "must be at least MAILBUS_BACKOFF_BASE")
     return settings
@@ -308,6 +325,17 @@ class _Reader:
             except OSError as exc:
                 raise ConfigError(f"{name}_FILE", f"cannot read: {exc.strerror}") from None
         return self._raw(name) or ""
+
+    def names(self, name: str) -> frozenset[str]:
+        """A comma-separated list, blanks dropped."""
+        raw = self._raw(name) or ""
+        return frozenset(part.strip() for part in raw.split(",") if part.strip())
+
+    def existing_file(self, name: str) -> str | None:
+        path = self._raw(name)
+        if path is not None and not Path(path).is_file():
+            raise ConfigError(name, f"no such file: {path}")
+        return path
 
     def number(self, name: str, default: float) -> float:
         raw = self._raw(name)

@@ -161,6 +161,48 @@ SETTINGS: tuple[Setting, ...] = (
         {"webhooks"},
     ),
     _s(
+        "SES_TOPIC_ARNS",
+        "off",
+        "SNS topic ARNs (comma-separated) whose SES events POST /webhooks/ses takes; sets"
+        " that route up (SNS signature checked, subscriptions confirmed)",
+        {"webhooks"},
+    ),
+    _s(
+        "SES_CERT_HOSTS",
+        "sns.<region>.amazonaws.com",
+        "hosts SNS signing certificates and SubscribeURLs may come from (https only)",
+        {"webhooks"},
+    ),
+    _s("SES_CA_FILE", "system CAs", "PEM CA that fetching SNS certificates trusts", {"webhooks"}),
+    _s(
+        "SENDGRID_WEBHOOK_KEY",
+        "off",
+        "SendGrid Event Webhook verification key (base64); sets up POST /webhooks/sendgrid",
+        {"webhooks"},
+        from_file=True,
+    ),
+    _s(
+        "MAILGUN_WEBHOOK_KEY",
+        "off",
+        "Mailgun HTTP webhook signing key; sets up POST /webhooks/mailgun",
+        {"webhooks"},
+        from_file=True,
+    ),
+    _s(
+        "POSTMARK_WEBHOOK_AUTH",
+        "off",
+        "user:password of the Postmark webhook URL's basic auth; sets up POST /webhooks/postmark",
+        {"webhooks"},
+        from_file=True,
+    ),
+    _s(
+        "RESEND_WEBHOOK_SECRET",
+        "off",
+        "Resend (Svix) signing secret, whsec_...; sets up POST /webhooks/resend",
+        {"webhooks"},
+        from_file=True,
+    ),
+    _s(
         "UNSUBSCRIBE_SECRET",
         "off (no links)",
         "HMAC secret of campaign unsubscribe links",

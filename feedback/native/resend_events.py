@@ -1,0 +1,102 @@
+"""Resend's webhooks: Svix signatures, verified with the ``svix`` library, and Resend's
+event payloads, pure but for the library's own clock.
+
+Signing (https://resend.com/docs/webhooks/verify-webhooks-requests, which defers to Svix):
+headers ``svix-id``, ``svix-timestamp``, ``svix-signature``; :class:`svix.webhooks.Webhook`
+checks them (5 minutes either way, its own rule). The library checks the time before the
+signature; so that a forged request is told from a stale one, a request whose timestamp is
+outside :data:`TOLERANCE_S` of ``now`` has its signature compared with the library's own
+``sign`` instead: a match is ``stale`` (ignored), else ``mismatch`` (401).
+
+Events (https://resend.com/docs/webhooks/event-types): ``{"type": "email.bounced",
+"created_at": ISO-8601, "data": {"email_id": ..., "bounce": {"type": "Permanent"|...}}}``.
+``email.delivered`` → delivered, ``email.delivery_delayed`` → deferred, ``email.bounced`` →
+bounced (``Permanent``: hard, else soft), ``email.complained`` → complained; the others
+(sent, opened, clicked...) are skipped. The event id is the ``svix-id`` header (the same on
+every retry of one message); the message is ``data.email_id``, the send API's ``id``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+from svix.webhooks import Webhook, WebhookVerificationError
+
+from mailbus.feedback.events import InvalidEventError, make_event
+from mailbus.feedback.native.inbound import Inbound, json_document
+from mailbus.feedback.signature import Verdict
+
+__all__ = ["TOLERANCE_S", "parse", "verify"]
+
+TOLERANCE_S = 300  # svix's own, fixed in the library
+_TYPES = {
+    "email.delivered": "delivered",
+    "email.delivery_delayed": "deferred",
+    "email.bounced": "bounced",
+    "email.complained": "complained",
+}
+
+
+def verify(headers: Mapping[str, str], body: bytes, hook: Webhook, now: float) -> Verdict:
+    """``hook`` is ``svix.webhooks.Webhook(secret)``, built once (it checks the secret)."""
+    msg_id, stamp, signatures = (
+        headers.get(f"svix-{name}", "") for name in ("id", "timestamp", "signature")
+    )
+    if not (msg_id and stamp and signatures):
+        return Verdict(False, "missing")
+    try:
+        moment = int(stamp)
+    except ValueError:
+        return Verdict(False, "malformed")
+    if abs(now - moment) <= TOLERANCE_S:
+        try:
+            hook.verify(
+                body, {"svix-id": msg_id, "svix-timestamp": stamp, "svix-signature": signatures}
+            )
+        except WebhookVerificationError as exc:
+            return Verdict(False, "stale" if "timestamp" in str(exc) else "mismatch")
+        except (ValueError, UnicodeDecodeError):
+            return Verdict(False, "malformed")
+        return Verdict(True)
+    try:
+        expected = hook.sign(msg_id, datetime.fromtimestamp(moment, UTC), body.decode())
+    except (ValueError, OverflowError, OSError, UnicodeDecodeError):
+        return Verdict(False, "malformed")
+    wanted = base64.b64decode(expected.split(",", 1)[1])
+    for entry in signatures.split():
+        version, _, value = entry.partition(",")
+        try:
+            given = base64.b64decode(value, validate=True)
+        except ValueError:
+            continue
+        if version == "v1" and hmac.compare_digest(wanted, given):
+            return Verdict(False, "stale")
+    return Verdict(False, "mismatch")
+
+
+def parse(headers: Mapping[str, str], body: bytes) -> Inbound:
+    document = json_document(body)
+    if not isinstance(document, dict):
+        raise InvalidEventError("body", "must be a JSON object")
+    event_type = _TYPES.get(str(document.get("type")))
+    if event_type is None:
+        return Inbound(skipped=1)
+    data = document.get("data")
+    if not isinstance(data, dict):
+        raise InvalidEventError("data", "must be an object")
+    bounce = None
+    if event_type == "bounced":
+        details = data.get("bounce")
+        kind = details.get("type") if isinstance(details, dict) else None
+        bounce = "hard" if kind == "Permanent" else "soft"
+    event = make_event(
+        headers.get("svix-id"),
+        event_type,
+        data.get("email_id"),
+        document.get("created_at"),
+        bounce,
+    )
+    return Inbound((event,))
