@@ -1,10 +1,13 @@
 # The README's commands. Everything installs itself on a fresh machine.
 PYTHON ?= python3
 STACK := bash stack/local-stack.sh
+# The docs site (mkdocs.yml) into site/; --strict: a broken link or anchor, or a page missing
+# from the nav, fails. Not --quiet: it hides the warnings that --strict counts.
+DOCS_SITE := NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
 export MAILBUS_DATABASE_URL ?= postgresql://mailbus:mailbus@127.0.0.1:5432/mailbus
 export MAILBUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:9092
 
-.PHONY: install stack-up stack-down stack-status demo test test-unit lint validate bench bench-report docs
+.PHONY: install stack-up stack-down stack-status demo test test-unit lint validate bench bench-report docs docs-site
 
 install:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e ./client -e '.[test]'
@@ -28,6 +31,7 @@ test: install stack-up
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m mypy client/mailbus_client mailbus
 	lint-imports  # the layers of pyproject.toml [tool.importlinter]
+	$(DOCS_SITE)
 	PYTHON=$(PYTHON) bash stack/validate.sh
 	$(PYTHON) -m pytest -n 2 --dist loadfile -m "not serial"
 	$(PYTHON) -m pytest -m serial
@@ -48,6 +52,10 @@ validate: install
 ## docs/configuration.md from the settings table (a test keeps the committed file equal).
 docs: install
 	$(PYTHON) -m mailbus.kernel.settings_doc > docs/configuration.md
+
+## The docs site from docs/ (mkdocs-material) into site/, as `make test` builds it.
+docs-site: install
+	$(DOCS_SITE)
 
 bench: install stack-up
 	$(PYTHON) bench/relay_throughput.py

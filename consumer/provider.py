@@ -1,4 +1,5 @@
-"""The HTTP provider adapter: CONTRACT.md section 5 spoken over httpx, turned into values.
+"""The HTTP provider adapter: the email API (docs/reference/contract.md#email-api) spoken over
+httpx, turned into values.
 
 The only module of the delivery path that imports httpx. :meth:`HttpProvider.send` returns
 a :data:`~mailbus.consumer.core.outcome.CallResult` and :meth:`HttpProvider.lookup` a

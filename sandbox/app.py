@@ -1,4 +1,5 @@
-"""The sandbox email API as an aiohttp application: CONTRACT.md section 5, with faults.
+"""The sandbox email API as an aiohttp application, with faults: the email API of
+docs/reference/contract.md#email-api.
 
 Provider endpoints (``Authorization: Bearer <api_key>``):
 

@@ -1,4 +1,4 @@
-"""What one provider call means: CONTRACT.md section 5 as a pure function.
+"""What one provider call means: docs/reference/contract.md#email-api as a pure function.
 
 The HTTP adapter turns every response or httpx exception into a :data:`CallResult`;
 :func:`classify` maps it to one of four :class:`Outcome` values:
@@ -105,7 +105,7 @@ class Classification:
 
 
 def classify(result: CallResult) -> Classification:
-    """Map one call result to its outcome, exactly per CONTRACT.md section 5."""
+    """Map one call result to its outcome, exactly per docs/reference/contract.md#email-api."""
     if isinstance(result, TransportFailure):
         if result.request_sent:
             return Classification(Outcome.UNKNOWN, reason=_with_detail("lost after send", result))

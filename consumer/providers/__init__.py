@@ -1,4 +1,5 @@
-"""Providers as adapters of one interface (ARCHITECTURE.md): what the delivery service needs.
+"""Providers as adapters of one interface: what the delivery service needs
+(docs/architecture.md#providers-as-adapters).
 
 A provider encodes a mail before any row is claimed (:meth:`Provider.prepare`, raising
 :class:`~mailbus.kernel.errors.InvalidSendError` for a mail that cannot travel), sends it

@@ -1,8 +1,8 @@
 """Configuration from the environment (and an optional ``.env``-style file).
 
-Every setting of CONTRACT.md section 3 is parsed and checked here, once, at start-up;
-a bad value raises :class:`ConfigError` naming the variable, which the CLI turns into
-exit status 2 and one line.
+Every setting of docs/reference/contract.md#configuration is parsed and checked here, once,
+at start-up; a bad value raises :class:`ConfigError` naming the variable, which the CLI turns
+into exit status 2 and one line.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
--- Delivery events (CONTRACT.md section 7): what the provider says happened after
+-- Delivery events (docs/reference/contract.md#delivery-events): what the provider says happened after
 -- `accepted`. Each event is stored once per (provider, event id); the send it names by
 -- message_id shows its latest event in delivery_status / last_event_at.
 ALTER TABLE email_sends

@@ -148,11 +148,11 @@ class Stack:
         return [k for k, v in self.ledger()["keys"].items() if v["accepted"] > 1]
 
     def assert_table_agrees_with_providers(self, fallback_url: str | None = None) -> None:
-        """The invariant every e2e test ends with (ARCHITECTURE.md): a key is ``accepted``
-        exactly when a provider accepted it, with that provider's id, recorded as the
-        provider that took it; no key is accepted twice or by two providers. Only at rest:
-        every row settled, or no consumer running (a call in flight is accepted at the
-        provider before the table can say so)."""
+        """The invariant every e2e test ends with (docs/architecture.md#rules-every-path-keeps):
+        a key is ``accepted`` exactly when a provider accepted it, with that provider's id,
+        recorded as the provider that took it; no key is accepted twice or by two providers.
+        Only at rest: every row settled, or no consumer running (a call in flight is accepted
+        at the provider before the table can say so)."""
         providers = {None: self.sandbox.url}
         if fallback_url is not None:
             providers["fallback"] = fallback_url

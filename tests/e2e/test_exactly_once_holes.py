@@ -1,5 +1,5 @@
-"""The interleavings that once broke a guarantee of CONTRACT.md section 6, each replayed on
-real processes against the sandbox; every test ends with the table agreeing with the
+"""The interleavings that once broke a guarantee (docs/reference/contract.md#guarantees), each
+replayed on real processes against the sandbox; every test ends with the table agreeing with the
 provider(s)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""classify() against CONTRACT.md section 5, and Retry-After parsing."""
+"""classify() against docs/reference/contract.md#email-api, and Retry-After parsing."""
 
 from __future__ import annotations
 
