@@ -11,11 +11,14 @@ The server's own state, switchable while it runs: ``greeting`` (e.g. ``421 4.7.0
 connections``) is answered to every new connection instead of 220, which is then closed;
 with ``smtp_server(password=...)`` the server requires AUTH (``530`` to MAIL without it,
 AUTH offered without TLS) and accepts ``password`` (``535`` to any other: rotate it to
-refuse the client's). ``refused`` counts the greetings and AUTHs refused.
+refuse the client's). ``refused`` counts the greetings and AUTHs refused;
+``drop_connections()`` closes every open session (a restart), so the client's kept
+connections meet the new state too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from collections import Counter
@@ -43,8 +46,19 @@ class SmtpRecorder:
         self.refused: Counter[str] = Counter()  # "greeting", "auth"
         self.greeting: str | None = None  # a refusing greeting, e.g. "421 4.7.0 ..."
         self.password: str | None = None  # the password AUTH accepts now
+        self.sessions: set[SMTP] = set()
+        self.loop: asyncio.AbstractEventLoop | None = None  # the server's, once started
         self._lock = threading.Lock()
         self._queued = 0
+
+    def drop_connections(self) -> None:
+        def drop() -> None:
+            for session in list(self.sessions):
+                if session.transport is not None:
+                    session.transport.close()
+
+        assert self.loop is not None
+        self.loop.call_soon_threadsafe(drop)
 
     def authenticate(
         self, server: Any, session: Any, envelope: Any, mechanism: str, data: Any
@@ -84,6 +98,14 @@ class SmtpRecorder:
 
 class _Smtp(SMTP):
     """aiosmtpd's SMTP session, answering the recorder's refusing greeting if it has one."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.event_handler.sessions.add(self)
+
+    def connection_lost(self, error: Exception | None) -> None:
+        self.event_handler.sessions.discard(self)
+        super().connection_lost(error)
 
     async def _handle_client(self) -> None:
         recorder: SmtpRecorder = self.event_handler
@@ -125,6 +147,7 @@ def smtp_server(password: str | None = None) -> Iterator[tuple[str, SmtpRecorder
         auth = {"auth_require_tls": False, "authenticator": recorder.authenticate}
     controller = _Controller(recorder, hostname="127.0.0.1", port=port, **auth)
     controller.start()
+    recorder.loop = controller.loop
     try:
         yield f"smtp://127.0.0.1:{port}", recorder
     finally:
