@@ -2,11 +2,14 @@
 consumer against a real SMTP server (aiosmtpd) that first refuses AUTH (a rotated
 password), then greets with ``421 4.7.0 too many connections``. No mail is failed, no
 recipient domain is throttled, no attempt is spent; the breaker opens and closes once the
-server is back; every mail is then accepted once, and the table agrees with the server."""
+server is back; every mail is then accepted once, and the table agrees with the server.
+And ``smtp://user@host`` (AUTH without TLS) is refused at start unless allowed."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 
@@ -14,6 +17,7 @@ import psycopg
 import pytest
 from conftest import Stack
 from relay_runner import wait_until
+from services import REPO
 from smtp_server import SmtpRecorder, free_port, smtp_server
 
 from consumer.providers.smtp import message_id_for
@@ -109,3 +113,24 @@ def test_a_rotated_password_and_a_refusing_greeting_are_the_servers_state(
         assert message_id.startswith("Q")
     assert sum(server.messages.values()) == len(rows)
     assert stack.terminate("consumer") == 0
+
+
+def test_auth_without_tls_is_refused_at_start(stack: Stack) -> None:
+    env = stack.env(
+        MAILBUS_PROVIDER="smtp",
+        MAILBUS_SMTP_URL=f"smtp://mailer@127.0.0.1:{free_port()}",
+        MAILBUS_SMTP_PASSWORD=PASSWORD,
+        MAILBUS_SMTP_FROM=f"noreply@{SENDER_DOMAIN}",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "mailbus", "consume", "--priority", "p1"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert "MAILBUS_SMTP_URL" in line and "MAILBUS_SMTP_ALLOW_PLAINTEXT_AUTH" in line
+    assert PASSWORD not in done.stderr + done.stdout
