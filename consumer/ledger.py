@@ -319,6 +319,7 @@ def _settle_row(settlement: _Settlement) -> dict[str, Any]:
         "topic": origin.topic if origin else None,
         "kafka_partition": origin.partition if origin else None,
         "kafka_offset": origin.offset if origin else None,
+        "uncounted": decision.uncounted,
     }
 
 

@@ -54,15 +54,20 @@ RETURNING id
 -- `pending` at the pointer's attempt (expired, suppressed or invalid, decided before any
 -- call); with one it must be `sending` under that token (the holder's call or look-up).
 -- The attempt's history row (when a call was made) and the dead letter (when asked) go in
--- the same statement. Returns the ids whose decision was recorded.
+-- the same statement. An `uncounted` call (the provider's server failed before the mail
+-- reached it) hands its attempt back and leaves no history row. Returns the ids whose
+-- decision was recorded.
 WITH decided AS (
     SELECT * FROM jsonb_to_recordset(%(decisions)s::jsonb) AS d (
         id bigint, attempt int, token uuid, status text, next_try_at timestamptz,
         in_doubt_since timestamptz, last_error text, message_id text, latency_ms int, status_code int, provider_code text, dead_letter bool,
-        dl_reason text, dl_error text, topic text, kafka_partition int, kafka_offset bigint)
+        dl_reason text, dl_error text, topic text, kafka_partition int, kafka_offset bigint,
+        uncounted bool)
 ), settled AS (
     UPDATE email_sends s
     SET status = d.status,
+        attempts = CASE WHEN d.uncounted AND d.token IS NOT NULL
+                        THEN s.attempts - 1 ELSE s.attempts END,
         next_try_at = d.next_try_at,
         in_doubt_since = GREATEST(s.in_doubt_since, d.in_doubt_since),
         last_error = d.last_error,
@@ -77,12 +82,12 @@ WITH decided AS (
                ELSE s.status = 'sending' AND s.lease_token = d.token END
     RETURNING s.id, s.dedupe_key, s.priority, s.template, s.attempts, d.status,
               d.status_code, d.provider_code, d.last_error, d.latency_ms, d.dead_letter, d.dl_reason,
-              d.dl_error, d.topic, d.kafka_partition, d.kafka_offset
+              d.dl_error, d.topic, d.kafka_partition, d.kafka_offset, d.uncounted
 ), attempt AS (
     INSERT INTO email_attempts (
         send_id, attempt, outcome, status_code, provider_code, reason, latency_ms)
     SELECT id, attempts, status, status_code, provider_code, last_error, latency_ms
-    FROM settled WHERE latency_ms IS NOT NULL
+    FROM settled WHERE latency_ms IS NOT NULL AND NOT uncounted
 ), dead_letter AS (
     INSERT INTO email_dead_letters (
         send_id, dedupe_key, priority, template, reason, status_code, error, attempts,

@@ -215,6 +215,7 @@ def _primary_provider(settings: Settings) -> Provider:
             request_timeout=settings.request_timeout,
             max_connections=settings.max_in_flight,
             at_least_once=settings.smtp_unknown == "at_least_once",
+            allow_plaintext_auth=settings.smtp_allow_plaintext_auth,
         )
     return _http_provider(settings, settings.provider_url, settings.provider_api_key)
 

@@ -153,7 +153,7 @@ class DeliveryService:
         )
         if settled and decision.dead_letter:
             metrics.observe_dead_letter(dead_letter_reason(decision))
-        if settled and row.attempts == self.attempt_warning:
+        if settled and row.attempts == self.attempt_warning and not decision.uncounted:
             metrics.observe_attempt_warning(row.priority)
         if not settled:
             log.warning("lease on send %d was taken over before its outcome was recorded", row.id)
@@ -332,6 +332,9 @@ class DeliveryService:
             log.exception("send %d: the call failed unexpectedly", row.id)
             result = classify(TransportFailure(True, f"internal error: {type(exc).__name__}"))
         latency_s = time.monotonic() - started
+        if result.server_stage is not None:
+            log.warning("the provider's server failed (%s): %s", result.server_stage, result.reason)
+            metrics.observe_server_failure(result.server_stage)
         if admission is not None:
             self.gate.settle(admission, result, latency_s, recipient_domain(row.to_address))
         decision = after_call(row, result, self.clock(), self.policy, self.rand)

@@ -50,6 +50,7 @@ __all__ = [
     "lease_expired",
     "needs_confirmation",
     "needs_lookup",
+    "server_failed",
     "too_old",
     "unsendable",
     "wait_for_provider",
@@ -87,6 +88,9 @@ class Decision:
     dead_letter: bool = False
     status_code: int | None = None
     provider_code: str | None = None  # email_sends/email_attempts.provider_code
+    # The call never reached the mail (the provider's server failed first): the attempt it
+    # was claimed for is handed back, and no attempt history row is written.
+    uncounted: bool = False
 
     def __post_init__(self) -> None:
         if self.provider_code is None and self.status_code is not None:
@@ -155,8 +159,11 @@ def after_call(
 
     ``row.attempts`` already counts this call. A retryable outcome goes back to ``pending``
     unless attempts are spent (``failed`` + DLQ) or the next try would fall at or after
-    ``expires_at`` (``expired``). An unknown outcome stays ``unknown`` until resolved.
+    ``expires_at`` (``expired``). An unknown outcome stays ``unknown`` until resolved. A
+    failure of the provider's server (``server_stage``) is :func:`server_failed`.
     """
+    if result.server_stage is not None:
+        return server_failed(row, result, now, policy, rand)
     code = result.status_code
     if result.outcome is Outcome.ACCEPTED:
         return Decision(
@@ -185,6 +192,33 @@ def after_call(
         )
     decision = _retry_or_stop(row, result.reason, now, policy, rand, result.retry_after_s, code)
     return replace(decision, provider_code=result.provider_code or decision.provider_code)
+
+
+def server_failed(
+    row: SendView, result: Classification, now: datetime, policy: RetryPolicy, rand: Rand
+) -> Decision:
+    """The provider's server failed before the mail reached it (SMTP: connecting, the
+    greeting, AUTH, MAIL): back to ``pending``, the attempt handed back (``uncounted``), so
+    an outage never spends the mail's attempts, fails it or dead-letters it; only
+    ``expires_at`` still ends it (``expired``). Waiting for the server is the breaker's job:
+    the retry is due after the backoff of the attempt the mail is at."""
+    earlier = replace(row, attempts=max(row.attempts - 1, 0))
+    retry_at = _retry_at(earlier, now, policy, rand, result.retry_after_s)
+    reason = clip_reason(f"{result.reason} (attempt not counted)")
+    if row.expires_at is not None and retry_at >= row.expires_at:
+        return Decision(
+            Status.EXPIRED,
+            reason=clip_reason(f"expires before the next try: {reason}"),
+            provider_code=result.provider_code,
+            uncounted=True,
+        )
+    return Decision(
+        Status.PENDING,
+        retry_at=retry_at,
+        reason=reason,
+        provider_code=result.provider_code,
+        uncounted=True,
+    )
 
 
 _FINAL_NOT_ACCEPTED = frozenset({Status.FAILED, Status.EXPIRED, Status.SUPPRESSED})

@@ -2,14 +2,15 @@
 
 A mailbox provider that finds a sender too fast answers for its own domain only: SMTP
 ``421`` (service not available, try later) or ``452`` (insufficient storage / too many
-recipients), or, from an HTTP email API, a ``429`` marked as scoped to the recipient's
-domain (header ``X-Throttle-Scope: recipient-domain``; a plain 429 still pauses every send,
-it is the API's own limit). Such a reply pauses that domain alone: for its Retry-After,
-and at least ``base_s`` doubling with every throttle in a row (up to ``cap_s``); the next
-accepted mail of the domain clears it. Mail to a paused domain waits as ``pending`` with a
-later ``next_try_at`` and no attempt spent; every other domain is sent as before. The
-pauses are a mapping ``domain -> DomainPause`` replaced, never mutated; time is passed in
-(monotonic seconds).
+recipients) to RCPT or DATA (the same codes to the greeting or MAIL are the server's own
+state, see ``smtp_outcome``), or, from an HTTP email API, a ``429`` marked as scoped to
+the recipient's domain (header ``X-Throttle-Scope: recipient-domain``; a plain 429 still
+pauses every send, it is the API's own limit). Such a reply pauses that domain alone: for
+its Retry-After, and at least ``base_s`` doubling with every throttle in a row (up to
+``cap_s``); the next accepted mail of the domain clears it. Mail to a paused domain waits
+as ``pending`` with a later ``next_try_at`` and no attempt spent; every other domain is
+sent as before. The pauses are a mapping ``domain -> DomainPause`` replaced, never
+mutated; time is passed in (monotonic seconds).
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ def recipient_domain(address: str) -> str:
 
 def domain_throttled(result: Classification) -> bool:
     """Whether a call's result throttles the recipient's domain rather than the sender."""
-    if result.outcome is not Outcome.RETRY:
-        return False
+    if result.outcome is not Outcome.RETRY or result.server_stage is not None:
+        return False  # a greeting's 421 is the server's connection limit, not the domain's
     if result.domain_scoped:
         return True
     code = result.provider_code or ""

@@ -98,6 +98,10 @@ class Classification:
     status_code: int | None = None
     provider_code: str | None = None  # stored as text: "503" (HTTP), "550 5.1.1" (SMTP)
     domain_scoped: bool = False  # the provider throttles only the recipient's domain
+    # The provider's own state, not this mail's (SMTP: the connection, greeting, AUTH or
+    # MAIL failed, at this stage): the call never reached the recipient, so it feeds the
+    # breaker and spends none of the mail's attempts. None: the result is about the mail.
+    server_stage: str | None = None
 
     def __post_init__(self) -> None:
         if self.provider_code is None and self.status_code is not None:

@@ -1,8 +1,16 @@
 """What one SMTP exchange means: the SMTP reply table, as a pure function.
 
 The SMTP adapter turns every exchange into an :class:`SmtpReply` (a reply code from the
-server) or a :class:`~mailbus.consumer.core.outcome.TransportFailure`; :func:`classify_smtp` maps
-a reply to an :class:`~mailbus.consumer.core.outcome.Outcome`:
+server, with the stage it answered), an :class:`SmtpDown` (no reply before the message
+was sent) or a :class:`~mailbus.consumer.core.outcome.TransportFailure` (lost once DATA was sent);
+:func:`classify_smtp` maps them to an :class:`~mailbus.consumer.core.outcome.Outcome`.
+
+Only the replies to RCPT and DATA are about this mail. Connecting, the greeting,
+EHLO/STARTTLS, AUTH and MAIL FROM are about the server and our account at it (a connection
+limit, a rotated password, a sender the server refuses): every recipient would get the same
+answer, so they are the provider's state (``server_stage`` set: the breaker counts them, no
+recipient domain is throttled, the mail is retried without spending an attempt) and never
+a recipient's ``failed``. So is ``530`` (authentication required) at any stage.
 
 =================================================  ========  ==============================
 reply                                              outcome   why
@@ -10,10 +18,12 @@ reply                                              outcome   why
 2xx to the end of DATA                             accepted  the server took the message;
                                                              its queue id if the text has
                                                              one, else our Message-ID
-421, 450, 451, 452, any other 4xx (any stage)      retry     temporary, RFC 5321 4.2.1
-5xx (any stage: MAIL, RCPT, DATA)                  rejected  permanent: failed + DLQ
+any reply at connect, auth or mail; 530 anywhere   retry     the server's state, not the
+                                                             mail's (``server_stage``)
+421, 450, 451, 452, any other 4xx (RCPT, DATA)     retry     temporary, RFC 5321 4.2.1
+5xx (RCPT, DATA)                                   rejected  permanent: failed + DLQ
 anything else (1xx, 3xx, 2xx before the end)       unknown   says nothing about acceptance
-connection refused / lost before DATA              retry     (a TransportFailure, not sent)
+no reply before DATA (refused, reset, timeout)     retry     the server's state (SmtpDown)
 connection lost after DATA, before the final reply unknown   (a TransportFailure, sent)
 =================================================  ========  ==============================
 
@@ -34,7 +44,18 @@ from mailbus.consumer.core.outcome import (
     clip_reason,
 )
 
-__all__ = ["AnyCallResult", "SmtpReply", "classify_call", "classify_smtp", "queue_id"]
+__all__ = [
+    "SERVER_STAGES",
+    "AnyCallResult",
+    "SmtpDown",
+    "SmtpReply",
+    "classify_call",
+    "classify_smtp",
+    "queue_id",
+]
+
+SERVER_STAGES = frozenset({"connect", "auth", "mail"})  # before the recipient is named
+_SESSION_CODES = frozenset({530})  # authentication required: our account, at any stage
 
 _ENHANCED = re.compile(r"\s*([245]\.[0-9]{1,3}\.[0-9]{1,3})\b")
 # "250 2.0.0 Ok: queued as 4B3C21E0F" (Postfix), "250 OK id=1rABCD-000123-AB" (Exim),
@@ -44,8 +65,9 @@ _QUEUE_ID = re.compile(r"(?i)(?:queued as|id=)\s*<?([A-Za-z0-9][A-Za-z0-9._@-]{2
 
 @dataclass(frozen=True)
 class SmtpReply:
-    """A reply from the SMTP server at ``stage`` (``mail``, ``rcpt``, ``data`` or ``end``:
-    the reply to the message's final dot). ``fallback_id`` is our own Message-ID."""
+    """A reply from the SMTP server at ``stage`` (``connect``: the greeting, EHLO or
+    STARTTLS; ``auth``; ``mail``; ``rcpt``; ``data``; or ``end``: the reply to the message's
+    final dot). ``fallback_id`` is our own Message-ID."""
 
     code: int
     text: str
@@ -53,7 +75,16 @@ class SmtpReply:
     fallback_id: str | None = None
 
 
-AnyCallResult = CallResult | SmtpReply
+@dataclass(frozen=True)
+class SmtpDown:
+    """No usable reply before the message was sent, at ``stage`` (``connect``, ``auth``,
+    ``mail`` or ``rcpt``): refused, reset, timed out, TLS or AUTH impossible."""
+
+    stage: str
+    detail: str = ""
+
+
+AnyCallResult = CallResult | SmtpReply | SmtpDown
 
 
 def enhanced_code(reply: SmtpReply) -> str | None:
@@ -73,10 +104,21 @@ def queue_id(text: str) -> str | None:
     return match.group(1) if match else None
 
 
-def classify_smtp(reply: SmtpReply) -> Classification:
-    """Map one SMTP reply to its outcome, per the table above."""
+def classify_smtp(reply: SmtpReply | SmtpDown) -> Classification:
+    """Map one SMTP reply (or its absence before DATA) to its outcome, per the table above."""
+    if isinstance(reply, SmtpDown):
+        detail = f": {reply.detail}" if reply.detail.strip() else ""
+        reason = clip_reason(f"smtp server, {reply.stage}, no reply{detail}")
+        return Classification(Outcome.RETRY, reason=reason, server_stage=reply.stage)
     code = provider_code(reply)
     reason = clip_reason(f"smtp {reply.stage} {reply.code} {reply.text}".strip())
+    if reply.stage in SERVER_STAGES or (reply.code in _SESSION_CODES and reply.stage != "end"):
+        return Classification(
+            Outcome.RETRY,
+            reason=clip_reason(f"smtp server, {reason.removeprefix('smtp ')}"),
+            provider_code=code,
+            server_stage=reply.stage,
+        )
     if 200 <= reply.code <= 299 and reply.stage == "end":
         message_id = queue_id(reply.text) or reply.fallback_id
         if message_id:
@@ -93,6 +135,6 @@ def classify_smtp(reply: SmtpReply) -> Classification:
 
 def classify_call(result: AnyCallResult) -> Classification:
     """Classify an HTTP or SMTP provider's result."""
-    if isinstance(result, SmtpReply):
+    if isinstance(result, SmtpReply | SmtpDown):
         return classify_smtp(result)
     return classify(result)

@@ -7,11 +7,16 @@ reply code, classified by :func:`~mailbus.consumer.core.smtp_outcome.classify_sm
 =========================================================  ====================================
 what happened                                              result
 =========================================================  ====================================
+a refusing greeting, EHLO or STARTTLS reply (421 ...)      ``SmtpReply(code, text, "connect")``
+AUTH refused (535: a rotated password)                     ``SmtpReply(code, text, "auth")``
 a reply to MAIL, RCPT or DATA other than success           ``SmtpReply(code, text, stage)``
 250 after the message's final dot                          ``SmtpReply(250, text, "end")``
-refused, TLS/AUTH failure, lost or timed out before DATA   ``TransportFailure(sent=False)``
+refused, reset, TLS failure, timed out before DATA         ``SmtpDown(stage, detail)``
 lost or timed out once DATA was sent, before its reply     ``TransportFailure(sent=True)``
 =========================================================  ====================================
+
+The stages before RCPT are about the server, not the mail (see
+:mod:`mailbus.consumer.core.smtp_outcome`): they feed the breaker and spend no attempt.
 
 SMTP has no look-up: :meth:`SmtpProvider.lookup` always fails, so an unknown outcome (the
 connection lost after DATA) stays ``unknown`` -- never resent (at most once) -- until an
@@ -20,7 +25,9 @@ found" and the mail is sent again at its next retry (a duplicate possible). Each
 carries a deterministic ``Message-ID: <sha256(dedupe_key)[:32]@domain>``, so a receiver
 can spot a duplicate.
 Connections are kept and reused (at most ``max_connections``); a kept connection that
-fails before DATA is replaced once, without counting as a call.
+fails before DATA (or answers MAIL with, say, ``421`` as it closes) is replaced once,
+without counting as a call. ``smtp://user@host`` would send the password in the clear: it
+is refused unless ``allow_plaintext_auth`` (MAILBUS_SMTP_ALLOW_PLAINTEXT_AUTH).
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from urllib.parse import unquote, urlsplit
 import aiosmtplib
 
 from mailbus.consumer.core.outcome import TransportFailure, clip_reason
-from mailbus.consumer.core.smtp_outcome import AnyCallResult, SmtpReply
+from mailbus.consumer.core.smtp_outcome import SERVER_STAGES, AnyCallResult, SmtpDown, SmtpReply
 from mailbus.consumer.provider import LookupResult, OutgoingMail
 from mailbus.kernel.errors import ConfigError, InvalidSendError
 from mailbus_client.send_request import mail_headers
@@ -63,7 +70,9 @@ class SmtpTarget:
     username: str | None
 
     @classmethod
-    def parse(cls, url: str) -> SmtpTarget:
+    def parse(cls, url: str, allow_plaintext_auth: bool = False) -> SmtpTarget:
+        """Raises :class:`ConfigError` for a URL that is malformed, or that would send the
+        AUTH password without TLS (``smtp://user@host``) unless ``allow_plaintext_auth``."""
         try:
             parts = urlsplit(url.strip())
             port = parts.port
@@ -80,6 +89,12 @@ class SmtpTarget:
             )
         default_port, start_tls, use_tls = scheme
         username = unquote(parts.username) if parts.username else None
+        if username and not (start_tls or use_tls) and not allow_plaintext_auth:
+            raise ConfigError(
+                "MAILBUS_SMTP_URL",
+                "smtp://user@host sends the password without TLS: use smtp+starttls:// or"
+                " smtps://, or set MAILBUS_SMTP_ALLOW_PLAINTEXT_AUTH=true",
+            )
         return cls(parts.hostname, port or default_port, start_tls, use_tls, username)
 
 
@@ -132,8 +147,9 @@ class SmtpProvider:
         max_connections: int = 32,
         message_id_domain: str | None = None,
         at_least_once: bool = False,
+        allow_plaintext_auth: bool = False,
     ) -> None:
-        self._target = SmtpTarget.parse(url)
+        self._target = SmtpTarget.parse(url, allow_plaintext_auth)
         if "@" not in sender or any(ch in sender for ch in "\r\n<> "):
             raise ConfigError("MAILBUS_SMTP_FROM", "must be a plain address like a@b.example")
         if not (connect_timeout > 0 and request_timeout > 0):
@@ -188,6 +204,8 @@ class SmtpProvider:
                     async with asyncio.timeout(self._request_timeout):
                         if smtp is None:
                             smtp = await self._connect()
+                            stage = "auth"
+                            await self._log_in(smtp)
                         stage = "mail"
                         await smtp.mail(self._sender)
                         stage = "rcpt"
@@ -196,6 +214,8 @@ class SmtpProvider:
                         reply = await smtp.data(mail.message)
                 except aiosmtplib.SMTPResponseException as exc:
                     self._discard(smtp)  # its envelope is half-done: never reused
+                    if stage in SERVER_STAGES and not fresh:
+                        continue  # a kept connection the server is closing (421 to MAIL)
                     return SmtpReply(exc.code, exc.message, stage, mail.message_id)
                 except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
                     self._discard(smtp)
@@ -203,7 +223,7 @@ class SmtpProvider:
                         return TransportFailure(True, _describe(exc))
                     if not fresh:
                         continue  # a kept connection the server closed meanwhile
-                    return TransportFailure(False, _describe(exc))
+                    return SmtpDown(stage, _describe(exc))
                 self._release(smtp)
                 return SmtpReply(reply.code, reply.message, "end", mail.message_id)
         return TransportFailure(False, "no connection")  # pragma: no cover - loop returns
@@ -232,8 +252,6 @@ class SmtpProvider:
             use_tls=target.use_tls,
             start_tls=target.start_tls,
             timeout=self._request_timeout,
-            username=target.username,
-            password=self._password if target.username else None,
         )
         try:
             await smtp.connect(timeout=self._connect_timeout)
@@ -241,6 +259,12 @@ class SmtpProvider:
             smtp.close()
             raise
         return smtp
+
+    async def _log_in(self, smtp: aiosmtplib.SMTP) -> None:
+        """AUTH, when the URL names a user: its own stage, so a refused password is told
+        apart from a refusing greeting."""
+        if self._target.username:
+            await smtp.login(self._target.username, self._password)
 
     def _release(self, smtp: aiosmtplib.SMTP) -> None:
         """Keep a connection after a completed transaction."""

@@ -44,6 +44,7 @@ __all__ = [
     "observe_intake",
     "observe_lookup",
     "observe_published",
+    "observe_server_failure",
     "observe_webhook_event",
     "observe_webhook_ignored",
     "observe_webhook_late",
@@ -90,6 +91,12 @@ DOMAIN_DEFERRALS = Counter(
     "Mails held back, without a call, because their recipient domain is throttling us "
     "(SMTP 421/452, or a 429 scoped to the domain), by priority.",
     ["priority"],
+)
+SERVER_FAILURES = Counter(
+    "mailbus_provider_server_failures",
+    "Calls the provider's server failed before the mail reached it (SMTP: connect, auth,"
+    " mail; a 530 anywhere), by stage: counted against the breaker, never against the mail.",
+    ["stage"],
 )
 DEAD_LETTERS = Counter(
     "mailbus_dead_letters",
@@ -206,6 +213,10 @@ def observe_attempt_warning(priority: str) -> None:
 
 def observe_domain_deferral(priority: str) -> None:
     DOMAIN_DEFERRALS.labels(priority).inc()
+
+
+def observe_server_failure(stage: str) -> None:
+    SERVER_FAILURES.labels(stage).inc()
 
 
 def observe_lookup() -> None:

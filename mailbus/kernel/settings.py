@@ -80,6 +80,7 @@ class Settings:
     smtp_password: str = ""
     smtp_from: str = ""
     smtp_unknown: str = "at_most_once"  # at_most_once | at_least_once
+    smtp_allow_plaintext_auth: bool = False  # smtp://user@host: AUTH without TLS
     retry_schedule: tuple[float, ...] = ()  # explicit retry delays (s); () = exponential
     max_age: float | None = None  # seconds after created_at with no further retry; None: off
     attempt_warning: int = 3  # the attempt that counts in mailbus_attempt_warnings_total
@@ -201,6 +202,9 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         smtp_password=reader.secret("MAILBUS_SMTP_PASSWORD"),
         smtp_from=reader._raw("MAILBUS_SMTP_FROM") or "",
         smtp_unknown=_smtp_unknown(env.get("MAILBUS_SMTP_UNKNOWN")),
+        smtp_allow_plaintext_auth=_flag(
+            "MAILBUS_SMTP_ALLOW_PLAINTEXT_AUTH", env.get("MAILBUS_SMTP_ALLOW_PLAINTEXT_AUTH")
+        ),
         retry_schedule=_retry_schedule(env.get("MAILBUS_RETRY_SCHEDULE")),
         max_age=_duration("MAILBUS_MAX_AGE", env.get("MAILBUS_MAX_AGE")),
         recovery_rate=_recovery_rate(env.get("MAILBUS_RECOVERY_RATE")),
@@ -236,6 +240,16 @@ def _smtp_unknown(raw: str | None) -> str:
             "MAILBUS_SMTP_UNKNOWN", f"expected at_most_once or at_least_once, got {raw!r}"
         )
     return policy
+
+
+def _flag(name: str, raw: str | None) -> bool:
+    """``true``/``false`` (also ``1``/``0``, ``yes``/``no``, ``on``/``off``); unset: false."""
+    text = (raw or "").strip().lower()
+    if text in ("", "false", "0", "no", "off"):
+        return False
+    if text in ("true", "1", "yes", "on"):
+        return True
+    raise ConfigError(name, f"expected true or false, got {raw!r}")
 
 
 def _retry_schedule(raw: str | None) -> tuple[float, ...]:

@@ -121,6 +121,13 @@ SETTINGS: tuple[Setting, ...] = (
     _s("SMTP_PASSWORD", "-", "SMTP AUTH password (user from the URL)", {"consume"}, from_file=True),
     _s("SMTP_FROM", "-", "sender address (also the Message-ID domain)", {"consume"}),
     _s(
+        "SMTP_ALLOW_PLAINTEXT_AUTH",
+        "false",
+        "true: allow smtp://user@host, which sends the AUTH password without TLS (refused"
+        " at start otherwise)",
+        {"consume"},
+    ),
+    _s(
         "SMTP_UNKNOWN",
         "at_most_once",
         "SMTP connection lost after DATA: stay unknown, or at_least_once (resend)",

@@ -1,4 +1,5 @@
-"""The SMTP adapter against a real SMTP server (aiosmtpd): every reply becomes its outcome."""
+"""The SMTP adapter against a real SMTP server (aiosmtpd): every reply becomes its outcome;
+the server's own state (greeting, AUTH, MAIL, refused) is never the recipient's."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from collections.abc import Iterator
 import pytest
 from smtp_server import SmtpRecorder, free_port, smtp_server
 
+from mailbus.consumer.core.domains import domain_throttled
 from mailbus.consumer.core.outcome import Outcome, TransportFailure
-from mailbus.consumer.core.smtp_outcome import classify_call
+from mailbus.consumer.core.smtp_outcome import SmtpDown, SmtpReply, classify_call
 from mailbus.consumer.provider import OutgoingMail
 from mailbus.consumer.providers.smtp import SmtpProvider, message_id_for
 
@@ -20,9 +22,15 @@ def server() -> Iterator[tuple[str, SmtpRecorder]]:
         yield running
 
 
-def _send(url: str, *recipients: str) -> list[object]:
+def _send(url: str, *recipients: str, password: str = "") -> list[object]:
     async def run() -> list[object]:
-        provider = SmtpProvider(url, "noreply@shop.example", request_timeout=5)
+        provider = SmtpProvider(
+            url,
+            "noreply@shop.example",
+            request_timeout=5,
+            password=password,
+            allow_plaintext_auth=True,  # a local test server without TLS
+        )
         try:
             results = []
             for to in recipients:
@@ -72,7 +80,44 @@ def test_a_connection_dropped_after_data_is_unknown(server: tuple[str, SmtpRecor
     assert recorder.data_seen[message_id_for("key-drop-1@example.com", "shop.example")] == 1
 
 
-def test_a_refused_connection_is_a_retry_not_sent() -> None:
+def test_a_refused_connection_is_the_servers_state_not_sent() -> None:
     [result, _] = _send(f"smtp://127.0.0.1:{free_port()}", "ok@example.com")
-    assert isinstance(result, TransportFailure) and not result.request_sent
-    assert classify_call(result).outcome is Outcome.RETRY
+    assert isinstance(result, SmtpDown) and result.stage == "connect"
+    verdict = classify_call(result)
+    assert (verdict.outcome, verdict.server_stage) == (Outcome.RETRY, "connect")
+
+
+def _server_verdicts(results: list[object]) -> list[tuple[str, int, Outcome, str | None]]:
+    seen = []
+    for result in results:
+        assert isinstance(result, SmtpReply), result
+        verdict = classify_call(result)
+        assert not domain_throttled(verdict)  # never the recipient domain's fault
+        seen.append((result.stage, result.code, verdict.outcome, verdict.server_stage))
+    return seen
+
+
+def test_a_refusing_greeting_is_the_servers_state(server: tuple[str, SmtpRecorder]) -> None:
+    url, recorder = server
+    recorder.greeting = "421 4.7.0 too many connections"
+    *refused, _ = _send(url, "ok-1@example.com", "ok-2@example.org")
+    assert _server_verdicts(refused) == [("connect", 421, Outcome.RETRY, "connect")] * 2
+    assert classify_call(refused[0]).provider_code == "421 4.7.0"  # type: ignore[arg-type]
+    recorder.greeting = None
+    [accepted, _] = _send(url, "ok-1@example.com")
+    assert classify_call(accepted).outcome is Outcome.ACCEPTED  # type: ignore[arg-type]
+    assert recorder.refused["greeting"] == 2 and sum(recorder.messages.values()) == 1
+
+
+def test_a_refused_password_and_a_missing_login_are_the_servers_state() -> None:
+    with smtp_server(password="rotated") as (url, recorder):
+        host = url.removeprefix("smtp://")
+        [wrong, _] = _send(f"smtp://mailer@{host}", "ok-1@example.com", password="old")
+        [anonymous, _] = _send(url, "ok-1@example.com")  # no user: 530 to MAIL
+        [right, _] = _send(f"smtp://mailer@{host}", "ok-1@example.com", password="rotated")
+        assert _server_verdicts([wrong, anonymous]) == [
+            ("auth", 535, Outcome.RETRY, "auth"),
+            ("mail", 530, Outcome.RETRY, "mail"),
+        ]
+        assert classify_call(right).outcome is Outcome.ACCEPTED  # type: ignore[arg-type]
+        assert recorder.refused["auth"] >= 1 and sum(recorder.messages.values()) == 1
