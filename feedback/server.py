@@ -1,10 +1,11 @@
 """`mailbus webhooks`: the delivery-event receiver, an aiohttp adapter over the pure parts.
 
 ``POST /webhooks/{provider}`` takes one event. In this order: the raw body is read (at
-most 256 KiB, else 413); the ``Mailbus-Signature`` header is verified against it (401 when
-missing, malformed, not matching or more than 300 s from now: nothing is parsed, nothing
-changes); the body is parsed (400 naming the field); the event is recorded
-(:mod:`feedback.store`: one statement for each batch of concurrent requests). Answers:
+most 256 KiB, else 413); the ``Mailbus-Signature`` header is verified against it and the
+request's path (:mod:`feedback.signature`; 401 when missing, malformed, v1 only, not
+matching or more than 300 s from now: nothing is parsed, nothing changes); the body is
+parsed (400 naming the field); the event is recorded (:mod:`feedback.store`: one
+statement for each batch of concurrent requests). Answers:
 200 ``{"result": "stored"}`` or ``"duplicate"`` (the event id was seen before; nothing
 changed), 202 ``"unmatched"`` (stored, but no send has that message_id), 503 with
 ``Retry-After`` when PostgreSQL fails (the sender retries; the event id makes the retry
@@ -52,6 +53,7 @@ _PROVIDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _REFUSED = {
     "missing": "no Mailbus-Signature header",
     "malformed": "Mailbus-Signature is not t=<unix seconds>,v1=<hex>",
+    "outdated": "Mailbus-Signature v1 is no longer accepted: sign with v2 (covers the path)",
     "mismatch": "signature does not match",
     "stale": "timestamp more than 300 s from now",
 }
@@ -82,7 +84,7 @@ def make_app(
         if not _PROVIDER.fullmatch(provider):
             return _answer(404, error="unknown provider path")
         body = await request.read()
-        verdict = verify(request.headers.get(HEADER), body, key, clock())
+        verdict = verify(request.headers.get(HEADER), request.path, body, key, clock())
         if not verdict.ok:
             metrics.observe_webhook_rejected(verdict.reason)
             log.warning("webhook from %s refused: %s", provider, verdict.reason)

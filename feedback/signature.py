@@ -1,12 +1,19 @@
 """The ``Mailbus-Signature`` header of delivery events: signing and verifying, pure.
 
-    Mailbus-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<raw body>">
+    Mailbus-Signature: t=<unix seconds>,v2=<hex HMAC-SHA256 of "<t>.<path>.<raw body>">
 
-The digest is compared in constant time before anything else is looked at; only a
-request whose signature holds has its timestamp checked against the tolerance (300 s
-either way), so a forged request learns nothing but "401". Several ``v1`` entries are
-allowed (a sender rotating secrets signs with both); one match is enough. Time is passed
-in; :func:`verify` returns a :class:`Verdict`, never raises.
+``path`` is the request's path as the receiver routes it (``/webhooks/sandbox``), so a
+captured request replayed to another path (``/webhooks/other``) does not verify. The
+digest is compared in constant time before anything else is looked at; only a request
+whose signature holds has its timestamp checked against the tolerance (300 s either way),
+so a forged request learns nothing but "401". Several ``v2`` entries are allowed (a
+sender rotating secrets signs with both); one match is enough.
+
+``v1`` (the digest of ``"<t>.<raw body>"``, which did not cover the path) is no longer
+accepted: a header with ``v1`` entries only is refused as ``outdated``. A sender moving
+from one to the other may send both (``t=…,v1=…,v2=…``): receivers before this change
+read ``v1``, receivers after it ``v2``. Other schemes are ignored. Time is passed in;
+:func:`verify` returns a :class:`Verdict`, never raises.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "HEADER",
+    "SCHEME",
     "TOLERANCE_S",
     "Verdict",
     "sign",
@@ -25,46 +33,52 @@ __all__ = [
 ]
 
 HEADER = "Mailbus-Signature"
+SCHEME = "v2"
 TOLERANCE_S = 300
+_OUTDATED = "v1"
 _MAX_HEADER = 2048
 _HEX_DIGITS = frozenset("0123456789abcdef")
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """``ok``, or why not: ``missing``, ``malformed``, ``mismatch`` or ``stale``."""
+    """``ok``, or why not: ``missing``, ``malformed``, ``outdated`` (v1 only),
+    ``mismatch`` or ``stale``."""
 
     ok: bool
     reason: str = ""
 
 
-def sign(secret: str | bytes, body: bytes, timestamp: int) -> str:
-    """The hex digest of ``"<timestamp>.<body>"`` under ``secret``."""
+def sign(secret: str | bytes, path: str, body: bytes, timestamp: int) -> str:
+    """The hex digest of ``"<timestamp>.<path>.<body>"`` under ``secret``."""
     key = secret.encode() if isinstance(secret, str) else secret
-    message = str(timestamp).encode() + b"." + body
+    message = f"{timestamp}.{path}.".encode() + body
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
-def signature_header(secret: str | bytes, body: bytes, timestamp: int) -> str:
-    """The full header value a sender puts on ``body`` at ``timestamp``."""
-    return f"t={timestamp},v1={sign(secret, body, timestamp)}"
+def signature_header(secret: str | bytes, path: str, body: bytes, timestamp: int) -> str:
+    """The full header value a sender puts on ``body`` posted to ``path`` at ``timestamp``."""
+    return f"t={timestamp},{SCHEME}={sign(secret, path, body, timestamp)}"
 
 
 def verify(
     header: str | None,
+    path: str,
     body: bytes,
     secret: str | bytes,
     now: float,
     tolerance_s: float = TOLERANCE_S,
 ) -> Verdict:
-    """Check ``header`` for ``body`` at time ``now`` (unix seconds)."""
+    """Check ``header`` for ``body`` received at ``path`` at time ``now`` (unix seconds)."""
     if not header:
         return Verdict(False, "missing")
     parsed = _parse(header)
     if parsed is None:
         return Verdict(False, "malformed")
     timestamp, digests = parsed
-    expected = sign(secret, body, timestamp).encode()
+    if not digests:
+        return Verdict(False, "outdated")
+    expected = sign(secret, path, body, timestamp).encode()
     matched = False
     for digest in digests:  # every entry compared, in constant time each
         matched |= hmac.compare_digest(expected, digest.encode())
@@ -76,11 +90,13 @@ def verify(
 
 
 def _parse(header: str) -> tuple[int, list[str]] | None:
-    """``(t, [v1 digests])``, or None when the header is not of the documented form."""
+    """``(t, [v2 digests])`` (no digests: only v1 ones), or None when the header is not of
+    the documented form."""
     if len(header) > _MAX_HEADER:
         return None
     timestamp: int | None = None
     digests: list[str] = []
+    outdated = False
     for part in header.split(","):
         key, sep, value = part.strip().partition("=")
         if not sep:
@@ -91,12 +107,15 @@ def _parse(header: str) -> tuple[int, list[str]] | None:
             if len(value) > 12:  # beyond year 33658: not a timestamp
                 return None
             timestamp = int(value)
-        elif key == "v1":
+        elif key in (SCHEME, _OUTDATED):
             digest = value.lower()
             if len(digest) != 64 or not set(digest) <= _HEX_DIGITS:
                 return None
-            digests.append(digest)
-        # Other schemes (v0, a future v2) are ignored, as Stripe's receivers do.
-    if timestamp is None or not digests:
+            if key == SCHEME:
+                digests.append(digest)
+            else:
+                outdated = True
+        # Other schemes (v0, a future v3) are ignored, as Stripe's receivers do.
+    if timestamp is None or not (digests or outdated):
         return None
     return timestamp, digests

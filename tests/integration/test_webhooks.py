@@ -26,6 +26,7 @@ from feedback.server import RunningReceiver, start
 from feedback.signature import signature_header
 from feedback.store import EventStore
 
+SANDBOX = "/webhooks/sandbox"
 SECRET = "whsec_integration_0123456789"
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -92,7 +93,8 @@ class Client:
         header: str | None = ...,  # type: ignore[assignment]
     ) -> tuple[int, dict[str, Any]]:
         if header is ...:
-            header = signature_header(secret, body, int(time.time()) if t is None else t)
+            path, now = f"/webhooks/{provider}", int(time.time()) if t is None else t
+            header = signature_header(secret, path, body, now)
         headers = {"Content-Type": "application/json"}
         if header is not None:
             headers["Mailbus-Signature"] = header
@@ -183,7 +185,11 @@ def test_bad_signatures_and_stale_timestamps_are_401_and_change_nothing(
             await client.post(bounce, secret="not-the-secret-0123"),
             await client.post(bounce, header=None),
             await client.post(bounce, header="t=123"),
-            await client.post(bounce, header=signature_header(SECRET, b"{}", now)),
+            await client.post(bounce, header=signature_header(SECRET, SANDBOX, b"{}", now)),
+            # A captured request, signature and all, replayed to another provider's path.
+            await client.post(
+                bounce, provider="other", header=signature_header(SECRET, SANDBOX, bounce, now)
+            ),
             await client.post(bounce, t=now - 301),
             await client.post(bounce, t=now + 400),
             await client.post(b"not json at all", t=now - 3600),
@@ -217,7 +223,9 @@ def test_malformed_bodies_are_400_and_unknown_message_ids_are_stored(database_ur
         async with client.session.post(
             f"{client.url}/webhooks/sandbox",
             data=huge,
-            headers={"Mailbus-Signature": signature_header(SECRET, huge, int(time.time()))},
+            headers={
+                "Mailbus-Signature": signature_header(SECRET, SANDBOX, huge, int(time.time()))
+            },
         ) as response:
             assert response.status == 413
         assert snapshot(database_url) == before
@@ -393,7 +401,9 @@ def test_the_command_serves_until_sigterm_and_refuses_bad_configuration(
 
         async def post() -> int:
             body = event("evt-1", "delivered", "msg-1", T0)
-            headers = {"Mailbus-Signature": signature_header(SECRET, body, int(time.time()))}
+            headers = {
+                "Mailbus-Signature": signature_header(SECRET, SANDBOX, body, int(time.time()))
+            }
             async with (
                 aiohttp.ClientSession() as session,
                 session.post(f"{url}/webhooks/sandbox", data=body, headers=headers) as response,
@@ -479,7 +489,9 @@ def test_a_storage_failure_is_503_and_the_retry_is_recorded(database_url: str) -
             async with client.session.post(
                 f"{client.url}/webhooks/sandbox",
                 data=body,
-                headers={"Mailbus-Signature": signature_header(SECRET, body, int(time.time()))},
+                headers={
+                    "Mailbus-Signature": signature_header(SECRET, SANDBOX, body, int(time.time()))
+                },
             ) as response:
                 assert response.status == 503
                 assert response.headers["Retry-After"] == "5"
