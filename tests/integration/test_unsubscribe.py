@@ -118,11 +118,11 @@ def test_a_valid_token_suppresses_and_unsent_mail_ends_suppressed(database_url: 
     found = rows(database_url, campaign_id)
     ana_id, ana = found["u0"]
     path = urlsplit(ana["unsubscribe_url"]).path.removeprefix("/m")
-    # Mail of Ana's not yet sent (another campaign's row, other case), and someone else's.
+    # Bulk mail of Ana's not yet sent (a newsletter, other case), and someone else's.
     with psycopg.connect(database_url) as conn:
         (later_id,) = conn.execute(
             "INSERT INTO email_sends (dedupe_key, to_address, template)"
-            " VALUES ('later-1', 'ANA@example.COM', 'news') RETURNING id"
+            " VALUES ('later-1', 'ANA@example.COM', 'newsletter_weekly') RETURNING id"
         ).fetchone() or (0,)
     others = [found["u1"][0], found["u2"][0]]
     assert suppressed_at_load(database_url, [ana_id, later_id, *others]) == dict.fromkeys(
