@@ -425,6 +425,33 @@ def test_the_command_serves_until_sigterm_and_refuses_bad_configuration(
         assert conn.execute("SELECT delivery_status FROM email_sends").fetchone() == ("delivered",)
 
 
+def test_a_lone_surrogate_gets_a_400_of_its_own_and_its_batch_is_stored(
+    database_url: str,
+) -> None:
+    """JSON may escape a lone surrogate (``"\\ud800"``); PostgreSQL's jsonb refuses it, so
+    stored in a batch it failed every event of the batch with 503, on every retry."""
+    seed(database_url, [("m-1", "a@example.com"), ("m-2", "b@example.com")])
+
+    async def scenario(client: Client) -> None:
+        answers = await asyncio.gather(
+            client.post(event("e-1", "delivered", "m-1", T0)),
+            client.post(event("e-\ud800", "delivered", "m-1", T0)),
+            client.post(event("e-2", "delivered", "\udfff", T0)),
+            client.post(event("e-3", "delivered", "m-2", T0)),
+        )
+        assert [status for status, _ in answers] == [200, 400, 400, 200]
+        assert [answer.get("error", "")[:10] for _, answer in answers[1:3]] == [
+            "id: is not",
+            "message_id",
+        ]
+
+    run(database_url, scenario)
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute(
+            "SELECT event_id FROM delivery_events ORDER BY event_id"
+        ).fetchall() == [("e-1",), ("e-3",)]
+
+
 def test_events_coalesced_into_one_batch_keep_their_meaning(database_url: str) -> None:
     """Submitted in one event-loop turn, these go to PostgreSQL as one statement."""
     seed(
