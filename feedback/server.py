@@ -15,7 +15,8 @@ Every ``sweep_s`` seconds (10) the receiver applies events that had come before 
 send recorded its ``message_id`` (:meth:`feedback.store.EventStore.apply_late_events`).
 
 With ``MAILBUS_UNSUBSCRIBE_SECRET`` set, the receiver also serves campaign unsubscribe
-links, ``GET``/``POST /unsubscribe/{token}`` (:mod:`feedback.unsubscribe_page`).
+links (signed with it or with ``MAILBUS_UNSUBSCRIBE_SECRET_PREVIOUS``),
+``GET``/``POST /unsubscribe/{token}`` (:mod:`feedback.unsubscribe_page`).
 
 ``GET /healthz`` is 200 while the process serves; ``GET /readyz`` is 200 when PostgreSQL
 answers, else 503. SIGTERM/SIGINT: stop listening, let requests in flight finish (up to
@@ -74,9 +75,11 @@ def make_app(
     secret: str,
     clock: Callable[[], float] = time.time,
     unsubscribe_secret: str = "",
+    unsubscribe_previous: str = "",
 ) -> web.Application:
     """The receiver's routes over ``store``; ``clock`` gives unix seconds; with an
-    ``unsubscribe_secret``, the unsubscribe routes too."""
+    ``unsubscribe_secret`` (and the one before it, ``unsubscribe_previous``), the
+    unsubscribe routes too."""
     key = secret.encode()
 
     async def receive(request: web.Request) -> web.Response:
@@ -122,7 +125,7 @@ def make_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     if unsubscribe_secret:
-        add_unsubscribe_routes(app, store, unsubscribe_secret, clock)
+        add_unsubscribe_routes(app, store, unsubscribe_secret, clock, unsubscribe_previous)
     return app
 
 
@@ -162,10 +165,11 @@ async def start(
     shutdown_timeout: float = 5.0,
     sweep_s: float | None = 10.0,
     unsubscribe_secret: str = "",
+    unsubscribe_previous: str = "",
 ) -> RunningReceiver:
     """Serve on ``host:port`` (0: any free port, see ``.port``); sweep late events every
     ``sweep_s`` seconds (None: never)."""
-    app = make_app(store, secret, clock, unsubscribe_secret)
+    app = make_app(store, secret, clock, unsubscribe_secret, unsubscribe_previous)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
     try:
@@ -213,6 +217,7 @@ async def _serve(settings: Settings) -> int:
             host=host,
             port=port,
             unsubscribe_secret=settings.unsubscribe_secret,
+            unsubscribe_previous=settings.unsubscribe_secret_previous,
         )
     except OSError as exc:
         await store.close()

@@ -62,6 +62,7 @@ class Settings:
     webhook_secret: str = ""  # `mailbus webhooks` refuses to start without one
     webhook_listen: tuple[str, int] = ("127.0.0.1", 8026)
     unsubscribe_secret: str = ""  # signs unsubscribe links; empty: campaigns carry none
+    unsubscribe_secret_previous: str = ""  # links it signed still verify (rotation)
     unsubscribe_base_url: str | None = None  # where `mailbus webhooks` is reached
     campaign_daily_quota: int | None = None  # recipients per UTC day, all campaigns; None: any
     campaign_import_part: int = 50_000  # audience lines per import transaction
@@ -174,6 +175,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         webhook_secret=reader.secret("MAILBUS_WEBHOOK_SECRET"),
         webhook_listen=reader.listen("MAILBUS_WEBHOOK_LISTEN", Settings.webhook_listen),
         unsubscribe_secret=reader.secret("MAILBUS_UNSUBSCRIBE_SECRET"),
+        unsubscribe_secret_previous=reader.secret("MAILBUS_UNSUBSCRIBE_SECRET_PREVIOUS"),
         unsubscribe_base_url=reader.optional_url("MAILBUS_UNSUBSCRIBE_BASE_URL", ("https", "http")),
         campaign_daily_quota=reader.optional_integer("MAILBUS_CAMPAIGN_DAILY_QUOTA", 1, 10**12),
         campaign_import_part=reader.integer(
@@ -195,6 +197,10 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
             "MAILBUS_ATTEMPT_WARNING", Settings.attempt_warning, 1, 1000
         ),
     )
+    if settings.unsubscribe_secret_previous and not settings.unsubscribe_secret:
+        raise ConfigError(
+            "MAILBUS_UNSUBSCRIBE_SECRET_PREVIOUS", "set without MAILBUS_UNSUBSCRIBE_SECRET"
+        )
     if settings.provider == "smtp" and not settings.smtp_url:
         raise ConfigError("MAILBUS_SMTP_URL", "required with MAILBUS_PROVIDER=smtp")
     if settings.provider == "smtp" and "@" not in settings.smtp_from:
