@@ -39,6 +39,7 @@ from mailbus.app.scratch_database import drop_database  # noqa: E402
 from mailbus.feedback.signature import signature_header  # noqa: E402
 
 SECRET = "bench-webhook-secret-0123456789"
+PATH = "/webhooks/bench"
 TYPES = ("delivered", "delivered", "delivered", "deferred", "bounced", "complained")
 
 
@@ -64,7 +65,7 @@ def make_events(run: int, sends: int, count: int, rng: random.Random) -> list[by
 async def drive(url: str, bodies: list[bytes], concurrency: int) -> float:
     """Events per second over the whole batch."""
     now = int(time.time())
-    signed = [(body, signature_header(SECRET, body, now)) for body in bodies]
+    signed = [(body, signature_header(SECRET, PATH, body, now)) for body in bodies]
     gate = asyncio.Semaphore(concurrency)
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -122,7 +123,7 @@ def main() -> None:
             text=True,
         )
         assert server.stdout is not None
-        endpoint = server.stdout.readline().split()[-1] + "/webhooks/bench"
+        endpoint = server.stdout.readline().split()[-1] + PATH
         rng = random.Random(7)
         rates = []
         for run in range(args.runs):

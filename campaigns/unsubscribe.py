@@ -3,7 +3,8 @@
 A token is two URL-safe base64 segments (no padding), ``<payload>.<signature>``::
 
     payload   = "1:<campaign id>:<issued, unix seconds>:<address, lower-cased>"  (UTF-8)
-    signature = HMAC-SHA256(MAILBUS_UNSUBSCRIBE_SECRET, payload)
+    signature = HMAC-SHA256(K, payload)
+    K         = HMAC-SHA256(MAILBUS_UNSUBSCRIBE_SECRET, "mailbus unsubscribe links")
 
 The leading ``1`` is the format's version: a token of another version is refused. The
 signature is compared in constant time before the payload is read, so a forged or
@@ -15,7 +16,16 @@ The campaign fan-out computes the same tokens inside PostgreSQL, one statement p
 (``campaigns/queries.sql``, ``fan_out``). PostgreSQL has ``sha256()`` but no HMAC without
 an extension, so the fan-out is given the two padded keys of RFC 2104
 (:func:`hmac_pads`) and computes ``sha256(outer || sha256(inner || payload))``, which is
-HMAC-SHA256 by definition; tests check both sides agree.
+HMAC-SHA256 by definition; tests check both sides agree. The pads travel as bind
+parameters (visible wherever statement parameters are logged) and XOR back to their key,
+so they are made from the derived key ``K``, never from the secret: what a log shows can
+sign links, but never gives back the secret (a one-way HMAC of it), which may protect
+more than links.
+
+Rotation: :func:`verify_token` also takes the previous secret
+(MAILBUS_UNSUBSCRIBE_SECRET_PREVIOUS), so links sent under it keep working; and for each
+secret it also accepts the signature of links made before ``K`` existed (the secret's own
+HMAC, version 1 as well), so that upgrading voids no link either.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ __all__ = [
     "Unsubscribe",
     "hmac_pads",
     "make_token",
+    "signing_key",
     "unsubscribe_url",
     "verify_token",
 ]
@@ -42,6 +53,7 @@ VERSION = "1"
 MAX_TOKEN_CHARS = 2048
 _SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
 _BLOCK = 64  # SHA-256's block size in bytes
+_PURPOSE = b"mailbus unsubscribe links"  # what the derived key K is for
 
 
 @dataclass(frozen=True)
@@ -94,28 +106,47 @@ def _unb64(text: str) -> bytes | None:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def _sign(secret: str | bytes, payload: bytes) -> bytes:
-    return hmac.new(_key(secret), payload, hashlib.sha256).digest()
+def _sign(key: bytes, payload: bytes) -> bytes:
+    return hmac.new(key, payload, hashlib.sha256).digest()
+
+
+def signing_key(secret: str | bytes) -> bytes:
+    """``K``, the key links are signed with: a one-way function of ``secret``."""
+    return _sign(_key(secret), _PURPOSE)
 
 
 def make_token(secret: str | bytes, address: str, campaign_id: int, issued_at: int) -> str:
     """The token of ``address`` (lower-cased here) for ``campaign_id``."""
     payload = f"{VERSION}:{int(campaign_id)}:{int(issued_at)}:{address.strip().lower()}".encode()
-    return f"{_b64(payload)}.{_b64(_sign(secret, payload))}"
+    return f"{_b64(payload)}.{_b64(_sign(signing_key(secret), payload))}"
 
 
 def verify_token(
-    token: str, secret: str | bytes, now: float, max_age_s: float | None = None
+    token: str,
+    secret: str | bytes,
+    now: float,
+    max_age_s: float | None = None,
+    previous: str | bytes = "",
 ) -> Unsubscribe | None:
-    """What ``token`` says if ``secret`` signed it (and, with ``max_age_s``, it is not
-    older than that at ``now``); None for anything else. Never raises."""
+    """What ``token`` says if ``secret`` or ``previous`` signed it (and, with
+    ``max_age_s``, it is not older than that at ``now``); None for anything else. Never
+    raises."""
     if not secret or not token or len(token) > MAX_TOKEN_CHARS or token.count(".") != 1:
         return None
     payload_text, signature_text = token.split(".")
     payload, signature = _unb64(payload_text), _unb64(signature_text)
     if payload is None or signature is None:
         return None
-    if not hmac.compare_digest(_sign(secret, payload), signature):
+    keys = [
+        key
+        for each in (secret, previous)
+        if each
+        for key in (signing_key(each), _key(each))  # K, and the secret itself (older links)
+    ]
+    matched = False
+    for key in keys:  # every key compared, in constant time each
+        matched |= hmac.compare_digest(_sign(key, payload), signature)
+    if not matched:
         return None
     try:
         version, campaign, issued, address = payload.decode("utf-8").split(":", 3)
@@ -134,10 +165,8 @@ def unsubscribe_url(base_url: str, token: str) -> str:
 
 
 def hmac_pads(secret: str | bytes) -> tuple[bytes, bytes]:
-    """RFC 2104's (inner, outer) keys: the key (hashed first if longer than a block),
-    zero-filled to 64 bytes, XOR 0x36 and XOR 0x5c."""
-    key = _key(secret)
-    if len(key) > _BLOCK:
-        key = hashlib.sha256(key).digest()
-    key = key.ljust(_BLOCK, b"\0")
+    """RFC 2104's (inner, outer) keys of :func:`signing_key` (32 bytes, so never hashed
+    first): zero-filled to 64 bytes, XOR 0x36 and XOR 0x5c. They give back ``K``, never
+    ``secret``."""
+    key = signing_key(secret).ljust(_BLOCK, b"\0")
     return bytes(b ^ 0x36 for b in key), bytes(b ^ 0x5C for b in key)

@@ -23,6 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from mailbus.consumer.core import Decision, SendView, Status
 from mailbus.consumer.core.decide import MAX_AGE_REASON
+from mailbus.consumer.core.suppression import Scope
 from mailbus.consumer.db_clock import DatabaseClock
 from mailbus.kernel.coalescer import Coalescer
 from mailbus.kernel.errors import StorageError
@@ -37,8 +38,9 @@ _T = TypeVar("_T")
 class LoadedSend:
     view: SendView
     variables: dict[str, Any]
-    suppressed: bool
+    suppression: Scope | None  # the widest suppression of its address; None: none
     provider: str | None  # who took the latest call; None = the primary
+    campaign_id: int | None = None  # set for a campaign's rows (bulk mail)
 
 
 @dataclass(frozen=True)
@@ -241,7 +243,8 @@ class SendLedger:
             in_doubt_since,
             provider,
             created_at,
-            suppressed,
+            suppression,
+            campaign_id,
             database_now,
         ) = row
         self.clock.observe(database_now)
@@ -259,7 +262,7 @@ class SendLedger:
             created_at,
         )
         variables = payload if isinstance(payload, dict) else {}
-        return LoadedSend(view, variables, bool(suppressed), provider)
+        return LoadedSend(view, variables, suppression, provider, campaign_id)
 
     async def _run(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """Run a named query on a pooled connection; its rows (none without RETURNING)."""

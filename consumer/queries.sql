@@ -1,10 +1,13 @@
 -- name: load_sends
--- The rows a batch of pointers names, with whether each address is suppressed (compared
--- case-insensitively) and the database's clock, which every time decision is made on.
+-- The rows a batch of pointers names, with the widest scope of the suppressions of each
+-- address (compared case-insensitively; 'all' over 'bulk', NULL: none, see
+-- consumer/core/suppression.py), its campaign and the database's clock, which every time
+-- decision is made on.
 SELECT s.id, s.dedupe_key, s.to_address, s.template, s.payload_json, s.priority, s.status,
        s.attempts, s.expires_at, s.next_try_at, s.in_doubt_since, s.provider, s.created_at,
-       EXISTS (SELECT 1 FROM email_suppressions x WHERE lower(x.address) = lower(s.to_address)),
-       clock_timestamp()
+       (SELECT min(x.scope) FROM email_suppressions x
+        WHERE lower(x.address) = lower(s.to_address)),  -- 'all' < 'bulk'
+       s.campaign_id, clock_timestamp()
 FROM email_sends s
 WHERE s.id = ANY(%(ids)s::bigint[])
 
@@ -128,8 +131,8 @@ WHERE id IN (
     FOR UPDATE SKIP LOCKED
 )
 RETURNING id, dedupe_key, to_address, template, payload_json, priority, status, attempts,
-          expires_at, next_try_at, in_doubt_since, provider, created_at, false,
-          clock_timestamp()
+          expires_at, next_try_at, in_doubt_since, provider, created_at, NULL::text,
+          campaign_id, clock_timestamp()
 
 -- name: republish_stale
 -- A pending row whose pointer was published long ago but never handled (a pointer lost

@@ -44,6 +44,7 @@ from mailbus.consumer.core import (
 from mailbus.consumer.core.breaker import BreakerState
 from mailbus.consumer.core.domains import deferred, recipient_domain
 from mailbus.consumer.core.smtp_outcome import classify_call
+from mailbus.consumer.core.suppression import stops
 from mailbus.consumer.gate import Admission, ProviderGate
 from mailbus.consumer.ledger import Claim, LoadedSend, MessageOrigin, SendLedger, dead_letter_reason
 from mailbus.consumer.provider import LookupResult, OutgoingMail
@@ -183,12 +184,18 @@ class DeliveryService:
             return self.fallback
         return self.provider if route == self.provider_name else None
 
+    def _suppressed(self, loaded: LoadedSend) -> bool:
+        """Whether a suppression of its address stops this row: any for bulk mail, only a
+        hard bounce's or a manual one (scope ``all``) for transactional mail."""
+        policy = self.policies.for_template(loaded.view.template)
+        return stops(loaded.suppression, loaded.campaign_id, policy.name)
+
     def _verdict(self, loaded: LoadedSend, route: str | None) -> Decision | Any:
         """What happens without a call (expired, suppressed, invalid, cannot be encoded,
         or its provider is not here), else the encoded request to send."""
         row = loaded.view
         now = self.clock()
-        verdict = before_send(row, now, loaded.suppressed, self.policy.max_age_s)
+        verdict = before_send(row, now, self._suppressed(loaded), self.policy.max_age_s)
         if verdict is not None:
             return verdict
         provider = self._provider(route)
@@ -246,7 +253,7 @@ class DeliveryService:
                         raise Stopping()
                     if admission is not None and (
                         expired := before_send(
-                            row, self.clock(), loaded.suppressed, self.policy.max_age_s
+                            row, self.clock(), self._suppressed(loaded), self.policy.max_age_s
                         )
                     ):
                         await self._settle_without_call(loaded, expired, origin)
@@ -303,7 +310,9 @@ class DeliveryService:
         fresh = await self._durably(lambda: self.ledger.load(send_id))
         if fresh is None or fresh.view.status is not Status.PENDING:
             return
-        verdict = before_send(fresh.view, self.clock(), fresh.suppressed, self.policy.max_age_s)
+        verdict = before_send(
+            fresh.view, self.clock(), self._suppressed(fresh), self.policy.max_age_s
+        )
         if verdict is not None:
             await self._settle_without_call(fresh, verdict, origin)
 

@@ -8,6 +8,9 @@ A body is one JSON object::
 ``type`` is ``delivered``, ``deferred``, ``bounced`` (with ``bounce`` ``hard`` or ``soft``)
 or ``complained``. Unknown extra fields are ignored (providers add their own). A body that
 is not of this form raises :class:`InvalidEventError` naming the field; nothing is stored.
+An identifier with a lone surrogate (JSON can escape one, ``"\\ud800"``; no UTF-8 text and
+no ``jsonb`` can hold it) is refused here, so it fails its own request with 400 instead of
+the whole batch it would join in PostgreSQL with 503.
 
 Ordering: a row shows its latest event. Events are ordered by ``occurred_at``; two events
 of one message at the same instant are ordered by :attr:`DeliveryEvent.rank`
@@ -136,6 +139,11 @@ def _checked(value: object, name: str) -> str:
         raise InvalidEventError(name, f"longer than {MAX_ID_LENGTH} characters")
     if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
         raise InvalidEventError(name, "contains control characters")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate ("\ud800"), which jsonb refuses
+            raise InvalidEventError(name, "is not valid Unicode (a lone surrogate)") from None
     return value
 
 

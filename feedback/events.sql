@@ -7,7 +7,9 @@
 --   the same instant to the higher rank, see feedback/events.py), unless the send already
 --   shows a later event: the guard on last_event_at, evaluated again on the current row
 --   version when a concurrent statement changed it first;
--- * a hard bounce or a complaint suppresses the sends' addresses, lower-cased.
+-- * a hard bounce or a complaint suppresses the sends' addresses, lower-cased; an entry
+--   there already keeps its reason unless a hard bounce widens a bulk-only one (a
+--   complaint's or an unsubscribe's, migration 0019) to all mail.
 -- Returns one row per event, in batch order: (n, new, matched, updated, suppressed).
 WITH batch AS (
     SELECT * FROM jsonb_to_recordset(%(events)s::jsonb) AS e (
@@ -45,11 +47,12 @@ WITH batch AS (
            f.source
     FROM fresh f JOIN target t ON t.n = f.n
     WHERE f.suppress
-    ORDER BY lower(t.to_address), f.n
+    ORDER BY lower(t.to_address), f.reason = 'complaint', f.n  -- a hard bounce first
 ), suppressed AS (
     INSERT INTO email_suppressions (address, reason, source)
     SELECT address, reason, source FROM to_suppress
-    ON CONFLICT (address) DO NOTHING
+    ON CONFLICT (address) DO UPDATE SET reason = EXCLUDED.reason, source = EXCLUDED.source
+    WHERE email_suppressions.scope = 'bulk' AND EXCLUDED.scope = 'all'
     RETURNING address
 )
 SELECT b.n,
@@ -66,7 +69,7 @@ SELECT 1
 -- name: apply_late_events
 -- Events stored unmatched (no send had their message_id yet) whose send has it now,
 -- received within the last day, at most 1,000 a pass: marked matched and applied as
--- record_events applies new events (the same guard, the same suppressions). SKIP LOCKED
+-- record_events applies new events (the same guard, the same suppressions and widening). SKIP LOCKED
 -- lets several receivers sweep at once. Returns (applied, updated, suppressed).
 WITH picked AS (
     SELECT e.provider, e.event_id
@@ -106,8 +109,9 @@ WITH picked AS (
            'webhook:' || t.provider
     FROM target t
     WHERE t.type = 'complained' OR (t.type = 'bounced' AND t.bounce = 'hard')
-    ORDER BY lower(t.to_address), t.occurred_at
-    ON CONFLICT (address) DO NOTHING
+    ORDER BY lower(t.to_address), t.type = 'complained', t.occurred_at  -- a hard bounce first
+    ON CONFLICT (address) DO UPDATE SET reason = EXCLUDED.reason, source = EXCLUDED.source
+    WHERE email_suppressions.scope = 'bulk' AND EXCLUDED.scope = 'all'
     RETURNING address
 )
 SELECT (SELECT count(*) FROM late), (SELECT count(*) FROM updated),

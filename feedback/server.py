@@ -1,10 +1,11 @@
 """`mailbus webhooks`: the delivery-event receiver, an aiohttp adapter over the pure parts.
 
 ``POST /webhooks/{provider}`` takes one event. In this order: the raw body is read (at
-most 256 KiB, else 413); the ``Mailbus-Signature`` header is verified against it (401 when
-missing, malformed, not matching or more than 300 s from now: nothing is parsed, nothing
-changes); the body is parsed (400 naming the field); the event is recorded
-(:mod:`mailbus.feedback.store`: one statement for each batch of concurrent requests). Answers:
+most 256 KiB, else 413); the ``Mailbus-Signature`` header is verified against it and the
+request's path (:mod:`mailbus.feedback.signature`; 401 when missing, malformed, not
+matching or more than 300 s from now: nothing is parsed, nothing changes); the body is
+parsed (400 naming the field); the event is recorded (:mod:`mailbus.feedback.store`: one
+statement for each batch of concurrent requests). Answers:
 200 ``{"result": "stored"}`` or ``"duplicate"`` (the event id was seen before; nothing
 changed), 202 ``"unmatched"`` (stored, but no send has that message_id), 503 with
 ``Retry-After`` when PostgreSQL fails (the sender retries; the event id makes the retry
@@ -14,7 +15,8 @@ Every ``sweep_s`` seconds (10) the receiver applies events that had come before 
 send recorded its ``message_id`` (:meth:`mailbus.feedback.store.EventStore.apply_late_events`).
 
 With ``MAILBUS_UNSUBSCRIBE_SECRET`` set, the receiver also serves campaign unsubscribe
-links, ``GET``/``POST /unsubscribe/{token}`` (:mod:`mailbus.feedback.unsubscribe_page`).
+links (signed with it or with ``MAILBUS_UNSUBSCRIBE_SECRET_PREVIOUS``),
+``GET``/``POST /unsubscribe/{token}`` (:mod:`mailbus.feedback.unsubscribe_page`).
 
 ``GET /healthz`` is 200 while the process serves; ``GET /readyz`` is 200 when PostgreSQL
 answers, else 503. SIGTERM/SIGINT: stop listening, let requests in flight finish (up to
@@ -68,7 +70,7 @@ MAX_BODY = 256 * 1024
 _PROVIDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _REFUSED = {
     "missing": "no Mailbus-Signature header",
-    "malformed": "Mailbus-Signature is not t=<unix seconds>,v1=<hex>",
+    "malformed": "Mailbus-Signature is not t=<unix seconds>,v1=<hex> or ,v2=<hex>",
     "mismatch": "signature does not match",
     "stale": "timestamp more than 300 s from now",
 }
@@ -89,11 +91,13 @@ def make_app(
     secret: str,
     clock: Callable[[], float] = time.time,
     unsubscribe_secret: str = "",
+    unsubscribe_previous: str = "",
     native: Sequence[NativeReceiver] = (),
 ) -> web.Application:
     """The receiver's routes over ``store``; ``clock`` gives unix seconds; with an
-    ``unsubscribe_secret``, the unsubscribe routes too; each ``native`` provider's own
-    route (:mod:`mailbus.feedback.native.routes`) before the ``Mailbus-Signature`` one, which is
+    ``unsubscribe_secret`` (and the one before it, ``unsubscribe_previous``), the
+    unsubscribe routes too; each ``native`` provider's own route
+    (:mod:`mailbus.feedback.native.routes`) before the ``Mailbus-Signature`` one, which is
     served only with a ``secret``."""
     key = secret.encode()
 
@@ -102,7 +106,7 @@ def make_app(
         if not _PROVIDER.fullmatch(provider):
             return _answer(404, error="unknown provider path")
         body = await request.read()
-        verdict = verify(request.headers.get(HEADER), body, key, clock())
+        verdict = verify(request.headers.get(HEADER), request.path, body, key, clock())
         if not verdict.ok:
             metrics.observe_webhook_rejected(verdict.reason)
             log.warning("webhook from %s refused: %s", provider, verdict.reason)
@@ -142,7 +146,7 @@ def make_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     if unsubscribe_secret:
-        add_unsubscribe_routes(app, store, unsubscribe_secret, clock)
+        add_unsubscribe_routes(app, store, unsubscribe_secret, clock, unsubscribe_previous)
     return app
 
 
@@ -182,11 +186,12 @@ async def start(
     shutdown_timeout: float = 5.0,
     sweep_s: float | None = 10.0,
     unsubscribe_secret: str = "",
+    unsubscribe_previous: str = "",
     native: Sequence[NativeReceiver] = (),
 ) -> RunningReceiver:
     """Serve on ``host:port`` (0: any free port, see ``.port``); sweep late events every
     ``sweep_s`` seconds (None: never)."""
-    app = make_app(store, secret, clock, unsubscribe_secret, native)
+    app = make_app(store, secret, clock, unsubscribe_secret, unsubscribe_previous, native)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
     try:
@@ -271,6 +276,7 @@ async def _serve(settings: Settings) -> int:
             host=host,
             port=port,
             unsubscribe_secret=settings.unsubscribe_secret,
+            unsubscribe_previous=settings.unsubscribe_secret_previous,
             native=native,
         )
     except OSError as exc:

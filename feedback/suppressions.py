@@ -6,6 +6,9 @@ Every address is stored lower-cased and compared as ``lower()`` on both sides, s
 stopped half-way keeps the batches it committed, and running it again adds only what is
 missing. Invalid lines are reported on stderr with their line numbers and skipped; the
 summary goes to stdout. psycopg errors become :class:`StorageError`.
+
+An entry's scope follows its reason (``complaint`` and ``unsubscribed``: bulk mail only;
+any other: all mail; see :mod:`mailbus.consumer.core.suppression`); ``list`` shows it.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ __all__ = [
     "run_remove",
 ]
 
+# What an entry of each scope stops (migration 0019 derives the scope from the reason).
+_STOPS = {"all": "all mail", "bulk": "bulk mail only"}
 BATCH_SIZE = 5000
 MAX_REPORTED_LINES = 100
 
@@ -67,8 +72,12 @@ def run_add(settings: Settings, address: str, reason: str, source: str = "cli") 
         row = conn.execute(
             _queries()["add"], {"address": normalised, "reason": reason, "source": source}
         ).fetchone()
-    new = bool(row and row[0])
-    print(f"{normalised}: {'suppressed' if new else 'already suppressed'} (reason: {reason})")
+    assert row is not None  # INSERT … ON CONFLICT DO UPDATE returns its row
+    new, scope = row
+    print(
+        f"{normalised}: {'suppressed' if new else 'already suppressed'} (reason: {reason};"
+        f" stops {_STOPS[scope]})"
+    )
     return 0
 
 
@@ -93,20 +102,26 @@ def run_list(settings: Settings, as_json: bool, out: TextIO = sys.stdout) -> int
                 out.write(("," if number else "") + "\n" + json.dumps(_entry(row)))
             out.write("\n]\n")
         else:
-            out.write("address\treason\tsource\tcreated_at\n")
+            out.write("address\treason\tsource\tcreated_at\tscope\n")
             for row in cursor:
                 entry = _entry(row)
                 out.write(
                     f"{entry['address']}\t{entry['reason']}\t{entry['source']}"
-                    f"\t{entry['created_at']}\n"
+                    f"\t{entry['created_at']}\t{entry['scope']}\n"
                 )
     return 0
 
 
 def _entry(row: tuple[Any, ...]) -> dict[str, Any]:
-    address, reason, source, created_at = row
+    address, reason, scope, source, created_at = row
     created = created_at.isoformat() if isinstance(created_at, datetime) else created_at
-    return {"address": address, "reason": reason, "source": source, "created_at": created}
+    return {
+        "address": address,
+        "reason": reason,
+        "scope": scope,
+        "source": source,
+        "created_at": created,
+    }
 
 
 class ImportSummary:

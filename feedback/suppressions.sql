@@ -2,18 +2,19 @@
 -- suppresses every capitalisation of its address.
 
 -- name: add
--- Returns whether the address was new (xmax = 0: inserted, not updated).
+-- Returns whether the address was new (xmax = 0: inserted, not updated) and its scope.
 INSERT INTO email_suppressions (address, reason, source)
 VALUES (lower(%(address)s), %(reason)s, %(source)s)
 ON CONFLICT (address) DO UPDATE SET reason = EXCLUDED.reason, source = EXCLUDED.source
-RETURNING xmax = 0
+RETURNING xmax = 0, scope
 
 -- name: remove
 DELETE FROM email_suppressions WHERE lower(address) = lower(%(address)s)
 RETURNING address
 
 -- name: list
-SELECT address, reason, source, created_at FROM email_suppressions ORDER BY address
+-- scope: 'all' (every mail) or 'bulk' (campaigns and bulk templates only), from the reason.
+SELECT address, reason, scope, source, created_at FROM email_suppressions ORDER BY address
 
 -- name: add_batch
 -- One batch of an import; addresses already on the list (or twice in the batch) are kept

@@ -9,7 +9,8 @@ a valid token adds its address to ``email_suppressions`` (reason ``unsubscribed`
 ``GET /unsubscribe/{token}`` only shows a page with that button: mail scanners and link
 previews fetch every link of a mail, so a GET never unsubscribes.
 
-A token that is malformed, tampered with or signed with another secret gets 404 and
+A token that is malformed, tampered with or signed with another secret than
+``MAILBUS_UNSUBSCRIBE_SECRET`` or ``MAILBUS_UNSUBSCRIBE_SECRET_PREVIOUS`` gets 404 and
 changes nothing; PostgreSQL failing gets 503 with ``Retry-After``.
 """
 
@@ -55,11 +56,13 @@ def add_unsubscribe_routes(
     store: Unsubscriber,
     secret: str,
     clock: Callable[[], float] = time.time,
+    previous: str = "",
 ) -> None:
-    """Add the two routes to ``app``; tokens are checked against ``secret``."""
+    """Add the two routes to ``app``; tokens are checked against ``secret`` and, while a
+    rotation settles, ``previous`` (links sent before it keep working)."""
 
     def valid(request: web.Request) -> Unsubscribe | None:
-        return verify_token(request.match_info["token"], secret, clock())
+        return verify_token(request.match_info["token"], secret, clock(), previous=previous)
 
     async def confirm(request: web.Request) -> web.Response:
         who = valid(request)

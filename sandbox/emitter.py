@@ -1,7 +1,8 @@
 """The sandbox sends signed delivery events for what it accepted (``--events-to URL``).
 
 Each newly accepted message gets its events (:mod:`mailbus.sandbox.outcomes`) posted to the
-receiver after ``delay_ms``, signed with ``Mailbus-Signature`` under the webhook secret.
+receiver after ``delay_ms``, signed with ``Mailbus-Signature`` (v2: over the URL's path and
+the body) under the webhook secret.
 A post answered 5xx or lost on the way is retried (up to 5 times, 0.5 s doubling); 4xx is
 not (the receiver refused it: a wrong secret, a bad body). Counts of sent, refused and
 failed events are served at ``GET /_sandbox/events``.
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -119,6 +121,7 @@ class EventEmitter:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.url = url
+        self._path = urlsplit(url).path  # the signature covers it, as the receiver sees it
         self._secret = secret
         self.plan = plan
         self._rng = random.Random(seed)
@@ -159,7 +162,7 @@ class EventEmitter:
         body = json.dumps(event).encode()
         pause = 0.5
         for attempt in range(1, _ATTEMPTS + 1):
-            header = signature_header(self._secret, body, int(self._clock()))
+            header = signature_header(self._secret, self._path, body, int(self._clock()))
             try:
                 async with session.post(
                     self.url,

@@ -8,7 +8,9 @@ from typing import Any
 
 import psycopg
 
+from mailbus.consumer.core.suppression import stops
 from mailbus.consumer.ledger import MessageOrigin, SendLedger
+from mailbus_client.policies import configured_policy_book
 
 __all__ = ["ORIGIN", "claim", "rows", "seed", "suppressed_at_load", "with_ledger"]
 
@@ -61,10 +63,18 @@ async def claim(
 
 
 def suppressed_at_load(database_url: str, send_ids: list[int]) -> dict[int, bool]:
-    """Whether the consumer's own load finds each send's address suppressed."""
+    """Whether the consumer's own load finds each send stopped by a suppression of its
+    address (the scope's rule, under the shipped policy book)."""
+    book = configured_policy_book({})
 
     async def scenario(ledger: SendLedger) -> dict[int, bool]:
         loaded = await asyncio.gather(*(ledger.load(i) for i in send_ids))
-        return {send.view.id: send.suppressed for send in loaded if send is not None}
+        return {
+            send.view.id: stops(
+                send.suppression, send.campaign_id, book.for_template(send.view.template).name
+            )
+            for send in loaded
+            if send is not None
+        }
 
     return dict(with_ledger(database_url, scenario))

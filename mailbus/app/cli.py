@@ -35,6 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         register_secret(settings.provider_api_key)
         register_secret(settings.fallback_provider_api_key)
         register_secret(settings.webhook_secret)
+        register_secret(settings.unsubscribe_secret)
+        register_secret(settings.unsubscribe_secret_previous)
         for secret in settings.kafka_security.secrets:
             register_secret(secret)
         return int(args.handler(settings, args))
@@ -378,11 +380,18 @@ def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.Argumen
 
     add = action("add", "suppress one address (again: its reason is updated)")
     add.add_argument("address", metavar="ADDRESS")
-    add.add_argument("--reason", default="manual", help="why (default: manual)")
+    add.add_argument(
+        "--reason",
+        default="manual",
+        help="why (default: manual); 'complaint' and 'unsubscribed' stop bulk mail only"
+        " (campaigns, the bulk policy's templates), any other reason stops all mail",
+    )
     add.add_argument("--source", default=None, help="who (default: cli)")
     remove = action("remove", "take an address off the list (every capitalisation of it)")
     remove.add_argument("address", metavar="ADDRESS")
-    listing = action("list", "every suppressed address with reason, source and time")
+    listing = action(
+        "list", "every suppressed address with reason, source, time and scope (all or bulk)"
+    )
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     imports = action(
         "import",

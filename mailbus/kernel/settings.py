@@ -71,6 +71,7 @@ class Settings:
     mailgun_webhook_key: str = ""  # the HTTP webhook signing key
     postmark_webhook_auth: str = ""  # user:password of the webhook URL's basic auth
     resend_webhook_secret: str = ""  # whsec_... (Svix)
+    unsubscribe_secret_previous: str = ""  # links it signed still verify (rotation)
     unsubscribe_base_url: str | None = None  # where `mailbus webhooks` is reached
     campaign_daily_quota: int | None = None  # recipients per UTC day, all campaigns; None: any
     campaign_import_part: int = 50_000  # audience lines per import transaction
@@ -191,6 +192,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         mailgun_webhook_key=reader.secret("MAILBUS_MAILGUN_WEBHOOK_KEY"),
         postmark_webhook_auth=reader.secret("MAILBUS_POSTMARK_WEBHOOK_AUTH"),
         resend_webhook_secret=reader.secret("MAILBUS_RESEND_WEBHOOK_SECRET"),
+        unsubscribe_secret_previous=reader.secret("MAILBUS_UNSUBSCRIBE_SECRET_PREVIOUS"),
         unsubscribe_base_url=reader.optional_url("MAILBUS_UNSUBSCRIBE_BASE_URL", ("https", "http")),
         campaign_daily_quota=reader.optional_integer("MAILBUS_CAMPAIGN_DAILY_QUOTA", 1, 10**12),
         campaign_import_part=reader.integer(
@@ -215,6 +217,10 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
             "MAILBUS_ATTEMPT_WARNING", Settings.attempt_warning, 1, 1000
         ),
     )
+    if settings.unsubscribe_secret_previous and not settings.unsubscribe_secret:
+        raise ConfigError(
+            "MAILBUS_UNSUBSCRIBE_SECRET_PREVIOUS", "set without MAILBUS_UNSUBSCRIBE_SECRET"
+        )
     if settings.provider == "smtp" and not settings.smtp_url:
         raise ConfigError("MAILBUS_SMTP_URL", "required with MAILBUS_PROVIDER=smtp")
     if settings.provider == "smtp" and "@" not in settings.smtp_from:

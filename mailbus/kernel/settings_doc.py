@@ -217,6 +217,13 @@ SETTINGS: tuple[Setting, ...] = (
         from_file=True,
     ),
     _s(
+        "UNSUBSCRIBE_SECRET_PREVIOUS",
+        "off",
+        "the secret before the last rotation: links it signed are still accepted",
+        {"webhooks"},
+        from_file=True,
+    ),
+    _s(
         "UNSUBSCRIBE_BASE_URL",
         "-",
         "public URL of `mailbus webhooks`; links are <it>/unsubscribe/<token>",

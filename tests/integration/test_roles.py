@@ -3,7 +3,9 @@ the real PostgreSQL, as a login role that is a member of the group."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
@@ -12,6 +14,8 @@ from services import run_mailbus
 from transport_security import login_as
 
 from mailbus.app.migrate import ROLES, apply_roles
+from mailbus.feedback.events import DeliveryEvent
+from mailbus.feedback.store import EventStore, Recorded
 from mailbus_client.enqueue import QueueCap, SendRequest, enqueue
 
 
@@ -145,6 +149,32 @@ def test_webhooks_suppress_but_cannot_unsuppress_or_enqueue(roles_db: str) -> No
             " VALUES ('w-1', 'h@x.org', 't')",
         )
         assert refused(url, "SELECT * FROM email_attempts")
+
+
+def test_webhooks_widen_an_unsubscribe_to_all_mail_after_a_hard_bounce(roles_db: str) -> None:
+    with psycopg.connect(roles_db) as conn:
+        conn.execute("UPDATE email_sends SET message_id = 'm-1' WHERE dedupe_key = 'seed'")
+        conn.execute(
+            "INSERT INTO email_suppressions (address, reason, source)"
+            " VALUES ('a@x.org', 'unsubscribed', 'campaign:1')"
+        )
+    bounce = DeliveryEvent("e-1", "bounced", "m-1", datetime.now(UTC), "hard")
+
+    async def record(url: str) -> Recorded:
+        store = EventStore(url, max_connections=1)
+        await store.open()
+        try:
+            return await store.record("sandbox", bounce)
+        finally:
+            await store.close()
+
+    with login_as(roles_db, "mailbus_webhooks") as url:
+        assert asyncio.run(record(url)).suppressed == 1
+        assert refused(url, "UPDATE email_suppressions SET address = 'z@x.org'")
+    with psycopg.connect(roles_db) as conn:
+        assert conn.execute(
+            "SELECT reason, source, scope FROM email_suppressions WHERE address = 'a@x.org'"
+        ).fetchall() == [("hard_bounce", "webhook:sandbox", "all")]
 
 
 def test_operator_reads_and_manages_but_never_deletes_sends_or_changes_the_schema(

@@ -30,30 +30,39 @@ def test_add_remove_and_list(database_url: str) -> None:
     assert "ana@example.com: suppressed" in added.stdout
     again = run_mailbus("suppress", "add", "ANA@example.COM", "--reason", "twice", env=env)
     assert again.returncode == 0 and "already suppressed" in again.stdout
-    assert run_mailbus("suppress", "add", "bo@example.org", env=env).returncode == 0
+    bo = run_mailbus("suppress", "add", "bo@example.org", env=env)
+    assert bo.returncode == 0 and "(reason: manual; stops all mail)" in bo.stdout
+    cy = run_mailbus("suppress", "add", "cy@example.net", "--reason", "unsubscribed", env=env)
+    assert cy.returncode == 0 and "(reason: unsubscribed; stops bulk mail only)" in cy.stdout
     assert entries(database_url) == [
         ("ana@example.com", "twice", "cli"),
         ("bo@example.org", "manual", "cli"),
+        ("cy@example.net", "unsubscribed", "cli"),
     ]
 
     listed = run_mailbus("suppress", "list", env=env)
     assert listed.returncode == 0
     lines = listed.stdout.splitlines()
-    assert lines[0].split("\t") == ["address", "reason", "source", "created_at"]
-    assert [line.split("\t")[:3] for line in lines[1:]] == [
-        ["ana@example.com", "twice", "cli"],
-        ["bo@example.org", "manual", "cli"],
+    assert lines[0].split("\t") == ["address", "reason", "source", "created_at", "scope"]
+    assert [line.split("\t")[:3] + line.split("\t")[4:] for line in lines[1:]] == [
+        ["ana@example.com", "twice", "cli", "all"],
+        ["bo@example.org", "manual", "cli", "all"],
+        ["cy@example.net", "unsubscribed", "cli", "bulk"],
     ]
     as_json = json.loads(run_mailbus("suppress", "list", "--json", env=env).stdout)
-    assert [(e["address"], e["reason"], e["source"]) for e in as_json] == [
-        ("ana@example.com", "twice", "cli"),
-        ("bo@example.org", "manual", "cli"),
+    assert [(e["address"], e["reason"], e["source"], e["scope"]) for e in as_json] == [
+        ("ana@example.com", "twice", "cli", "all"),
+        ("bo@example.org", "manual", "cli", "all"),
+        ("cy@example.net", "unsubscribed", "cli", "bulk"),
     ]
     assert all(e["created_at"] for e in as_json)
 
     removed = run_mailbus("suppress", "remove", "ANA@EXAMPLE.COM", env=env)
     assert removed.returncode == 0 and "removed" in removed.stdout
-    assert entries(database_url) == [("bo@example.org", "manual", "cli")]
+    assert entries(database_url) == [
+        ("bo@example.org", "manual", "cli"),
+        ("cy@example.net", "unsubscribed", "cli"),
+    ]
     absent = run_mailbus("suppress", "remove", "ana@example.com", env=env)
     assert absent.returncode == 0 and "was not suppressed" in absent.stdout
     assert json.loads(run_mailbus("suppress", "list", "--json", env=env).stdout)[0]["address"] == (

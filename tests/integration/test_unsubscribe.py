@@ -98,11 +98,17 @@ async def _serve(
     database_url: str,
     scenario: Callable[[aiohttp.ClientSession, RunningReceiver], Awaitable[None]],
     unsubscribe_secret: str = SECRET,
+    unsubscribe_previous: str = "",
 ) -> None:
     store = EventStore(database_url, max_connections=2)
     await store.open()
     server = await start(
-        store, WEBHOOK_SECRET, port=0, sweep_s=None, unsubscribe_secret=unsubscribe_secret
+        store,
+        WEBHOOK_SECRET,
+        port=0,
+        sweep_s=None,
+        unsubscribe_secret=unsubscribe_secret,
+        unsubscribe_previous=unsubscribe_previous,
     )
     try:
         async with aiohttp.ClientSession() as session:
@@ -118,11 +124,11 @@ def test_a_valid_token_suppresses_and_unsent_mail_ends_suppressed(database_url: 
     found = rows(database_url, campaign_id)
     ana_id, ana = found["u0"]
     path = urlsplit(ana["unsubscribe_url"]).path.removeprefix("/m")
-    # Mail of Ana's not yet sent (another campaign's row, other case), and someone else's.
+    # Bulk mail of Ana's not yet sent (a newsletter, other case), and someone else's.
     with psycopg.connect(database_url) as conn:
         (later_id,) = conn.execute(
             "INSERT INTO email_sends (dedupe_key, to_address, template)"
-            " VALUES ('later-1', 'ANA@example.COM', 'news') RETURNING id"
+            " VALUES ('later-1', 'ANA@example.COM', 'newsletter_weekly') RETURNING id"
         ).fetchone() or (0,)
     others = [found["u1"][0], found["u2"][0]]
     assert suppressed_at_load(database_url, [ana_id, later_id, *others]) == dict.fromkeys(
@@ -237,3 +243,29 @@ def test_without_an_unsubscribe_secret_the_routes_do_not_exist(database_url: str
 
     asyncio.run(_serve(database_url, scenario, unsubscribe_secret=""))
     assert suppressions(database_url) == []
+
+
+def test_a_link_sent_before_a_rotation_still_unsubscribes(database_url: str) -> None:
+    """The fan-out signed with the old secret; the receiver now runs with the new one and
+    MAILBUS_UNSUBSCRIBE_SECRET_PREVIOUS: the link sent still works, a forged one does not."""
+    old, new = SECRET, "unsub_rotated_secret_9876543210"
+    campaign_id = fan_out(database_url, ["ana@example.com", "bo@example.com"], Links(old, BASE))
+    found = rows(database_url, campaign_id)
+    ana_path = urlsplit(found["u0"][1]["unsubscribe_url"]).path.removeprefix("/m")
+    bo_path = urlsplit(found["u1"][1]["unsubscribe_url"]).path.removeprefix("/m")
+
+    async def post(session: aiohttp.ClientSession, url: str) -> int:
+        async with session.post(url, data="List-Unsubscribe=One-Click", headers=ONE_CLICK) as r:
+            return r.status
+
+    async def rotated(session: aiohttp.ClientSession, server: RunningReceiver) -> None:
+        assert await post(session, server.url + ana_path) == 200
+        forged = make_token("not-the-secret-0123456789", "cy@example.com", campaign_id, 0)
+        assert await post(session, f"{server.url}/unsubscribe/{forged}") == 404
+
+    async def previous_dropped(session: aiohttp.ClientSession, server: RunningReceiver) -> None:
+        assert await post(session, server.url + bo_path) == 404
+
+    asyncio.run(_serve(database_url, rotated, unsubscribe_secret=new, unsubscribe_previous=old))
+    asyncio.run(_serve(database_url, previous_dropped, unsubscribe_secret=new))
+    assert [e[:2] for e in suppressions(database_url)] == [("ana@example.com", "unsubscribed")]

@@ -26,6 +26,7 @@ from mailbus.feedback.server import RunningReceiver, start
 from mailbus.feedback.signature import signature_header
 from mailbus.feedback.store import EventStore
 
+SANDBOX = "/webhooks/sandbox"
 SECRET = "whsec_integration_0123456789"
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -92,7 +93,8 @@ class Client:
         header: str | None = ...,  # type: ignore[assignment]
     ) -> tuple[int, dict[str, Any]]:
         if header is ...:
-            header = signature_header(secret, body, int(time.time()) if t is None else t)
+            path, now = f"/webhooks/{provider}", int(time.time()) if t is None else t
+            header = signature_header(secret, path, body, now)
         headers = {"Content-Type": "application/json"}
         if header is not None:
             headers["Mailbus-Signature"] = header
@@ -183,7 +185,11 @@ def test_bad_signatures_and_stale_timestamps_are_401_and_change_nothing(
             await client.post(bounce, secret="not-the-secret-0123"),
             await client.post(bounce, header=None),
             await client.post(bounce, header="t=123"),
-            await client.post(bounce, header=signature_header(SECRET, b"{}", now)),
+            await client.post(bounce, header=signature_header(SECRET, SANDBOX, b"{}", now)),
+            # A captured request, signature and all, replayed to another provider's path.
+            await client.post(
+                bounce, provider="other", header=signature_header(SECRET, SANDBOX, bounce, now)
+            ),
             await client.post(bounce, t=now - 301),
             await client.post(bounce, t=now + 400),
             await client.post(b"not json at all", t=now - 3600),
@@ -217,7 +223,9 @@ def test_malformed_bodies_are_400_and_unknown_message_ids_are_stored(database_ur
         async with client.session.post(
             f"{client.url}/webhooks/sandbox",
             data=huge,
-            headers={"Mailbus-Signature": signature_header(SECRET, huge, int(time.time()))},
+            headers={
+                "Mailbus-Signature": signature_header(SECRET, SANDBOX, huge, int(time.time()))
+            },
         ) as response:
             assert response.status == 413
         assert snapshot(database_url) == before
@@ -393,7 +401,9 @@ def test_the_command_serves_until_sigterm_and_refuses_bad_configuration(
 
         async def post() -> int:
             body = event("evt-1", "delivered", "msg-1", T0)
-            headers = {"Mailbus-Signature": signature_header(SECRET, body, int(time.time()))}
+            headers = {
+                "Mailbus-Signature": signature_header(SECRET, SANDBOX, body, int(time.time()))
+            }
             async with (
                 aiohttp.ClientSession() as session,
                 session.post(f"{url}/webhooks/sandbox", data=body, headers=headers) as response,
@@ -413,6 +423,33 @@ def test_the_command_serves_until_sigterm_and_refuses_bad_configuration(
                 stream.close()
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT delivery_status FROM email_sends").fetchone() == ("delivered",)
+
+
+def test_a_lone_surrogate_gets_a_400_of_its_own_and_its_batch_is_stored(
+    database_url: str,
+) -> None:
+    """JSON may escape a lone surrogate (``"\\ud800"``); PostgreSQL's jsonb refuses it, so
+    stored in a batch it failed every event of the batch with 503, on every retry."""
+    seed(database_url, [("m-1", "a@example.com"), ("m-2", "b@example.com")])
+
+    async def scenario(client: Client) -> None:
+        answers = await asyncio.gather(
+            client.post(event("e-1", "delivered", "m-1", T0)),
+            client.post(event("e-\ud800", "delivered", "m-1", T0)),
+            client.post(event("e-2", "delivered", "\udfff", T0)),
+            client.post(event("e-3", "delivered", "m-2", T0)),
+        )
+        assert [status for status, _ in answers] == [200, 400, 400, 200]
+        assert [answer.get("error", "")[:10] for _, answer in answers[1:3]] == [
+            "id: is not",
+            "message_id",
+        ]
+
+    run(database_url, scenario)
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute(
+            "SELECT event_id FROM delivery_events ORDER BY event_id"
+        ).fetchall() == [("e-1",), ("e-3",)]
 
 
 def test_events_coalesced_into_one_batch_keep_their_meaning(database_url: str) -> None:
@@ -479,7 +516,9 @@ def test_a_storage_failure_is_503_and_the_retry_is_recorded(database_url: str) -
             async with client.session.post(
                 f"{client.url}/webhooks/sandbox",
                 data=body,
-                headers={"Mailbus-Signature": signature_header(SECRET, body, int(time.time()))},
+                headers={
+                    "Mailbus-Signature": signature_header(SECRET, SANDBOX, body, int(time.time()))
+                },
             ) as response:
                 assert response.status == 503
                 assert response.headers["Retry-After"] == "5"

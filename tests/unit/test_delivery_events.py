@@ -83,6 +83,8 @@ def test_ranks_order_ties() -> None:
         (body(message_id=...), "message_id"),
         (body(message_id=None), "message_id"),
         (body(message_id="m\nx"), "message_id"),
+        (body(id="a\ud800b"), "id"),  # a lone surrogate: no UTF-8 (nor jsonb) can hold it
+        (body(message_id="\udfff"), "message_id"),
         (body(occurred_at=...), "occurred_at"),
         (body(occurred_at="yesterday"), "occurred_at"),
         (body(occurred_at=1780000000), "occurred_at"),

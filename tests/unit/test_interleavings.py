@@ -57,7 +57,7 @@ class ModelLedger:
 
     async def load(self, send_id: int) -> LoadedSend | None:
         row = self.rows.get(send_id)
-        return None if row is None else LoadedSend(row.view, {}, False, row.provider)
+        return None if row is None else LoadedSend(row.view, {}, None, row.provider)
 
     async def claim_for_send(
         self, send_id: int, attempt: int, provider: str | None, token: uuid.UUID
@@ -117,7 +117,7 @@ class ModelLedger:
                     doubt = row.lease_until if doubt is None else max(doubt, row.lease_until)
                 row.view = replace(view, status=Status.SENDING, in_doubt_since=doubt)
                 row.token, row.lease_until = uuid.uuid4(), now + timedelta(seconds=LEASE_S)
-                taken.append((LoadedSend(row.view, {}, False, row.provider), row.token))
+                taken.append((LoadedSend(row.view, {}, None, row.provider), row.token))
         return taken[:limit]
 
     async def republish_stale(self, _p: Any, _after_s: float) -> int:

@@ -195,3 +195,17 @@ def test_extra_fields_do_not_replace_the_core_fields(emit: io.StringIO) -> None:
     [entry] = lines(emit)
     assert entry["level"] == "info" and entry["level_"] == "fake"
     assert entry["ts"] != 1 and entry["ts_"] == 1
+
+
+def test_unsubscribe_secrets_are_masked_from_the_environment_and_their_files(
+    emit: io.StringIO, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    previous = tmp_path / "previous"
+    previous.write_text("unsub-previous-0123456789\n")
+    monkeypatch.setenv("MAILBUS_UNSUBSCRIBE_SECRET", "unsub-current-0123456789")
+    monkeypatch.setenv("MAILBUS_UNSUBSCRIBE_SECRET_PREVIOUS_FILE", str(previous))
+    logging.getLogger("mailbus.test").error(
+        "secrets unsub-current-0123456789 unsub-previous-0123456789"
+    )
+    [entry] = lines(emit)
+    assert entry["msg"] == "secrets *** ***"

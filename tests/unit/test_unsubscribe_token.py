@@ -12,7 +12,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mailbus.campaigns.unsubscribe import Links, Unsubscribe, hmac_pads, make_token, verify_token
+from mailbus.campaigns.unsubscribe import (
+    Links,
+    Unsubscribe,
+    hmac_pads,
+    make_token,
+    signing_key,
+    verify_token,
+)
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.settings import load_settings
 
@@ -87,13 +94,48 @@ def test_max_age_is_optional() -> None:
 
 
 @pytest.mark.parametrize("secret", ["k", "x" * 64, "y" * 65, "z" * 200, b"\x00\xff" * 40])
-def test_hmac_pads_compute_hmac_sha256(secret: str | bytes) -> None:
-    """What the fan-out's SQL computes with them is HMAC-SHA256 (RFC 2104)."""
+def test_hmac_pads_compute_the_tokens_hmac_sha256(secret: str | bytes) -> None:
+    """What the fan-out's SQL computes with them is HMAC-SHA256 (RFC 2104), the very
+    signature :func:`make_token` makes."""
     inner, outer = hmac_pads(secret)
-    message = b"1:42:1764576000:ana@example.com"
+    message = f"1:42:{T0}:ana@example.com".encode()
     spelled = hashlib.sha256(outer + hashlib.sha256(inner + message).digest()).digest()
-    key = secret.encode() if isinstance(secret, str) else secret
-    assert spelled == hmac.new(key, message, hashlib.sha256).digest()
+    token = make_token(secret, "ana@example.com", 42, T0)
+    assert token == f"{_b64(message)}.{_b64(spelled)}"
+    assert verify_token(token, secret, T0) == Unsubscribe("ana@example.com", 42, T0)
+
+
+@pytest.mark.parametrize("secret", [SECRET, "x" * 64, "z" * 200])
+def test_the_pads_never_give_back_the_secret(secret: str) -> None:
+    """The pads travel as bind parameters, visible where parameters are logged; XORed
+    back they give the derived signing key, a one-way HMAC of the secret, never the
+    secret."""
+    inner, outer = hmac_pads(secret)
+    for pad, byte in ((inner, 0x36), (outer, 0x5C)):
+        key = bytes(b ^ byte for b in pad).rstrip(b"\0")
+        assert secret.encode() not in key and key not in secret.encode()
+        assert key != hashlib.sha256(secret.encode()).digest()
+        assert key == signing_key(secret)
+
+
+def test_a_link_of_the_previous_secret_verifies_while_it_is_configured() -> None:
+    old = "unsub_old_secret_9876543210"
+    token = make_token(old, "ana@example.com", 42, T0)
+    assert verify_token(token, SECRET, T0, previous=old) == Unsubscribe("ana@example.com", 42, T0)
+    assert verify_token(token, SECRET, T0) is None  # rotated out: refused
+    assert verify_token(token, "", T0, previous=old) is None  # no secret: links are off
+    new = make_token(SECRET, "ana@example.com", 42, T0)
+    assert verify_token(new, SECRET, T0, previous=old) is not None
+
+
+@pytest.mark.parametrize("secret", [SECRET, "unsub_old_secret_9876543210"])
+def test_links_signed_before_the_derived_key_still_verify(secret: str) -> None:
+    """Links sent before this release were the secret's own HMAC: upgrading voids none."""
+    payload = f"1:42:{T0}:ana@example.com".encode()
+    signature = hmac.new(secret.encode(), payload, hashlib.sha256).digest()
+    legacy = f"{_b64(payload)}.{_b64(signature)}"
+    said = verify_token(legacy, SECRET, T0, previous="unsub_old_secret_9876543210")
+    assert said == Unsubscribe("ana@example.com", 42, T0)
 
 
 def test_links_need_a_secret_and_a_base_url() -> None:
@@ -122,3 +164,23 @@ def test_settings_read_the_secret_from_a_file_and_check_the_base_url(tmp_path: P
     with pytest.raises(ConfigError) as bad:
         load_settings({"MAILBUS_UNSUBSCRIBE_BASE_URL": "ftp://mail.example.test"})
     assert bad.value.setting == "MAILBUS_UNSUBSCRIBE_BASE_URL"
+
+
+def test_the_previous_secret_is_a_setting_with_a_file_and_needs_the_current_one(
+    tmp_path: Path,
+) -> None:
+    previous = tmp_path / "previous"
+    previous.write_text(SECRET + "\n")
+    settings = load_settings(
+        {
+            "MAILBUS_UNSUBSCRIBE_SECRET": "unsub_rotated_secret_9876543210",
+            "MAILBUS_UNSUBSCRIBE_SECRET_PREVIOUS_FILE": str(previous),
+        }
+    )
+    assert settings.unsubscribe_secret_previous == SECRET
+    assert load_settings({}).unsubscribe_secret_previous == ""
+    with pytest.raises(ConfigError) as alone:
+        load_settings({"MAILBUS_UNSUBSCRIBE_SECRET_PREVIOUS": SECRET})
+    assert str(alone.value) == (
+        "MAILBUS_UNSUBSCRIBE_SECRET_PREVIOUS: set without MAILBUS_UNSUBSCRIBE_SECRET"
+    )

@@ -76,6 +76,8 @@ GRANT INSERT ON email_dead_letters TO mailbus_intake;
 GRANT SELECT, INSERT, UPDATE ON delivery_events TO mailbus_webhooks;
 GRANT SELECT, UPDATE ON email_sends TO mailbus_webhooks;
 GRANT SELECT, INSERT ON email_suppressions TO mailbus_webhooks;
+-- ... and widens an unsubscribe's or a complaint's entry to all mail after a hard bounce.
+GRANT UPDATE (reason, source) ON email_suppressions TO mailbus_webhooks;
 
 -- People: `mailbus status`, `dlq`, `suppress`, `campaign`. Reads everything; replays dead
 -- letters, manages suppressions and campaigns. Never deletes a send or its history, and
