@@ -109,6 +109,9 @@ class EventReader:
         if not isinstance(to_address, str) or not to_address:
             raise InvalidSendError(mapping.to, "is missing or empty (the recipient)")
         key_parts = {name: _key_text(event.get(name)) for name in mapping.key_fields}
+        for name, part in key_parts.items():  # order--confirmation would merge orders
+            if not part:
+                raise InvalidSendError(name, "is missing or empty (part of the dedupe key)")
         variables = {name: _jsonable(event.get(name)) for name in mapping.variables}
         request = SendRequest(
             dedupe_key=mapping.dedupe_key.format_map(key_parts),

@@ -70,6 +70,11 @@ GRANT INSERT (dedupe_key, to_address, template, payload_json, priority, expires_
     ON email_sends TO mailbus_intake;
 GRANT SELECT (id, dedupe_key) ON email_sends TO mailbus_intake;
 GRANT INSERT ON email_dead_letters TO mailbus_intake;
+-- ... whose ON CONFLICT (original_topic, original_partition, original_offset) WHERE reason
+-- IN (...) needs SELECT on the arbiter index's columns: without it every dead letter is
+-- "permission denied" and the batch behind it never commits.
+GRANT SELECT (original_topic, original_partition, original_offset, reason)
+    ON email_dead_letters TO mailbus_intake;
 
 -- `mailbus webhooks`: records delivery events on their sends, suppresses bounced and
 -- complaining addresses, takes unsubscribes.
