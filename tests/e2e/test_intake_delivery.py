@@ -7,6 +7,8 @@ intake DLQ, and the sandbox accepted no key twice.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from conftest import Stack
 from relay_runner import wait_until
@@ -24,7 +26,7 @@ def _event(order_id: str, event_id: str) -> SampleRecord:
             "event_id": event_id,
             "order_id": order_id,
             "customer_email": f"buyer-{order_id}@example.com",
-            "occurred_at": 1_764_590_400_000,
+            "occurred_at": int(time.time() * 1000),  # older than 3 days: not mailed
         }
     )
     return SampleRecord(key=order_id.encode(), value=value, order_id=order_id)
