@@ -179,7 +179,7 @@ def run_intake(settings: Settings, config: IntakeConfig, log_level: str = "WARNI
 
         start_metrics_server(settings.metrics_port)
     health.mark("intake", True)  # until a batch cannot be written (/readyz)
-    writer = RowWriter(settings.database_url)
+    writer = RowWriter(settings.database_url, config.max_age_s)
     dlq = DeadLetterProducer(kafka_client_config(settings), config.dlq_topic)
     service = IntakeService(reader, writer, dlq)
     app = build_app(settings, config, service)
@@ -201,7 +201,8 @@ def run_intake(settings: Settings, config: IntakeConfig, log_level: str = "WARNI
     stats = service.stats
     print(
         f"intake stopped: {stats.events} events in {stats.batches} batches,"
-        f" {stats.inserted} rows inserted, {stats.dead_letters} dead letters",
+        f" {stats.inserted} rows inserted, {stats.too_old} too old (recorded expired),"
+        f" {stats.dead_letters} dead letters",
         flush=True,
     )
     return code if isinstance(code, int) else 1

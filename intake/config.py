@@ -9,6 +9,7 @@
 ``MAILBUS_INTAKE_SESSION_TIMEOUT``  seconds before a dead member's partitions move (30)
 ``MAILBUS_INTAKE_WEB_PORT``        faust's web server port (off)
 ``MAILBUS_STATE_DIR``              where faust keeps its data dir (a temp dir)
+``MAILBUS_INTAKE_MAX_AGE``         older events (by occurred_at) are recorded, not mailed (3d)
 =================================  ==================================================
 """
 
@@ -37,6 +38,7 @@ class IntakeConfig:
     session_timeout: float
     web_port: int | None
     state_dir: Path
+    max_age_s: float = 3 * 24 * 3600
 
     @classmethod
     def from_environ(
@@ -68,6 +70,7 @@ class IntakeConfig:
             ),
             web_port=_port("MAILBUS_INTAKE_WEB_PORT", raw("MAILBUS_INTAKE_WEB_PORT")),
             state_dir=Path(state_root),
+            max_age_s=_max_age(raw("MAILBUS_INTAKE_MAX_AGE")),
         )
 
 
@@ -105,6 +108,14 @@ def _seconds(
     if not low <= seconds <= high:
         raise ConfigError(name, f"must be from {low:g} to {high:g} seconds, got {value!r}")
     return seconds
+
+
+def _max_age(value: str | None) -> float:
+    from mailbus.kernel.durations import parse_duration
+
+    return (
+        IntakeConfig.max_age_s if value is None else parse_duration(value, "MAILBUS_INTAKE_MAX_AGE")
+    )
 
 
 def _port(name: str, value: str | None) -> int | None:

@@ -1,11 +1,14 @@
 """What one domain event becomes: a row to insert, or a rejection for the intake DLQ.
 
-Pure: bytes in, a decision value out (:class:`NewRow` or :class:`Rejected`). The event's
+Pure: bytes in, a decision value out (:class:`NewRow`, :class:`Rejected`, or
+:class:`Waiting` when what decodes the value cannot be reached yet: the schema registry
+away, or a writer schema id it does not know yet). The event's
 type is found from its single-object header (the writer schema's fingerprint), decoded by
 that mapping's codec (``mailbus.schemas.codec``), and checked by the enqueue helper's own rules
 (``mailbus_client.send_request``: the address, the key, the template, the payload's size) plus
 one of the intake's: no string field of an event may carry CR, LF or NUL, since any field
-may end up in a header or a subject line.
+may end up in a header or a subject line; nor may a nested one carry NUL, which
+PostgreSQL cannot store in ``payload_json``.
 """
 
 from __future__ import annotations
@@ -14,12 +17,12 @@ import base64
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-from mailbus.kernel.errors import CodecError, InvalidSendError
+from mailbus.kernel.errors import CodecError, InvalidSendError, SchemaUnavailable
 from mailbus.schemas.codec import single_object_fingerprint
 from mailbus.schemas.registry import RegistryWriters, confluent_schema_id
 from mailbus_client.policies import PolicyBook
@@ -27,7 +30,7 @@ from mailbus_client.send_request import SendRequest, reject_line_breaks, validat
 
 from .mappings import EventMapping
 
-__all__ = ["EventReader", "NewRow", "Rejected"]
+__all__ = ["EventReader", "NewRow", "Rejected", "Waiting"]
 
 
 @dataclass(frozen=True)
@@ -39,8 +42,9 @@ class NewRow:
     template: str
     payload_json: str  # validated, serialised template variables
     priority: str
-    expire_after_s: float | None  # expires_at = now() of the inserting transaction + this
+    expire_after_s: float | None  # expires_at = occurred_at (else the insert's now()) + this
     event: str  # the event type, for logs and counts
+    occurred_at: str | None = None  # ISO-8601, when the event happened; None: unknown
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,13 @@ class Rejected:
 
     reason: str  # "undecodable" or "invalid"
     error: str  # short, names the field; never the field's value
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """An event that cannot be decoded yet; it is neither a row nor a dead letter."""
+
+    error: str
 
 
 class EventReader:
@@ -69,7 +80,7 @@ class EventReader:
             for fingerprint in mapping.codec.fingerprints:
                 self._by_fingerprint[fingerprint] = mapping
 
-    def read(self, value: bytes | None) -> NewRow | Rejected:
+    def read(self, value: bytes | None) -> NewRow | Rejected | Waiting:
         if self._registry is not None:
             return self._read_confluent(value, self._registry)
         try:
@@ -85,7 +96,9 @@ class EventReader:
         except InvalidSendError as exc:
             return Rejected("invalid", f"{mapping.event}: {exc}")
 
-    def _read_confluent(self, value: bytes | None, registry: RegistryWriters) -> NewRow | Rejected:
+    def _read_confluent(
+        self, value: bytes | None, registry: RegistryWriters
+    ) -> NewRow | Rejected | Waiting:
         """The event type is the writer schema's record name, as the registry holds it."""
         try:
             writer = registry.get(confluent_schema_id(value))
@@ -94,6 +107,8 @@ class EventReader:
             if mapping is None:
                 return Rejected("undecodable", f"no mapping reads records named {name}")
             event = registry.decode(value, mapping.codec.schema)
+        except SchemaUnavailable as exc:
+            return Waiting(str(exc))
         except CodecError as exc:
             return Rejected("undecodable", str(exc))
         try:
@@ -109,7 +124,12 @@ class EventReader:
         if not isinstance(to_address, str) or not to_address:
             raise InvalidSendError(mapping.to, "is missing or empty (the recipient)")
         key_parts = {name: _key_text(event.get(name)) for name in mapping.key_fields}
+        for name, part in key_parts.items():  # order--confirmation would merge orders
+            if not part:
+                raise InvalidSendError(name, "is missing or empty (part of the dedupe key)")
         variables = {name: _jsonable(event.get(name)) for name in mapping.variables}
+        for name, variable in variables.items():
+            _reject_nul(name, variable)
         request = SendRequest(
             dedupe_key=mapping.dedupe_key.format_map(key_parts),
             to_address=to_address,
@@ -134,7 +154,29 @@ class EventReader:
             priority=mapping.priority,
             expire_after_s=expire_after_s,
             event=mapping.event,
+            occurred_at=_occurred_at(event, mapping.occurred_at),
         )
+
+
+def _occurred_at(event: dict[str, Any], field_name: str | None) -> str | None:
+    value = None if field_name is None else event.get(field_name)
+    if not isinstance(value, datetime):
+        return None
+    return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
+
+
+def _reject_nul(name: str, value: object) -> None:
+    """Raise if a string anywhere inside ``value`` holds NUL, naming the top-level field."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise InvalidSendError(name, "contains NUL (in a nested value)")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _reject_nul(name, key)
+            _reject_nul(name, item)
+    elif isinstance(value, list):
+        for item in value:
+            _reject_nul(name, item)
 
 
 def _key_text(value: object) -> str:

@@ -33,7 +33,7 @@ _MAX_EXPIRY_S = 366 * 24 * 3600
 _TEMPLATE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,99}$")
 _ENTRY_KEYS = {
     "event", "schema", "template", "dedupe_key", "to", "priority", "expire_after_s",
-    "variables", "description",
+    "variables", "description", "occurred_at",
 }  # fmt: skip
 _REQUIRED = ("event", "schema", "template", "dedupe_key", "to", "priority")
 
@@ -52,6 +52,7 @@ class EventMapping:
     expire_after_s: float | None  # seconds after enqueue; None: never (unless by policy)
     expiry_by_policy: bool  # 'expire_after_s' absent: the template's policy decides
     variables: tuple[str, ...]  # the fields that become payload_json
+    occurred_at: str | None = None  # the timestamp field expiry and age count from
 
 
 def load_mappings(path: str | None) -> tuple[EventMapping, ...]:
@@ -135,6 +136,7 @@ def _parse_entry(entry: object, number: int, folder: Traversable | Path) -> Even
         expire_after_s=_expiry(entry.get("expire_after_s"), fail),
         expiry_by_policy="expire_after_s" not in entry,
         variables=_variables(entry.get("variables", "*"), fields, fail),
+        occurred_at=_occurred_at(entry.get("occurred_at"), fields, fail),
     )
 
 
@@ -206,6 +208,21 @@ def _variables(value: object, fields: dict[str, Any], fail: Any) -> tuple[str, .
         if name not in fields:
             raise fail(f"'variables' names {name!r}, which is not a field of the event")
     return tuple(value)
+
+
+def _occurred_at(value: object, fields: dict[str, Any], fail: Any) -> str | None:
+    """The field named by 'occurred_at', else a field named occurred_at, when it is an
+    Avro timestamp (timestamp-millis or -micros); None: expiry counts from the insert."""
+    name = "occurred_at" if value is None else value
+    if not isinstance(name, str) or (value is not None and name not in fields):
+        raise fail(f"'occurred_at' names no field of the event: {value!r}")
+    avro_type = fields.get(name)
+    logical = avro_type.get("logicalType") if isinstance(avro_type, dict) else None
+    if logical in ("timestamp-millis", "timestamp-micros"):
+        return name
+    if value is not None:
+        raise fail(f"'occurred_at' names {name!r}, which is not a timestamp-millis/micros field")
+    return None
 
 
 def _is_string(avro_type: object) -> bool:

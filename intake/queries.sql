@@ -2,16 +2,28 @@
 -- One statement per batch: the rows come as one JSON array (jsonb_to_recordset), each
 -- inserted unless its dedupe key exists, so a replayed or duplicated event is a no-op.
 -- Sorted by key, so two intakes inserting overlapping batches lock keys in one order.
--- expires_at is computed on the database clock: now() of this transaction + expire_after_s.
-INSERT INTO email_sends (dedupe_key, to_address, template, payload_json, priority, expires_at)
+-- Expiry counts from the event's occurred_at (else from now()), on the database clock. An
+-- event older than MAILBUS_INTAKE_MAX_AGE (%(max_age_s)s) is recorded, not mailed: its row
+-- is inserted already expired, which also keeps its key from ever being mailed later.
+INSERT INTO email_sends (dedupe_key, to_address, template, payload_json, priority, expires_at,
+                         status, last_error)
 SELECT r.dedupe_key, r.to_address, r.template, r.payload_json, r.priority,
-       now() + r.expire_after_s * interval '1 second'
-FROM jsonb_to_recordset(%(rows)s::jsonb) AS r (
-    dedupe_key text, to_address text, template text, payload_json jsonb, priority text,
-    expire_after_s float8
-)
+       CASE WHEN r.too_old THEN r.since + %(max_age_s)s * interval '1 second'
+            ELSE r.since + r.expire_after_s * interval '1 second' END,
+       CASE WHEN r.too_old THEN 'expired' ELSE 'pending' END,
+       CASE WHEN r.too_old THEN 'event older than MAILBUS_INTAKE_MAX_AGE: not mailed' END
+FROM (
+    SELECT j.*, coalesce(j.occurred_at, now()) AS since,
+           coalesce(j.occurred_at < now() - %(max_age_s)s * interval '1 second', false)
+               AS too_old
+    FROM jsonb_to_recordset(%(rows)s::jsonb) AS j (
+        dedupe_key text, to_address text, template text, payload_json jsonb, priority text,
+        expire_after_s float8, occurred_at timestamptz
+    )
+) AS r
 ORDER BY r.dedupe_key
 ON CONFLICT (dedupe_key) DO NOTHING
+RETURNING status
 
 -- name: insert_dead_letters
 -- The batch's rejected events, in the same transaction as its rows (keys and values come

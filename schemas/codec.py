@@ -16,8 +16,9 @@ from typing import Any
 
 import fastavro
 import fastavro.schema
+from fastavro.read import SchemaResolutionError
 
-from mailbus.kernel.errors import CodecError
+from mailbus.kernel.errors import CodecError, SchemaUnavailable
 
 __all__ = [
     "AvroCodec",
@@ -95,6 +96,8 @@ def read_body(value: bytes, offset: int, writer: Any, reader: Any) -> dict[str, 
     body.seek(offset)
     try:
         record = fastavro.schemaless_reader(body, writer, None if writer is reader else reader)
+    except SchemaResolutionError as exc:  # a newer writer schema than this reader follows
+        raise SchemaUnavailable(f"writer schema not readable by this build yet: {exc}") from None
     except Exception as exc:  # fastavro raises assorted errors on truncated bodies
         raise CodecError(f"undecodable Avro body: {type(exc).__name__}") from None
     if not isinstance(record, dict):

@@ -1,5 +1,10 @@
 """Avro values in the Confluent wire format, schemas held by a schema registry.
 
+A registry that cannot be reached (a timeout, a 5xx) or does not know a schema id (yet)
+raises :class:`SchemaUnavailable`, which is temporary: the value is fine, what decodes it is
+away. Only bytes that cannot be decoded raise :class:`CodecError`. A failed fetch is
+remembered for :data:`RETRY_AFTER_S`, so a batch of events of one id asks once.
+
 With ``MAILBUS_SCHEMA_REGISTRY_URL`` set, a value is ``00``, the registry's 4-byte
 big-endian schema id, then the Avro binary body (the same body as ``mailbus.schemas.codec``
 writes). Subjects are named by topic (``{topic}-value``); registering a schema also sets
@@ -12,7 +17,8 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from functools import cache
 from typing import Any
 
@@ -20,7 +26,7 @@ import fastavro
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from mailbus.kernel.errors import CodecError, ConfigError
+from mailbus.kernel.errors import CodecError, ConfigError, SchemaUnavailable
 from mailbus.kernel.settings import Settings
 from mailbus_client.send_request import PRIORITIES
 
@@ -53,6 +59,7 @@ SETTING = "MAILBUS_SCHEMA_REGISTRY_URL"
 _MAGIC = b"\x00"
 _HEADER_LENGTH = 5
 COMPATIBILITY = "BACKWARD"
+RETRY_AFTER_S = 0.2
 
 
 def subject(topic: str) -> str:
@@ -75,9 +82,13 @@ def confluent_schema_id(value: bytes | None) -> int:
 class RegistryWriters:
     """Writer schemas by registry id, fetched once each."""
 
-    def __init__(self, client: SchemaRegistryClient) -> None:
+    def __init__(
+        self, client: SchemaRegistryClient, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._client = client
+        self._clock = clock
         self._parsed: dict[int, Any] = {}
+        self._failed: dict[int, tuple[float, str]] = {}  # id -> (until, why)
 
     def add(self, schema_id: int, parsed: Any) -> None:
         self._parsed[schema_id] = parsed
@@ -85,7 +96,15 @@ class RegistryWriters:
     def get(self, schema_id: int) -> Any:
         found = self._parsed.get(schema_id)
         if found is None:
-            found = self._parsed[schema_id] = self._fetch(schema_id)
+            until, why = self._failed.get(schema_id, (0.0, ""))
+            if self._clock() < until:
+                raise SchemaUnavailable(why)
+            try:
+                found = self._parsed[schema_id] = self._fetch(schema_id)
+            except SchemaUnavailable as exc:
+                self._failed[schema_id] = (self._clock() + RETRY_AFTER_S, str(exc))
+                raise
+            self._failed.pop(schema_id, None)
         return found
 
     def decode(self, value: bytes | None, reader: Any) -> dict[str, Any]:
@@ -97,11 +116,13 @@ class RegistryWriters:
     def _fetch(self, schema_id: int) -> Any:
         try:
             found = self._client.get_schema(schema_id)
-        except SchemaRegistryError as exc:
+        except SchemaRegistryError as exc:  # 404: a schema registered after this build
             status = exc.http_status_code
-            raise CodecError(f"unknown writer schema id {schema_id} ({status})") from None
+            raise SchemaUnavailable(
+                f"schema registry cannot give writer schema id {schema_id} ({status})"
+            ) from None
         except Exception as exc:  # unreachable registry: httpx errors
-            raise CodecError(f"schema registry unreachable: {type(exc).__name__}") from None
+            raise SchemaUnavailable(f"schema registry unreachable: {type(exc).__name__}") from None
         if found.schema_type not in (None, "AVRO") or found.schema_str is None:
             raise CodecError(f"writer schema id {schema_id} is not Avro")
         try:

@@ -5,7 +5,9 @@
     ├── InvalidSendError     a send request that must not reach the table or the provider
     ├── QueueFullError       the queue cap refuses this priority for now; nothing was written
     ├── CodecError           a Kafka value that cannot be decoded
-    └── StorageError         PostgreSQL could not be reached or refused a statement
+    ├── SchemaUnavailable    a value that cannot be decoded *yet* (the registry away)
+    ├── StorageError         PostgreSQL could not be reached or refused a statement
+    └── UnstorableError      PostgreSQL refused the data itself: retrying cannot help
 
 Third-party errors (psycopg, confluent-kafka, httpx) are translated into these at the
 adapter that calls the library; nothing above the adapters catches a library's own error.
@@ -21,7 +23,9 @@ __all__ = [
     "InvalidSendError",
     "MailbusError",
     "QueueFullError",
+    "SchemaUnavailable",
     "StorageError",
+    "UnstorableError",
 ]
 
 
@@ -31,3 +35,13 @@ class CodecError(MailbusError):
 
 class StorageError(MailbusError):
     """PostgreSQL failed; the work is retried or left for a later pass."""
+
+
+class SchemaUnavailable(MailbusError):
+    """What decodes a value cannot be reached yet: the schema registry timed out, answered
+    5xx, or does not know the writer schema's id (yet). Temporary: wait, keep the offset."""
+
+
+class UnstorableError(MailbusError):
+    """PostgreSQL refused the data of a statement (a data exception, a constraint, a size
+    limit): the same statement fails on every try, so the caller sets its input aside."""

@@ -111,7 +111,8 @@ RELAY_PUBLISHED = Counter(
 )
 INTAKE_EVENTS = Counter(
     "mailbus_intake_events",
-    "Domain events the intake committed, by outcome (inserted, duplicate, dead_letter).",
+    "Domain events the intake committed, by outcome (inserted, duplicate, dead_letter,"
+    " too_old: older than MAILBUS_INTAKE_MAX_AGE, recorded expired, not mailed).",
     ["outcome"],
 )
 PROVIDER_LATENCY = Histogram(
@@ -265,12 +266,14 @@ def observe_webhook_rejected(reason: str) -> None:
     WEBHOOK_REJECTED.labels(reason).inc()
 
 
-def observe_intake(inserted: int, duplicates: int, dead_letters: int) -> None:
-    """One intake batch committed: rows created, events whose key existed, dead letters."""
+def observe_intake(inserted: int, duplicates: int, dead_letters: int, too_old: int = 0) -> None:
+    """One intake batch committed: rows created, events whose key existed, dead letters,
+    rows recorded expired for their age."""
     for outcome, n in (
         ("inserted", inserted),
         ("duplicate", duplicates),
         ("dead_letter", dead_letters),
+        ("too_old", too_old),
     ):
         if n > 0:
             INTAKE_EVENTS.labels(outcome).inc(n)

@@ -256,6 +256,13 @@ SETTINGS: tuple[Setting, ...] = (
         {"intake"},
     ),
     _s("INTAKE_WEB_PORT", "off", "faust's web server port", {"intake"}),
+    _s(
+        "INTAKE_MAX_AGE",
+        "3d",
+        "an event older than this by its occurred_at (e.g. 72h) is recorded expired, not"
+        " mailed; a mail's expiry counts from occurred_at too",
+        {"intake"},
+    ),
     _s("STATE_DIR", "a temporary dir", "faust's data dir goes under it", {"intake"}),
     _s("OPERATOR", "the login name", "who replays, recorded in the audit", {"dlq"}),
     _s(

@@ -4,6 +4,7 @@ logged in as a member of its group role from `mailbus migrate --roles`."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -66,7 +67,7 @@ def test_intake_reads_over_sasl_ssl_as_the_intake_role(
                     "event_id": f"evt-{order}",
                     "order_id": order,
                     "customer_email": f"buyer-{order}@example.com",
-                    "occurred_at": 1_764_590_400_000,
+                    "occurred_at": int(time.time() * 1000),  # older than 3 days: not mailed
                 }
             ),
             order_id=order,

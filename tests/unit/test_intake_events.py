@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from mailbus.intake.dead_letters import IntakeDeadLetter, dead_letter_headers
-from mailbus.intake.events import EventReader, NewRow, Rejected
-from mailbus.intake.mappings import load_mappings
-from mailbus.intake.rows import rows_document
+from mailbus.intake.dead_letters import IntakeDeadLetter, dead_letter_headers, shorter_forms
+from mailbus.intake.events import EventReader, NewRow, Rejected, Waiting
+from mailbus.intake.mappings import load_mappings, parse_mappings
+from mailbus.intake.rows import letters_documents, rows_document
 from mailbus.intake.service import Incoming, sort_batch
 from mailbus.schemas.codec import AvroCodec, order_placed_codec
 from mailbus_client.policies import load_policy_book, parse_policy_book
@@ -134,7 +134,9 @@ def test_a_batch_is_sorted_into_rows_and_dead_letters_with_their_context(
         Incoming("orders.events", 2, 11, b"k", b"junk", (("trace", b"abc"),)),
         Incoming("orders.events", 2, 12, b"1042", good),
     ]
-    rows, letters = sort_batch(reader, batch)
+    found = sort_batch(reader, batch)
+    rows, letters = [row for _, row in found.rows], found.letters
+    assert found.waiting is None
     assert [row.dedupe_key for row in rows] == ["order-1042-confirmation"] * 2
     assert len(letters) == 1
     letter = letters[0]
@@ -168,3 +170,99 @@ def test_the_rows_document_keeps_one_entry_per_key(reader: EventReader) -> None:
     ]
     assert document[0]["payload_json"]["event_id"] == "0"  # the first event of a key wins
     assert document[0]["expire_after_s"] is None
+
+
+def test_an_empty_dedupe_key_field_is_refused_naming_it(reader: EventReader) -> None:
+    rejected = reader.read(order_placed_codec().encode(_event(order_id="")))
+    assert rejected == Rejected(
+        "invalid", "OrderPlaced: order_id: is missing or empty (part of the dedupe key)"
+    )
+
+
+def test_the_row_carries_occurred_at_for_expiry_and_age(reader: EventReader) -> None:
+    row = reader.read(order_placed_codec().encode(_event()))
+    assert isinstance(row, NewRow) and row.occurred_at == "2026-11-30T12:00:01.500000+00:00"
+    assert json.loads(rows_document([row]))[0]["occurred_at"] == row.occurred_at
+
+
+def test_a_nul_inside_a_nested_value_is_refused(tmp_path: Path) -> None:
+    schema = {
+        "type": "record",
+        "name": "Basket",
+        "fields": [
+            {"name": "basket_id", "type": "string"},
+            {"name": "email", "type": "string"},
+            {"name": "lines", "type": {"type": "array", "items": "string"}},
+        ],
+    }
+    (tmp_path / "basket.avsc").write_text(json.dumps(schema))
+    entry = {
+        "event": "Basket",
+        "schema": "basket.avsc",
+        "template": "basket",
+        "dedupe_key": "basket-{basket_id}",
+        "to": "email",
+        "priority": "p2",
+        "expire_after_s": None,
+    }
+    mappings = parse_mappings({"mappings": [entry]}, tmp_path)
+    assert mappings[0].occurred_at is None  # no timestamp field: expiry from the insert
+    nested = EventReader(mappings, load_policy_book(None))
+    codec = AvroCodec(json.dumps(schema))
+    value = codec.encode({"basket_id": "b", "email": "a@example.com", "lines": ["ok", "a\x00b"]})
+    assert nested.read(value) == Rejected(
+        "invalid", "Basket: lines: contains NUL (in a nested value)"
+    )
+
+
+def test_a_registry_that_cannot_be_reached_makes_the_batch_wait() -> None:
+    class Away:
+        def get_schema(self, schema_id: int) -> object:
+            raise ConnectionError("refused")
+
+    from mailbus.schemas.registry import RegistryWriters
+
+    now = [0.0]
+    registry = RegistryWriters(Away(), clock=lambda: now[0])  # type: ignore[arg-type]
+    waiting = EventReader(load_mappings(None), load_policy_book(None), registry)
+    value = b"\x00\x00\x00\x00\x07" + b"body"
+    assert waiting.read(value) == Waiting("schema registry unreachable: ConnectionError")
+    batch = [Incoming("t", 0, 1, None, value)]
+    found = sort_batch(waiting, batch)
+    assert (found.rows, found.letters, found.waiting) == (
+        [],
+        [],
+        "schema registry unreachable: ConnectionError",
+    )
+    assert waiting.read(b"not confluent") == Rejected(
+        "undecodable", "not a Confluent wire-format Avro value"
+    )
+
+
+def test_dead_letters_go_in_bounded_documents_without_nul() -> None:
+    letters = [
+        IntakeDeadLetter("intake_invalid", f"bad\x00{n}", "t", 0, n, None, b"v" * 300)
+        for n in range(10)
+    ]
+    documents = letters_documents(letters, limit=1000)
+    assert len(documents) > 1 and all(len(document) <= 1000 for document in documents)
+    entries = [entry for document in documents for entry in json.loads(document)]
+    assert [entry["offset"] for entry in entries] == list(range(10))
+    assert entries[3]["error"] == "bad3"
+    assert letters_documents([]) == []
+
+
+def test_a_letter_too_large_to_publish_has_ever_shorter_forms() -> None:
+    letter = IntakeDeadLetter(
+        "intake_undecodable", "e", "t", 0, 5, b"k" * 5000, b"v" * 1_000_000, (("h", b"x"),)
+    )
+    cut, bare = list(shorter_forms(letter))
+    assert (len(cut.value or b""), len(cut.key or b""), cut.headers) == (65536, 1024, ())
+    assert cut.truncated == "value of 1000000 bytes cut to 65536; 1 original headers dropped"
+    assert bare.value is None
+    headers = dict(dead_letter_headers(bare))
+    assert headers["mailbus.dlq.truncated"] == (
+        b"value of 1000000 bytes left out; 1 original headers dropped"
+    )
+    small = IntakeDeadLetter("intake_undecodable", "e", "t", 0, 5, None, b"tiny")
+    assert [form.value for form in shorter_forms(small)] == [None]

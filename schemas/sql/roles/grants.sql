@@ -65,11 +65,18 @@ GRANT SELECT, INSERT ON email_attempts, email_dead_letters TO mailbus_consumer;
 GRANT SELECT, INSERT, UPDATE ON rate_limits, provider_health, recovery_pacing
     TO mailbus_consumer;
 
--- `mailbus intake`: inserts sends from domain events, dead-letters the undecodable.
-GRANT INSERT (dedupe_key, to_address, template, payload_json, priority, expires_at)
+-- `mailbus intake`: inserts sends from domain events (an event older than
+-- MAILBUS_INTAKE_MAX_AGE as an expired row, saying why), dead-letters the undecodable.
+GRANT INSERT (dedupe_key, to_address, template, payload_json, priority, expires_at, status,
+              last_error)
     ON email_sends TO mailbus_intake;
-GRANT SELECT (id, dedupe_key) ON email_sends TO mailbus_intake;
+GRANT SELECT (id, dedupe_key, status) ON email_sends TO mailbus_intake;
 GRANT INSERT ON email_dead_letters TO mailbus_intake;
+-- ... whose ON CONFLICT (original_topic, original_partition, original_offset) WHERE reason
+-- IN (...) needs SELECT on the arbiter index's columns: without it every dead letter is
+-- "permission denied" and the batch behind it never commits.
+GRANT SELECT (original_topic, original_partition, original_offset, reason)
+    ON email_dead_letters TO mailbus_intake;
 
 -- `mailbus webhooks`: records delivery events on their sends, suppresses bounced and
 -- complaining addresses, takes unsubscribes.
