@@ -37,6 +37,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         register_secret(settings.webhook_secret)
         for secret in settings.kafka_security.secrets:
             register_secret(secret)
+        if not getattr(args, "skips_schema_check", False):
+            from mailbus.app.migrate import check_schema
+
+            check_schema(settings.database_url)  # behind this build: exit 2, run migrate
         return int(args.handler(settings, args))
     except ConfigError as exc:
         print(f"mailbus: configuration error: {exc}", file=sys.stderr)
@@ -73,6 +77,8 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
     from mailbus.app.migrate import apply_migrations
     from mailbus.kernel.topics import ensure_topics
 
+    if args.status or args.dry_run:
+        return _migrate_plan(settings, dry_run=args.dry_run, roles=args.roles)
     applied = apply_migrations(settings.database_url)
     print(f"schema: applied {applied or 'nothing (up to date)'}")
     if args.roles:
@@ -89,6 +95,40 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
         intake_topic = os.environ.get("MAILBUS_INTAKE_TOPIC") or "orders.events"
         print(f"schema registry: {', '.join(register_shipped(settings, intake_topic))}")
     return 0
+
+
+def _migrate_plan(settings: Settings, *, dry_run: bool, roles: bool) -> int:
+    """``migrate --status`` / ``--dry-run``: read the recorded versions, change nothing."""
+    import psycopg
+
+    from mailbus.app.migrate import schema_state
+
+    try:
+        state = schema_state(settings.database_url)
+    except psycopg.OperationalError as exc:
+        raise ConfigError("MAILBUS_DATABASE_URL", f"cannot connect: {exc}") from None
+    applied = state.applied
+    print(f"schema: database at {state.database_version}, this build at {state.build_version}")
+    print(f"applied: {_versions(applied) if applied else 'nothing'}")
+    pending = [f"{m.version:04d}_{m.name}" for m in state.pending]
+    print(f"pending: {', '.join(pending) if pending else 'nothing (up to date)'}")
+    if dry_run:
+        print(f"would apply: {', '.join(pending) if pending else 'nothing'}")
+        if roles:
+            print("would set: the grants of schemas/sql/roles/grants.sql")
+        print("would ensure: the topics (nothing was applied: --dry-run)")
+    return 0
+
+
+def _versions(versions: Sequence[int]) -> str:
+    """1, 2, 3, 5 -> '1-3, 5'."""
+    runs: list[list[int]] = []
+    for version in versions:
+        if runs and version == runs[-1][-1] + 1:
+            runs[-1].append(version)
+        else:
+            runs.append([version])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def _relay(settings: Settings, _args: argparse.Namespace) -> int:
@@ -236,7 +276,17 @@ def _build_parser() -> argparse.ArgumentParser:
         return sub
 
     migrate = command("migrate", _migrate, "create or upgrade the schema and the topics")
+    migrate.set_defaults(skips_schema_check=True)
     migrate.add_argument("--skip-topics", action="store_true", help="only the database schema")
+    plan = migrate.add_mutually_exclusive_group()
+    plan.add_argument(
+        "--status",
+        action="store_true",
+        help="print the database's schema version, applied and pending migrations; change nothing",
+    )
+    plan.add_argument(
+        "--dry-run", action="store_true", help="print what would be applied; apply nothing"
+    )
     migrate.add_argument(
         "--roles",
         action="store_true",
@@ -260,6 +310,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_campaign_commands(commands)
     sandbox = command("sandbox", _sandbox, "run the fault-injectable sandbox email API")
+    sandbox.set_defaults(skips_schema_check=True)  # no database
     from mailbus.sandbox.server import add_arguments as add_sandbox_arguments
 
     add_sandbox_arguments(sandbox)
