@@ -232,6 +232,18 @@ def _dlq_replay(settings: Settings, args: argparse.Namespace) -> int:
     )
 
 
+def _send(settings: Settings, args: argparse.Namespace) -> int:
+    from mailbus.consumer import send_admin
+
+    if args.send_command == "show":
+        return send_admin.print_show(settings, args.key, as_json=args.json)
+    if args.send_command == "cancel":
+        return send_admin.run_change(settings, args.key, "cancelled")
+    if args.accepted is not None:
+        return send_admin.run_change(settings, args.key, "accepted", args.accepted)
+    return send_admin.run_change(settings, args.key, "not_sent")
+
+
 def _webhooks(settings: Settings, _args: argparse.Namespace) -> int:
     from mailbus.feedback.server import run_webhooks
 
@@ -304,6 +316,7 @@ def _build_parser() -> argparse.ArgumentParser:
     status = command("status", _status, "queue depth, oldest pending age, failures")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     _add_dlq_commands(commands)
+    _add_send_commands(commands)
     _add_feedback_commands(commands)
     _add_intake_commands(commands)
     from mailbus.campaigns.commands import add_campaign_commands
@@ -393,6 +406,46 @@ def _add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "--why", default="manual replay", help="reason recorded in the audit (email_replays)"
     )
     replay.add_argument("--limit", type=_count, default=None, help="replay at most this many")
+
+
+def _add_send_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    text = "one mail by its dedupe key: its story, settle it when unknown, stop it when pending"
+    send = commands.add_parser(
+        "send",
+        help=text,
+        description=text,
+        epilog=settings_epilog("send"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = send.add_subparsers(dest="send_command", required=True, metavar="ACTION")
+
+    def action(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = actions.add_parser(name, help=help_text, description=help_text)
+        sub.set_defaults(handler=_send)
+        sub.add_argument("key", metavar="KEY", help="the send's dedupe key")
+        return sub
+
+    show = action("show", "the row, its attempts, delivery events, dead letters, resolutions")
+    show.add_argument("--json", action="store_true", help="machine-readable output")
+    resolve = action(
+        "resolve",
+        "settle a send in `unknown` after asking the provider (audited in"
+        " email_send_resolutions, by MAILBUS_OPERATOR or the OS user)",
+    )
+    outcome = resolve.add_mutually_exclusive_group(required=True)
+    outcome.add_argument(
+        "--accepted", metavar="MESSAGE_ID", help="the provider accepted it under this id"
+    )
+    outcome.add_argument(
+        "--not-sent",
+        action="store_true",
+        help="the provider never accepted it: pending again under the same key",
+    )
+    action(
+        "cancel",
+        "stop a pending send no call was made for: it ends expired and never goes out"
+        " (a send already claimed or tried is not touched; audited)",
+    )
 
 
 def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

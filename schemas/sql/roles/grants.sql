@@ -86,6 +86,7 @@ GRANT SELECT, INSERT ON email_suppressions TO mailbus_webhooks;
 GRANT SELECT ON ALL TABLES IN SCHEMA public TO mailbus_operator;
 GRANT UPDATE ON email_sends, email_dead_letters TO mailbus_operator;
 GRANT INSERT ON email_replays TO mailbus_operator;
+GRANT INSERT ON email_send_resolutions TO mailbus_operator;
 GRANT INSERT, UPDATE, DELETE ON email_suppressions TO mailbus_operator;
 GRANT INSERT, UPDATE ON campaigns TO mailbus_operator;
 GRANT INSERT, DELETE ON campaign_recipients TO mailbus_operator;
