@@ -15,6 +15,7 @@ from mailbus.kernel.logs import configure_logging, redact, register_secret
 from mailbus.kernel.settings import Settings, load_env_file, load_settings
 from mailbus.kernel.settings_doc import epilog as settings_epilog
 from mailbus.kernel.signals import stop_on_signals
+from mailbus.kernel.unknown_settings import check_names
 
 __all__ = ["main"]
 
@@ -30,6 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.env_file:
             load_env_file(Path(args.env_file), os.environ)
+        check_names(os.environ)  # a misspelt MAILBUS_* variable: exit 2, nearest name
         _configure_logging()
         settings = load_settings()
         register_secret(settings.provider_api_key)

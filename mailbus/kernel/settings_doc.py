@@ -201,7 +201,12 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     _s("INTAKE_WEB_PORT", "off", "faust's web server port", {"intake"}),
     _s("STATE_DIR", "a temporary dir", "faust's data dir goes under it", {"intake"}),
-    _s("OPERATOR", "the login name", "who replays, recorded in the audit", {"dlq"}),
+    _s(
+        "OPERATOR",
+        "the login name",
+        "who replays, resolves or cancels, recorded in the audit",
+        {"dlq", "send"},
+    ),
     _s(
         "KAFKA_SECURITY_PROTOCOL",
         "PLAINTEXT",
