@@ -16,7 +16,7 @@ from mailbus.kernel.unknown_settings import TOOL_PREFIXES, TOOL_VARIABLES, check
 
 REPO = Path(__file__).resolve().parents[2]
 _NAME = re.compile(r"MAILBUS_[A-Z0-9_]*[A-Z0-9](?![A-Z0-9_*{])")  # not a prefix (MAILBUS_KAFKA_*)
-_SOURCES = ("*.py", "*.sh", "*.yml", "*.yaml", "Makefile", "*.md", "*.env", "Dockerfile")
+_SOURCES = ("*.py", "*.sh", "*.yml", "*.yaml", "Makefile", "*.env", "Dockerfile")  # not prose
 _SKIP = ("build", ".git", ".stack", "node_modules")
 _TYPOS_ON_PURPOSE = {Path(__file__), REPO / "mailbus/kernel/unknown_settings.py"}
 
@@ -40,7 +40,7 @@ def test_every_name_of_the_table_and_the_tools_passes() -> None:
 
 
 def test_every_mailbus_name_the_repository_uses_is_known() -> None:
-    """Code, scripts, manifests and docs: what they set or read must not be refused."""
+    """Code, scripts and manifests: what they set or read must not be refused."""
     used: set[str] = set()
     for pattern in _SOURCES:
         for path in REPO.rglob(pattern):
