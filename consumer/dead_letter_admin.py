@@ -51,6 +51,7 @@ from mailbus_client.sqlfiles import load_queries
 __all__ = [
     "DeadLetterNotFound",
     "DeadLetterStore",
+    "operator_name",
     "print_list",
     "print_show",
     "run_replay",
@@ -195,7 +196,8 @@ def print_show(settings: Settings, letter_id: int, as_json: bool) -> int:
     return 0
 
 
-def _operator() -> str:
+def operator_name() -> str:
+    """Who is at the keyboard, for the audits: MAILBUS_OPERATOR, else the OS user."""
     try:
         return os.environ.get("MAILBUS_OPERATOR") or getpass.getuser()
     except (KeyError, OSError):  # no user name in a bare container
@@ -227,7 +229,7 @@ def run_replay(
             skipped = Counter(reason for _, reason in verdicts if reason is not None)
             print(replay_summary(len(chosen), skipped, dry_run=True))
             return 0
-        who, progress = _operator(), Progress(len(letters), sys.stderr)
+        who, progress = operator_name(), Progress(len(letters), sys.stderr)
         replayed, skipped, last_wake, next_at = 0, Counter[str](), -math.inf, time.monotonic()
         for done, letter in enumerate(letters, start=1):
             if stop.wait(max(0.0, next_at - time.monotonic()) if rate else 0.0):

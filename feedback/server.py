@@ -19,8 +19,10 @@ links (signed with it or with ``MAILBUS_UNSUBSCRIBE_SECRET_PREVIOUS``),
 ``GET``/``POST /unsubscribe/{token}`` (:mod:`mailbus.feedback.unsubscribe_page`).
 
 ``GET /healthz`` is 200 while the process serves; ``GET /readyz`` is 200 when PostgreSQL
-answers, else 503. SIGTERM/SIGINT: stop listening, let requests in flight finish (up to
-5 s), close the pool, exit 0.
+answers, else 503. On ``MAILBUS_METRICS_PORT`` (the port the Kubernetes probes and the
+compose healthcheck use), ``/readyz`` says ready once the receiver serves and not ready
+from the moment it drains. SIGTERM/SIGINT: stop listening, let requests in flight finish
+(up to 5 s), close the pool, exit 0.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from mailbus.feedback.native.routes import (
 from mailbus.feedback.signature import HEADER, verify
 from mailbus.feedback.store import EventStore, LateEvents, Recorded
 from mailbus.feedback.unsubscribe_page import add_unsubscribe_routes
-from mailbus.kernel import metrics
+from mailbus.kernel import health, metrics
 from mailbus.kernel.errors import ConfigError, StorageError
 from mailbus.kernel.settings import Settings
 
@@ -292,9 +294,11 @@ async def _serve(settings: Settings) -> int:
     for signum in signals:
         loop.add_signal_handler(signum, stopping.set)
     try:
+        health.mark("webhooks", True)
         print(f"mailbus webhooks listening on {receiver.url}", flush=True)
         await stopping.wait()
     finally:
+        health.mark("webhooks", False, "draining")
         for signum in signals:
             loop.remove_signal_handler(signum)
         await receiver.stop()

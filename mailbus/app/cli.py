@@ -15,6 +15,7 @@ from mailbus.kernel.logs import configure_logging, redact, register_secret
 from mailbus.kernel.settings import Settings, load_env_file, load_settings
 from mailbus.kernel.settings_doc import epilog as settings_epilog
 from mailbus.kernel.signals import stop_on_signals
+from mailbus.kernel.unknown_settings import check_names
 
 __all__ = ["main"]
 
@@ -30,6 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.env_file:
             load_env_file(Path(args.env_file), os.environ)
+        check_names(os.environ)  # a misspelt MAILBUS_* variable: exit 2, nearest name
         _configure_logging()
         settings = load_settings()
         register_secret(settings.provider_api_key)
@@ -39,6 +41,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         register_secret(settings.unsubscribe_secret_previous)
         for secret in settings.kafka_security.secrets:
             register_secret(secret)
+        if not getattr(args, "skips_schema_check", False):
+            from mailbus.app.migrate import check_schema
+
+            check_schema(settings.database_url)  # behind this build: exit 2, run migrate
         return int(args.handler(settings, args))
     except ConfigError as exc:
         print(f"mailbus: configuration error: {exc}", file=sys.stderr)
@@ -75,6 +81,8 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
     from mailbus.app.migrate import apply_migrations
     from mailbus.kernel.topics import ensure_topics
 
+    if args.status or args.dry_run:
+        return _migrate_plan(settings, dry_run=args.dry_run, roles=args.roles)
     applied = apply_migrations(settings.database_url)
     print(f"schema: applied {applied or 'nothing (up to date)'}")
     if args.roles:
@@ -91,6 +99,40 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
         intake_topic = os.environ.get("MAILBUS_INTAKE_TOPIC") or "orders.events"
         print(f"schema registry: {', '.join(register_shipped(settings, intake_topic))}")
     return 0
+
+
+def _migrate_plan(settings: Settings, *, dry_run: bool, roles: bool) -> int:
+    """``migrate --status`` / ``--dry-run``: read the recorded versions, change nothing."""
+    import psycopg
+
+    from mailbus.app.migrate import schema_state
+
+    try:
+        state = schema_state(settings.database_url)
+    except psycopg.OperationalError as exc:
+        raise ConfigError("MAILBUS_DATABASE_URL", f"cannot connect: {exc}") from None
+    applied = state.applied
+    print(f"schema: database at {state.database_version}, this build at {state.build_version}")
+    print(f"applied: {_versions(applied) if applied else 'nothing'}")
+    pending = [f"{m.version:04d}_{m.name}" for m in state.pending]
+    print(f"pending: {', '.join(pending) if pending else 'nothing (up to date)'}")
+    if dry_run:
+        print(f"would apply: {', '.join(pending) if pending else 'nothing'}")
+        if roles:
+            print("would set: the grants of schemas/sql/roles/grants.sql")
+        print("would ensure: the topics (nothing was applied: --dry-run)")
+    return 0
+
+
+def _versions(versions: Sequence[int]) -> str:
+    """1, 2, 3, 5 -> '1-3, 5'."""
+    runs: list[list[int]] = []
+    for version in versions:
+        if runs and version == runs[-1][-1] + 1:
+            runs[-1].append(version)
+        else:
+            runs.append([version])
+    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def _relay(settings: Settings, _args: argparse.Namespace) -> int:
@@ -194,6 +236,18 @@ def _dlq_replay(settings: Settings, args: argparse.Namespace) -> int:
     )
 
 
+def _send(settings: Settings, args: argparse.Namespace) -> int:
+    from mailbus.consumer import send_admin
+
+    if args.send_command == "show":
+        return send_admin.print_show(settings, args.key, as_json=args.json)
+    if args.send_command == "cancel":
+        return send_admin.run_change(settings, args.key, "cancelled")
+    if args.accepted is not None:
+        return send_admin.run_change(settings, args.key, "accepted", args.accepted)
+    return send_admin.run_change(settings, args.key, "not_sent")
+
+
 def _webhooks(settings: Settings, _args: argparse.Namespace) -> int:
     from mailbus.feedback.server import run_webhooks
 
@@ -238,7 +292,17 @@ def _build_parser() -> argparse.ArgumentParser:
         return sub
 
     migrate = command("migrate", _migrate, "create or upgrade the schema and the topics")
+    migrate.set_defaults(skips_schema_check=True)
     migrate.add_argument("--skip-topics", action="store_true", help="only the database schema")
+    plan = migrate.add_mutually_exclusive_group()
+    plan.add_argument(
+        "--status",
+        action="store_true",
+        help="print the database's schema version, applied and pending migrations; change nothing",
+    )
+    plan.add_argument(
+        "--dry-run", action="store_true", help="print what would be applied; apply nothing"
+    )
     migrate.add_argument(
         "--roles",
         action="store_true",
@@ -256,12 +320,14 @@ def _build_parser() -> argparse.ArgumentParser:
     status = command("status", _status, "queue depth, oldest pending age, failures")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     _add_dlq_commands(commands)
+    _add_send_commands(commands)
     _add_feedback_commands(commands)
     _add_intake_commands(commands)
     from mailbus.campaigns.commands import add_campaign_commands
 
     add_campaign_commands(commands)
     sandbox = command("sandbox", _sandbox, "run the fault-injectable sandbox email API")
+    sandbox.set_defaults(skips_schema_check=True)  # no database
     from mailbus.sandbox.server import add_arguments as add_sandbox_arguments
 
     add_sandbox_arguments(sandbox)
@@ -344,6 +410,46 @@ def _add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "--why", default="manual replay", help="reason recorded in the audit (email_replays)"
     )
     replay.add_argument("--limit", type=_count, default=None, help="replay at most this many")
+
+
+def _add_send_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    text = "one mail by its dedupe key: its story, settle it when unknown, stop it when pending"
+    send = commands.add_parser(
+        "send",
+        help=text,
+        description=text,
+        epilog=settings_epilog("send"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = send.add_subparsers(dest="send_command", required=True, metavar="ACTION")
+
+    def action(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = actions.add_parser(name, help=help_text, description=help_text)
+        sub.set_defaults(handler=_send)
+        sub.add_argument("key", metavar="KEY", help="the send's dedupe key")
+        return sub
+
+    show = action("show", "the row, its attempts, delivery events, dead letters, resolutions")
+    show.add_argument("--json", action="store_true", help="machine-readable output")
+    resolve = action(
+        "resolve",
+        "settle a send in `unknown` after asking the provider (audited in"
+        " email_send_resolutions, by MAILBUS_OPERATOR or the OS user)",
+    )
+    outcome = resolve.add_mutually_exclusive_group(required=True)
+    outcome.add_argument(
+        "--accepted", metavar="MESSAGE_ID", help="the provider accepted it under this id"
+    )
+    outcome.add_argument(
+        "--not-sent",
+        action="store_true",
+        help="the provider never accepted it: pending again under the same key",
+    )
+    action(
+        "cancel",
+        "stop a pending send no call was made for: it ends expired and never goes out"
+        " (a send already claimed or tried is not touched; audited)",
+    )
 
 
 def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

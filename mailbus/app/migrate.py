@@ -3,6 +3,12 @@ with ``--roles`` also the least-privilege group roles of ``schemas/sql/roles/gra
 
 Safe to run any number of times and concurrently: every run takes one transaction-level
 advisory lock, then applies only the versions not yet recorded.
+
+Every other command first compares the database's recorded versions with the build's
+(:func:`check_schema`): a database behind the build is refused with one line that says to
+run ``mailbus migrate``, never left to fail later on a missing table. A database ahead of
+the build (new pods migrated it, old pods still run during a rollout) is fine: migrations
+only add.
 """
 
 from __future__ import annotations
@@ -15,7 +21,16 @@ import psycopg
 
 from mailbus.kernel.errors import ConfigError, StorageError
 
-__all__ = ["ROLES", "Migration", "apply_migrations", "apply_roles", "available_migrations"]
+__all__ = [
+    "ROLES",
+    "Migration",
+    "SchemaState",
+    "apply_migrations",
+    "apply_roles",
+    "available_migrations",
+    "check_schema",
+    "schema_state",
+]
 
 _LOCK_KEY = 0x6D61696C62757301  # "mailbus\x01": one lock for all migrators of a database
 ROLES = (
@@ -33,6 +48,28 @@ class Migration:
     version: int
     name: str
     sql: str
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    """What a database recorded against what this build ships."""
+
+    applied: tuple[int, ...]
+    pending: tuple[Migration, ...]
+    build_version: int
+
+    @property
+    def database_version(self) -> int:
+        return max(self.applied, default=0)
+
+    def behind(self) -> str | None:
+        """Why a process of this build must not run here, or None."""
+        if not self.pending:
+            return None
+        return (
+            f"database at {self.database_version}, this build needs {self.build_version}:"
+            " run `mailbus migrate`"
+        )
 
 
 def available_migrations(directory: Traversable | None = None) -> list[Migration]:
@@ -85,6 +122,41 @@ def apply_migrations(database_url: str) -> list[int]:
             return applied
     except psycopg.Error as exc:
         raise StorageError(f"migration failed: {exc}") from exc
+
+
+def schema_state(database_url: str, connect_timeout: float = 10) -> SchemaState:
+    """The versions ``database_url`` recorded (none on a database never migrated) and the
+    shipped migrations it has not. Raises psycopg's OperationalError when the database
+    cannot be reached, StorageError when it refuses the read."""
+    migrations = available_migrations()
+    with psycopg.connect(database_url, connect_timeout=int(connect_timeout)) as conn:
+        try:
+            if conn.execute("SELECT to_regclass('mailbus_schema_migrations')").fetchone() == (
+                None,
+            ):
+                applied: set[int] = set()
+            else:
+                rows = conn.execute("SELECT version FROM mailbus_schema_migrations")
+                applied = {version for (version,) in rows}
+        except psycopg.Error as exc:
+            raise StorageError(f"cannot read mailbus_schema_migrations: {exc}") from exc
+    return SchemaState(
+        applied=tuple(sorted(applied)),
+        pending=tuple(m for m in migrations if m.version not in applied),
+        build_version=max((m.version for m in migrations), default=0),
+    )
+
+
+def check_schema(database_url: str) -> None:
+    """Raise ConfigError when the database is behind this build. A database that cannot be
+    reached now is not judged: the process starts and waits for it as it always did."""
+    try:
+        state = schema_state(database_url, connect_timeout=5)
+    except psycopg.OperationalError:
+        return
+    reason = state.behind()
+    if reason is not None:
+        raise ConfigError("MAILBUS_DATABASE_URL", reason)
 
 
 def apply_roles(database_url: str) -> tuple[str, ...]:

@@ -172,7 +172,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
             "MAILBUS_REPLICATION_FACTOR", Settings.replication_factor, 1, 7
         ),
         metrics_port=reader.optional_integer("MAILBUS_METRICS_PORT", 1, 65535),
-        schema_registry_url=env.get("MAILBUS_SCHEMA_REGISTRY_URL") or None,
+        schema_registry_url=reader.optional_url("MAILBUS_SCHEMA_REGISTRY_URL", ("http", "https")),
         relay_batch_size=reader.integer(
             "MAILBUS_RELAY_BATCH_SIZE", Settings.relay_batch_size, 1, 50_000
         ),

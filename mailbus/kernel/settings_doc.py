@@ -264,7 +264,12 @@ SETTINGS: tuple[Setting, ...] = (
         {"intake"},
     ),
     _s("STATE_DIR", "a temporary dir", "faust's data dir goes under it", {"intake"}),
-    _s("OPERATOR", "the login name", "who replays, recorded in the audit", {"dlq"}),
+    _s(
+        "OPERATOR",
+        "the login name",
+        "who replays, resolves or cancels, recorded in the audit",
+        {"dlq", "send"},
+    ),
     _s(
         "KAFKA_SECURITY_PROTOCOL",
         "PLAINTEXT",

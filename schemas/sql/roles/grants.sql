@@ -40,6 +40,9 @@ BEGIN  -- column grants survive a table-level REVOKE ALL
 END $$;
 GRANT USAGE ON SCHEMA public TO mailbus_enqueuer, mailbus_relay, mailbus_consumer,
     mailbus_intake, mailbus_webhooks, mailbus_operator;
+-- Every process compares the recorded schema versions with its build at start.
+GRANT SELECT ON mailbus_schema_migrations TO mailbus_relay, mailbus_consumer, mailbus_intake,
+    mailbus_webhooks;
 
 -- A domain service enqueuing in its own transaction (mailbus_client.enqueue): insert a
 -- send; read back the id of a duplicate and count open rows for the queue cap. It cannot
@@ -92,6 +95,7 @@ GRANT UPDATE (reason, source) ON email_suppressions TO mailbus_webhooks;
 GRANT SELECT ON ALL TABLES IN SCHEMA public TO mailbus_operator;
 GRANT UPDATE ON email_sends, email_dead_letters TO mailbus_operator;
 GRANT INSERT ON email_replays TO mailbus_operator;
+GRANT INSERT ON email_send_resolutions TO mailbus_operator;
 GRANT INSERT, UPDATE, DELETE ON email_suppressions TO mailbus_operator;
 GRANT INSERT, UPDATE ON campaigns TO mailbus_operator;
 GRANT INSERT, DELETE ON campaign_recipients TO mailbus_operator;

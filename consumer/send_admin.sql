@@ -1,0 +1,51 @@
+-- Named queries of `mailbus send show / resolve / cancel` (consumer/send_admin.py).
+
+-- name: send_by_key
+SELECT * FROM email_sends WHERE dedupe_key = %(key)s
+
+-- name: attempts
+SELECT attempt, outcome, status_code, reason, latency_ms, at
+FROM email_attempts WHERE send_id = %(send_id)s ORDER BY id
+
+-- name: delivery_events
+SELECT provider, event_id, type, bounce, occurred_at, received_at
+FROM delivery_events WHERE message_id = %(message_id)s ORDER BY occurred_at, received_at
+
+-- name: dead_letters
+SELECT id, created_at, reason, status_code, attempts, error, replayed_at
+FROM email_dead_letters WHERE send_id = %(send_id)s ORDER BY id
+
+-- name: resolutions
+SELECT action, from_status, message_id, resolved_by, at
+FROM email_send_resolutions WHERE send_id = %(send_id)s ORDER BY id
+
+-- name: resolve_accepted
+-- A send in `unknown` that the operator found accepted at the provider (its id given).
+UPDATE email_sends
+SET status = 'accepted', message_id = %(message_id)s, next_try_at = NULL,
+    last_error = NULL, updated_at = now()
+WHERE dedupe_key = %(key)s AND status = 'unknown'
+RETURNING id, 'unknown' AS from_status
+
+-- name: resolve_not_sent
+-- A send in `unknown` that the provider never accepted: pending again under the same key,
+-- due now (the consumer still resolves by look-up or same-key retry, never a blind send).
+UPDATE email_sends
+SET status = 'pending', next_try_at = NULL, last_error = 'resolved by hand: not sent',
+    updated_at = now()
+WHERE dedupe_key = %(key)s AND status = 'unknown'
+RETURNING id, 'unknown' AS from_status
+
+-- name: cancel_pending
+-- A pending send no call was made for: expired now, so it never goes out. A row already
+-- claimed (sending) or tried (attempts > 0, its outcome is the provider's to tell) is not
+-- touched; the consumer's claim takes only pending/unknown rows.
+UPDATE email_sends
+SET status = 'expired', expires_at = now(), next_try_at = NULL,
+    last_error = 'cancelled by hand', updated_at = now()
+WHERE dedupe_key = %(key)s AND status = 'pending' AND attempts = 0
+RETURNING id, 'pending' AS from_status
+
+-- name: record_resolution
+INSERT INTO email_send_resolutions (send_id, action, from_status, message_id, resolved_by)
+VALUES (%(send_id)s, %(action)s, %(from_status)s, %(message_id)s, %(by)s)
