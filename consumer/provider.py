@@ -38,6 +38,7 @@ from typing import Any
 import httpx
 
 from consumer.aiohttp_transport import AiohttpTransport
+from consumer.core.capability import Capability, IdempotencyKey
 from consumer.core.outcome import (
     CallResult,
     ProviderReply,
@@ -95,7 +96,10 @@ def _utc_now() -> datetime:
 class HttpProvider:
     """Sends and looks up mails at ``base_url`` with at most ``max_connections`` open."""
 
-    can_look_up = True
+    # CONTRACT.md section 5: the same key always gets the same id, and a look-up by key
+    capability = Capability(
+        IdempotencyKey("Idempotency-Key", None), look_up=True, source="CONTRACT.md section 5"
+    )
 
     def __init__(
         self,

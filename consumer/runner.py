@@ -119,6 +119,8 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         codec=pointer_codec(settings),
         attempt_warning=settings.attempt_warning,
         provider_name=own,
+        at_least_once=settings.unknown_outcome == "at_least_once",
+        reach_s=settings.connect_timeout,
     )
     await ledger.open()
     if settings.metrics_port is not None:
@@ -214,7 +216,6 @@ def _primary_provider(settings: Settings) -> Provider:
             connect_timeout=settings.connect_timeout,
             request_timeout=settings.request_timeout,
             max_connections=settings.max_in_flight,
-            at_least_once=settings.smtp_unknown == "at_least_once",
         )
     return _http_provider(settings, settings.provider_url, settings.provider_api_key)
 

@@ -70,7 +70,8 @@ class Settings:
     smtp_url: str = ""  # smtp://host:port, smtp+starttls://user@host:587, smtps://...
     smtp_password: str = ""
     smtp_from: str = ""
-    smtp_unknown: str = "at_most_once"  # at_most_once | at_least_once
+    # with a provider that has neither an idempotency key nor a look-up (SMTP, ...)
+    unknown_outcome: str = "at_most_once"  # at_most_once | at_least_once
     retry_schedule: tuple[float, ...] = ()  # explicit retry delays (s); () = exponential
     max_age: float | None = None  # seconds after created_at with no further retry; None: off
     attempt_warning: int = 3  # the attempt that counts in mailbus_attempt_warnings_total
@@ -184,7 +185,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         smtp_url=reader._raw("MAILBUS_SMTP_URL") or "",
         smtp_password=reader.secret("MAILBUS_SMTP_PASSWORD"),
         smtp_from=reader._raw("MAILBUS_SMTP_FROM") or "",
-        smtp_unknown=_smtp_unknown(env.get("MAILBUS_SMTP_UNKNOWN")),
+        unknown_outcome=_unknown_outcome(env),
         retry_schedule=_retry_schedule(env.get("MAILBUS_RETRY_SCHEDULE")),
         max_age=_duration("MAILBUS_MAX_AGE", env.get("MAILBUS_MAX_AGE")),
         recovery_rate=_recovery_rate(env.get("MAILBUS_RECOVERY_RATE")),
@@ -211,12 +212,13 @@ def _provider_kind(raw: str | None) -> str:
     return kind
 
 
-def _smtp_unknown(raw: str | None) -> str:
+def _unknown_outcome(env: Mapping[str, str]) -> str:
+    """MAILBUS_UNKNOWN_OUTCOME, or its older name MAILBUS_SMTP_UNKNOWN."""
+    name = "MAILBUS_UNKNOWN_OUTCOME" if "MAILBUS_UNKNOWN_OUTCOME" in env else "MAILBUS_SMTP_UNKNOWN"
+    raw = env.get(name)
     policy = (raw or "").strip().lower() or "at_most_once"
     if policy not in ("at_most_once", "at_least_once"):
-        raise ConfigError(
-            "MAILBUS_SMTP_UNKNOWN", f"expected at_most_once or at_least_once, got {raw!r}"
-        )
+        raise ConfigError(name, f"expected at_most_once or at_least_once, got {raw!r}")
     return policy
 
 

@@ -121,11 +121,13 @@ SETTINGS: tuple[Setting, ...] = (
     _s("SMTP_PASSWORD", "-", "SMTP AUTH password (user from the URL)", {"consume"}, from_file=True),
     _s("SMTP_FROM", "-", "sender address (also the Message-ID domain)", {"consume"}),
     _s(
-        "SMTP_UNKNOWN",
+        "UNKNOWN_OUTCOME",
         "at_most_once",
-        "SMTP connection lost after DATA: stay unknown, or at_least_once (resend)",
+        "a call with no known outcome at a provider with neither idempotency key nor look-up"
+        " (SMTP, ...): stay unknown for an operator, or at_least_once (resend)",
         {"consume"},
     ),
+    _s("SMTP_UNKNOWN", "at_most_once", "older name of MAILBUS_UNKNOWN_OUTCOME", {"consume"}),
     _s(
         "LATE_ACCEPT_WINDOW",
         "2 x request timeout",
