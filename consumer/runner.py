@@ -26,6 +26,7 @@ from consumer.kafka_source import KafkaSource
 from consumer.ledger import MessageOrigin, SendLedger
 from consumer.provider import HttpProvider
 from consumer.providers import Provider
+from consumer.providers.resend import RESEND_WINDOW_S, ResendDialect
 from consumer.providers.smtp import SmtpProvider
 from consumer.rate_limit import GlobalRateLimiter
 from consumer.reconciler import Reconciler
@@ -207,7 +208,17 @@ def _process_provider(
 
 
 def _primary_provider(settings: Settings) -> Provider:
-    """MAILBUS_PROVIDER: the HTTP API (default) or an SMTP server."""
+    """MAILBUS_PROVIDER: the HTTP API (default), an SMTP server or a named provider."""
+    if settings.provider == "resend":
+        window = settings.idempotency_window or RESEND_WINDOW_S
+        return HttpProvider(
+            settings.provider_url,
+            settings.provider_api_key,
+            connect_timeout=settings.connect_timeout,
+            request_timeout=settings.request_timeout,
+            max_connections=settings.max_in_flight,
+            dialect=ResendDialect(settings.mail_from, window),
+        )
     if settings.provider == "smtp":
         return SmtpProvider(
             settings.smtp_url,

@@ -111,7 +111,20 @@ SETTINGS: tuple[Setting, ...] = (
         "the shortest outage (breaker not closed) that starts a recovery ramp",
         {"consume"},
     ),
-    _s("PROVIDER", "http", "which provider the consumer calls: http or smtp", {"consume"}),
+    _s(
+        "PROVIDER",
+        "http",
+        "which provider the consumer calls: http (the sandbox's API), smtp, resend"
+        " (docs/providers.md)",
+        {"consume"},
+    ),
+    _s("MAIL_FROM", "-", "sender address of a named provider's mail (resend)", {"consume"}),
+    _s(
+        "IDEMPOTENCY_WINDOW",
+        "the provider's",
+        "seconds a named provider keeps an idempotency key (resend: 86400); for tests",
+        {"consume"},
+    ),
     _s(
         "SMTP_URL",
         "-",

@@ -14,7 +14,7 @@ from consumer.core.breaker import BreakerPolicy
 from consumer.core.outcome import CallResult, ProviderReply
 from consumer.gate import ProviderGate
 from consumer.ledger import MessageOrigin, SendLedger
-from consumer.provider import HttpProvider, LookupResult, OutgoingMail, PreparedMail
+from consumer.provider import LookupResult, MailbusDialect, OutgoingMail, PreparedMail
 from consumer.service import DeliveryService
 from mailbus_client.policies import configured_policy_book
 from schemas.codec import SendPointer, send_pointer_codec
@@ -26,7 +26,7 @@ class ScriptedProvider:
     """Answers every send with ``reply(key)`` (503 by default); knows ``accepted`` keys on
     look-up; records what was sent and looked up."""
 
-    capability = HttpProvider.capability
+    capability = MailbusDialect.capability
 
     def __init__(
         self,

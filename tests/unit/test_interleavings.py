@@ -25,7 +25,7 @@ from consumer.core.outcome import CallResult, ProviderReply, TransportFailure
 from consumer.db_clock import DatabaseClock
 from consumer.gate import ProviderGate
 from consumer.ledger import Claim, LoadedSend, MessageOrigin
-from consumer.provider import HttpProvider, LookupResult, OutgoingMail, PreparedMail
+from consumer.provider import LookupResult, MailbusDialect, OutgoingMail, PreparedMail
 from consumer.reconciler import Reconciler
 from consumer.service import DeliveryService
 from mailbus_client.policies import configured_policy_book
@@ -149,7 +149,7 @@ class ModelLedger:
 class FlakyProvider:
     """An honest idempotent provider behind a flaky network, as the sandbox is."""
 
-    capability = HttpProvider.capability
+    capability = MailbusDialect.capability
 
     def __init__(self, rng: random.Random, ledger: ModelLedger) -> None:
         self.rng, self.ledger = rng, ledger
