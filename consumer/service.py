@@ -206,12 +206,9 @@ class DeliveryService:
         provider = self._provider(route)
         if provider is None:
             return wait_for_provider(row, route or "default", now, self.policy)
-        in_doubt = row.in_doubt_since is not None
-        capability = provider.capability
-        if not may_resend(
-            capability, in_doubt, row.first_tried_at, now, self.at_least_once, self.reach_s
-        ):
-            return resend_closed(now, self.policy)
+        closed = self._doubt_gate(row, provider, now)
+        if closed is not None:
+            return closed
         mail = OutgoingMail(row.dedupe_key, row.to_address, row.template, loaded.variables)
         try:
             return provider.prepare(mail)
@@ -342,9 +339,26 @@ class DeliveryService:
         fresh = await self._durably(lambda: self.ledger.load(send_id))
         if fresh is None or fresh.view.status is not Status.PENDING:
             return
-        verdict = before_send(fresh.view, self.clock(), fresh.suppressed, self.policy.max_age_s)
+        now = self.clock()
+        verdict = before_send(fresh.view, now, fresh.suppressed, self.policy.max_age_s)
+        if verdict is None:  # e.g. in doubt, and its key's window closed before the claim
+            verdict = self._doubt_gate(fresh.view, self._provider(self._route(fresh)), now)
         if verdict is not None:
             await self._settle_without_call(fresh, verdict, origin)
+
+    def _doubt_gate(
+        self, row: SendView, provider: Provider | None, now: datetime
+    ) -> Decision | None:
+        """``unknown`` for a row in doubt that its provider's capability no longer lets us
+        send again (:func:`may_resend`), else None."""
+        if provider is None:
+            return None
+        in_doubt = row.in_doubt_since is not None
+        if may_resend(
+            provider.capability, in_doubt, row.first_tried_at, now, self.at_least_once, self.reach_s
+        ):
+            return None
+        return resend_closed(now, self.policy)
 
     async def resolve(self, loaded: LoadedSend, token: uuid.UUID) -> None:
         """Settle a row whose last call has no known outcome, by looking its key up."""
