@@ -70,6 +70,8 @@ class _ClaimRequest:
     token: uuid.UUID
     provider: str | None
     submitted: float  # monotonic, before the statement ran: the deadline errs early
+    guarantee: str | None
+    resend_window_s: float | None
 
 
 @dataclass(frozen=True)
@@ -118,13 +120,23 @@ class SendLedger:
         return await self._loads.submit(send_id)
 
     async def claim_for_send(
-        self, send_id: int, attempt: int, provider: str | None, token: uuid.UUID
+        self,
+        send_id: int,
+        attempt: int,
+        provider: str | None,
+        token: uuid.UUID,
+        *,
+        guarantee: str | None = None,
+        resend_window_s: float | None = None,
     ) -> Claim | None:
         """pending → sending for the attempt the pointer names, under ``token``; None if
-        the row is not ours to send (claimed elsewhere, not due, expired, or tried at
-        another provider). Claiming again with the same token (a retry after a lost
-        reply) returns the claim again without counting another attempt."""
-        request = _ClaimRequest(send_id, attempt, token, provider, time.monotonic())
+        the row is not ours to send (claimed elsewhere, not due, expired, tried at another
+        provider, or in doubt past ``resend_window_s`` of its first call). Claiming again
+        with the same token (a retry after a lost reply) returns the claim again without
+        counting another attempt. ``guarantee`` is recorded on the row."""
+        request = _ClaimRequest(
+            send_id, attempt, token, provider, time.monotonic(), guarantee, resend_window_s
+        )
         return await self._claims.submit(request)
 
     async def release_claim(self, send_id: int, token: uuid.UUID) -> None:
@@ -201,6 +213,8 @@ class SendLedger:
                     "attempt": c.attempt,
                     "token": str(c.token),
                     "provider": c.provider,
+                    "guarantee": c.guarantee,
+                    "resend_window_s": c.resend_window_s,
                 }
                 for c in claims_of_round
             ]
@@ -243,6 +257,7 @@ class SendLedger:
             in_doubt_since,
             provider,
             created_at,
+            first_tried_at,
             suppression,
             campaign_id,
             database_now,
@@ -260,6 +275,7 @@ class SendLedger:
             next_try,
             in_doubt_since,
             created_at,
+            first_tried_at,
         )
         variables = payload if isinstance(payload, dict) else {}
         return LoadedSend(view, variables, suppression, provider, campaign_id)

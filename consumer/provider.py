@@ -20,6 +20,13 @@ httpx's read timeout is per chunk, so every call is also bounded as a whole by
 ``request_timeout``; keep ``connect_timeout`` below it, or a slow connect counts as sent.
 The API key travels only in the ``Authorization`` header and is masked in every detail.
 
+What goes on the wire is the provider's *dialect* (:class:`Dialect`): the sandbox's own
+(:class:`MailbusDialect`, docs/reference/contract.md#email-api) by default, or a named provider's
+(``consumer/providers/``: Resend, ...). The dialect encodes a mail, reads a reply into a
+``ProviderReply`` (its error bodies and rate-limit headers included) and, if the provider
+has one, does the look-up; the timeouts, the transport and the scrubbing of secrets are
+this module's, shared by every dialect.
+
 By default the calls go through :class:`~mailbus.consumer.aiohttp_transport.AiohttpTransport`:
 httpx's own pool reaches about 600 sends/s at 64 in flight against a 50 ms provider, the
 aiohttp transport about 1,150 (see the module docstring there). Requests go straight to
@@ -32,13 +39,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
 from mailbus.consumer.aiohttp_transport import AiohttpTransport
+from mailbus.consumer.core.capability import Capability, IdempotencyKey
 from mailbus.consumer.core.outcome import (
     CallResult,
     ProviderReply,
@@ -49,7 +57,16 @@ from mailbus.consumer.core.outcome import (
 from mailbus.kernel.errors import ConfigError, InvalidSendError
 from mailbus_client.send_request import mail_headers
 
-__all__ = ["HttpProvider", "LookupResult", "OutgoingMail", "PreparedMail"]
+__all__ = [
+    "Dialect",
+    "HttpProvider",
+    "LookupResult",
+    "MailbusDialect",
+    "OutgoingMail",
+    "PreparedMail",
+    "WireRequest",
+    "message_id_of",
+]
 
 _NOT_SENT: tuple[type[httpx.HTTPError], ...] = (
     httpx.ConnectError,
@@ -89,14 +106,119 @@ class LookupResult:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class WireRequest:
+    """One request of a dialect: a path under the base URL, and its own headers, query
+    parameters and body."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    params: Mapping[str, str] | None = None
+    body: bytes | None = None
+
+
+class Dialect(Protocol):
+    """One provider's HTTP API: how a mail is encoded and a reply read. ``encode`` raises
+    :class:`InvalidSendError` naming what cannot travel; ``lookup_request`` is called only
+    when ``capability.look_up``."""
+
+    capability: Capability
+
+    def auth_headers(self, api_key: str) -> dict[str, str]: ...
+
+    def encode(self, mail: OutgoingMail) -> WireRequest: ...
+
+    def reply(
+        self, status: int, headers: Mapping[str, str], body: bytes, now: datetime
+    ) -> ProviderReply: ...
+
+    def lookup_request(self, dedupe_key: str) -> WireRequest: ...
+
+    def lookup_reply(self, status: int, body: bytes) -> LookupResult: ...
+
+
+class MailbusDialect:
+    """The sandbox's own API, docs/reference/contract.md#email-api (``MAILBUS_PROVIDER=http``)."""
+
+    # the same key always gets the same id, for as long as the mail is kept; a look-up by key
+    capability = Capability(
+        IdempotencyKey("Idempotency-Key", None),
+        look_up=True,
+        source="docs/reference/contract.md#email-api",
+    )
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"}
+
+    def encode(self, mail: OutgoingMail) -> WireRequest:
+        """The body ``{"to", "template", "variables"}`` under the ``Idempotency-Key`` header: a
+        dedupe key that is not printable ASCII cannot be an HTTP header; a number JSON cannot
+        carry, such as ``1e400`` stored in jsonb, cannot be a body; a ``headers`` variable
+        must be an object of valid names to values without CR/LF, and is also sent as the
+        body's top-level ``"headers"`` field, the mail headers the provider adds."""
+        key = mail.dedupe_key
+        if not (key.isascii() and key.isprintable() and key.strip()):
+            raise InvalidSendError(
+                "dedupe_key", "must be printable ASCII to travel as the Idempotency-Key header"
+            )
+        document: dict[str, Any] = {
+            "to": mail.to_address,
+            "template": mail.template,
+            "variables": mail.variables,
+        }
+        headers = mail.variables.get("headers")
+        if headers is not None:  # e.g. List-Unsubscribe of a campaign: a top-level field
+            document["headers"] = mail_headers(headers)
+        return WireRequest(
+            "POST",
+            "v1/send",
+            {"Idempotency-Key": key, "Content-Type": "application/json"},
+            body=json_body(document),
+        )
+
+    def reply(
+        self, status: int, headers: Mapping[str, str], body: bytes, now: datetime
+    ) -> ProviderReply:
+        retry_after = parse_retry_after(headers.get("Retry-After"), now)
+        if 200 <= status <= 299:
+            return ProviderReply(status, message_id_of(body), retry_after)
+        scope = headers.get("X-Throttle-Scope", "").strip().lower()
+        excerpt = body[:_EXCERPT_BYTES].decode("utf-8", "replace")
+        return ProviderReply(status, None, retry_after, excerpt, scope == "recipient-domain")
+
+    def lookup_request(self, dedupe_key: str) -> WireRequest:
+        return WireRequest("GET", "v1/messages", {}, params={"idempotency_key": dedupe_key})
+
+    def lookup_reply(self, status: int, body: bytes) -> LookupResult:
+        if status == 404:
+            return LookupResult(None, False)
+        if status == 200:
+            message_id = message_id_of(body)
+            if message_id is not None:
+                return LookupResult(message_id, False)
+            return LookupResult(None, True, "http 200 without a valid id")
+        excerpt = body[:_EXCERPT_BYTES].decode("utf-8", "replace")
+        return LookupResult(
+            None, True, f"http {status}: {excerpt}" if excerpt else f"http {status}"
+        )
+
+
+def json_body(document: Any) -> bytes:
+    """``document`` as a JSON body, or :class:`InvalidSendError` if JSON cannot carry it."""
+    try:
+        return json.dumps(document, ensure_ascii=False, allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise InvalidSendError("payload_json", f"not JSON the provider can read: {exc}") from None
+
+
 def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
 class HttpProvider:
-    """Sends and looks up mails at ``base_url`` with at most ``max_connections`` open."""
-
-    can_look_up = True
+    """Sends and looks up mails at ``base_url`` with at most ``max_connections`` open, in
+    ``dialect`` (the sandbox's own by default)."""
 
     def __init__(
         self,
@@ -108,6 +230,7 @@ class HttpProvider:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         clock: Callable[[], datetime] = _utc_now,
+        dialect: Dialect | None = None,
     ) -> None:
         url = httpx.URL(base_url) if _is_http_url(base_url) else None
         if url is None:
@@ -123,10 +246,11 @@ class HttpProvider:
         self._api_key = api_key
         self._request_timeout = request_timeout
         self._clock = clock
-        self._send_url = _endpoint(url, "v1/send")
-        self._lookup_url = _endpoint(url, "v1/messages")
+        self._dialect: Dialect = dialect if dialect is not None else MailbusDialect()
+        self.capability = self._dialect.capability
+        self._base = url
         self._headers = {
-            "Authorization": f"Bearer {api_key}",
+            **self._dialect.auth_headers(api_key),
             "Accept": "application/json",
             "User-Agent": "mailbus",
         }
@@ -142,46 +266,19 @@ class HttpProvider:
 
     def prepare(self, mail: OutgoingMail) -> PreparedMail:
         """Encode ``mail`` into its request, before any row is claimed for it; raises
-        :class:`InvalidSendError` naming the field that cannot travel (a dedupe key that is
-        not printable ASCII cannot be an HTTP header; a number JSON cannot carry, such as
-        ``1e400`` stored in jsonb, cannot be a body; a ``headers`` variable that is not an
-        object of valid names to values without CR/LF). That variable is also sent as the
-        body's top-level ``"headers"`` field, the mail headers the provider adds."""
-        key = mail.dedupe_key
-        if not (key.isascii() and key.isprintable() and key.strip()):
-            raise InvalidSendError(
-                "dedupe_key", "must be printable ASCII to travel as the Idempotency-Key header"
-            )
-        document: dict[str, Any] = {
-            "to": mail.to_address,
-            "template": mail.template,
-            "variables": mail.variables,
-        }
-        headers = mail.variables.get("headers")
-        if headers is not None:  # e.g. List-Unsubscribe of a campaign: a top-level field
-            document["headers"] = mail_headers(headers)
-        try:
-            body = json.dumps(
-                document,
-                ensure_ascii=False,
-                allow_nan=False,
-            ).encode()
-        except (TypeError, ValueError) as exc:
-            raise InvalidSendError(
-                "payload_json", f"not JSON the provider can read: {exc}"
-            ) from None
-        request = httpx.Request(
-            "POST",
-            self._send_url,
-            content=body,
-            headers={
-                **self._headers,
-                "Idempotency-Key": key,
-                "Content-Type": "application/json",
-            },
+        :class:`InvalidSendError` naming the field that cannot travel (see the dialect's
+        ``encode``)."""
+        return PreparedMail(mail.dedupe_key, self._request(self._dialect.encode(mail)))
+
+    def _request(self, wire: WireRequest) -> httpx.Request:
+        return httpx.Request(
+            wire.method,
+            _endpoint(self._base, wire.path),
+            params=wire.params,
+            content=wire.body,
+            headers={**self._headers, **wire.headers},
             extensions=self._extensions,
         )
-        return PreparedMail(key, request)
 
     async def send(self, mail: OutgoingMail | PreparedMail) -> CallResult:
         """POST the mail under its dedupe key; a reply or a transport failure, never raises
@@ -196,25 +293,17 @@ class HttpProvider:
             return TransportFailure(False, self._describe(exc))
         except httpx.HTTPError as exc:
             return TransportFailure(True, self._describe(exc))
-        code = response.status_code
-        retry_after = parse_retry_after(response.headers.get("Retry-After"), self._clock())
-        if 200 <= code <= 299:
-            return ProviderReply(code, _message_id(response), retry_after)
-        scope = response.headers.get("X-Throttle-Scope", "").strip().lower()
-        return ProviderReply(
-            code, None, retry_after, self._excerpt(response), scope == "recipient-domain"
+        reply = self._dialect.reply(
+            response.status_code, response.headers, response.content, self._clock()
         )
+        return replace(reply, error_excerpt=self._scrub(reply.error_excerpt))
 
     async def lookup(self, dedupe_key: str) -> LookupResult:
         """Ask whether a mail was accepted under ``dedupe_key``; never raises for network
-        or HTTP problems."""
-        request = httpx.Request(
-            "GET",
-            self._lookup_url,
-            params={"idempotency_key": dedupe_key},
-            headers=self._headers,
-            extensions=self._extensions,
-        )
+        or HTTP problems (a provider without a look-up: failed)."""
+        if not self.capability.look_up:
+            return LookupResult(None, True, "no look-up at this provider")
+        request = self._request(self._dialect.lookup_request(dedupe_key))
         try:
             async with asyncio.timeout(self._request_timeout):
                 response = await self._exchange(request)
@@ -222,18 +311,8 @@ class HttpProvider:
             return LookupResult(None, True, self._no_reply())
         except httpx.HTTPError as exc:
             return LookupResult(None, True, self._describe(exc))
-        code = response.status_code
-        if code == 404:
-            return LookupResult(None, False)
-        if code == 200:
-            message_id = _message_id(response)
-            if message_id is not None:
-                return LookupResult(message_id, False)
-            return LookupResult(None, True, "http 200 without a valid id")
-        excerpt = self._excerpt(response)
-        return LookupResult(
-            None, True, clip_reason(f"http {code}: {excerpt}" if excerpt else f"http {code}")
-        )
+        found = self._dialect.lookup_reply(response.status_code, response.content)
+        return replace(found, detail=self._scrub(found.detail))
 
     async def aclose(self) -> None:
         """Close the connections (and the transport); the provider is unusable afterwards."""
@@ -255,9 +334,6 @@ class HttpProvider:
         text = str(exc)
         return self._scrub(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
-    def _excerpt(self, response: httpx.Response) -> str:
-        return self._scrub(response.content[:_EXCERPT_BYTES].decode("utf-8", "replace"))
-
     def _scrub(self, text: str) -> str:
         if self._api_key:
             text = text.replace(self._api_key, "***")
@@ -267,16 +343,20 @@ class HttpProvider:
 _MAX_MESSAGE_ID_CHARS = 512
 
 
-def _message_id(response: httpx.Response) -> str | None:
-    """The ``id`` of a ``{"id": "<non-empty str>"}`` body, else None. An id with control
+def message_id_of(body: bytes, field: str = "id") -> str | None:
+    """The ``field`` of a ``{"id": "<non-empty str>"}`` body, else None. An id with control
     characters (NUL cannot even be stored) or of more than 512 characters is not an id."""
     try:
-        doc = json.loads(response.content)
+        doc = json.loads(body)
     except ValueError:  # also UnicodeDecodeError
         return None
     if not isinstance(doc, dict):
         return None
-    message_id = doc.get("id")
+    return valid_id(doc.get(field))
+
+
+def valid_id(message_id: Any) -> str | None:
+    """``message_id`` if it is a usable provider id (see :func:`message_id_of`), else None."""
     if (
         isinstance(message_id, str)
         and message_id.strip()

@@ -5,6 +5,7 @@
 -- decision is made on.
 SELECT s.id, s.dedupe_key, s.to_address, s.template, s.payload_json, s.priority, s.status,
        s.attempts, s.expires_at, s.next_try_at, s.in_doubt_since, s.provider, s.created_at,
+       s.first_tried_at,
        (SELECT min(x.scope) FROM email_suppressions x
         WHERE lower(x.address) = lower(s.to_address)),  -- 'all' < 'bulk'
        s.campaign_id, clock_timestamp()
@@ -19,10 +20,15 @@ WHERE s.id = ANY(%(ids)s::bigint[])
 -- its reply was lost finds the row already under its own token and gets it again,
 -- uncounted. Rows are locked first (`locked`), so the lease and the guards' clock are read
 -- once the row is ours: a claim that waited on the relay's lock is not born lapsed.
+-- A row in doubt (a call of it had no known outcome) is sent again only within
+-- `resend_window_s` of its first call (an idempotency key's window, less the time to reach
+-- the provider; NULL: any time). The claim records the guarantee the row is sent under and
+-- the start of its first call.
 -- Returns the claimed ids and the seconds each has left before it expires (NULL: never).
 WITH claims AS (
     SELECT * FROM jsonb_to_recordset(%(claims)s::jsonb)
-        AS c (id bigint, attempt int, token uuid, provider text)
+        AS c (id bigint, attempt int, token uuid, provider text, guarantee text,
+              resend_window_s float8)
 ), locked AS (
     SELECT s.id FROM email_sends s WHERE s.id IN (SELECT id FROM claims) ORDER BY s.id FOR UPDATE
 )
@@ -31,7 +37,9 @@ SET status = 'sending',
     attempts = CASE WHEN s.status = 'pending' THEN s.attempts + 1 ELSE s.attempts END,
     lease_token = c.token,
     lease_until = clock_timestamp() + make_interval(secs => %(lease_s)s),
-    provider = c.provider
+    provider = c.provider,
+    guarantee = coalesce(c.guarantee, s.guarantee),
+    first_tried_at = coalesce(s.first_tried_at, clock_timestamp())
 FROM claims c, locked
 WHERE s.id = c.id AND locked.id = s.id
   AND ((s.status = 'pending' AND s.attempts = c.attempt
@@ -39,7 +47,9 @@ WHERE s.id = c.id AND locked.id = s.id
         AND (s.expires_at IS NULL OR s.expires_at > clock_timestamp())
         AND (s.attempts = 0 OR %(max_age_s)s::float8 IS NULL
              OR s.created_at + make_interval(secs => %(max_age_s)s::float8) > clock_timestamp())
-        AND (s.attempts = 0 OR s.provider IS NOT DISTINCT FROM c.provider))
+        AND (s.attempts = 0 OR s.provider IS NOT DISTINCT FROM c.provider)
+        AND (s.in_doubt_since IS NULL OR c.resend_window_s IS NULL
+             OR s.first_tried_at + make_interval(secs => c.resend_window_s) > clock_timestamp()))
        OR (s.status = 'sending' AND s.lease_token = c.token))
 RETURNING s.id, extract(epoch FROM s.expires_at - clock_timestamp())::float8
 
@@ -131,7 +141,7 @@ WHERE id IN (
     FOR UPDATE SKIP LOCKED
 )
 RETURNING id, dedupe_key, to_address, template, payload_json, priority, status, attempts,
-          expires_at, next_try_at, in_doubt_since, provider, created_at, NULL::text,
+          expires_at, next_try_at, in_doubt_since, provider, created_at, first_tried_at, NULL::text,
           campaign_id, clock_timestamp()
 
 -- name: republish_stale

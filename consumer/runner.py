@@ -26,6 +26,7 @@ from mailbus.consumer.kafka_source import KafkaSource
 from mailbus.consumer.ledger import MessageOrigin, SendLedger
 from mailbus.consumer.provider import HttpProvider
 from mailbus.consumer.providers import Provider
+from mailbus.consumer.providers.resend import RESEND_WINDOW_S, ResendDialect
 from mailbus.consumer.providers.smtp import SmtpProvider
 from mailbus.consumer.rate_limit import GlobalRateLimiter
 from mailbus.consumer.reconciler import Reconciler
@@ -119,6 +120,8 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         codec=pointer_codec(settings),
         attempt_warning=settings.attempt_warning,
         provider_name=own,
+        at_least_once=settings.unknown_outcome == "at_least_once",
+        reach_s=settings.connect_timeout,
     )
     await ledger.open()
     if settings.metrics_port is not None:
@@ -205,7 +208,17 @@ def _process_provider(
 
 
 def _primary_provider(settings: Settings) -> Provider:
-    """MAILBUS_PROVIDER: the HTTP API (default) or an SMTP server."""
+    """MAILBUS_PROVIDER: the HTTP API (default), an SMTP server or a named provider."""
+    if settings.provider == "resend":
+        window = settings.idempotency_window or RESEND_WINDOW_S
+        return HttpProvider(
+            settings.provider_url,
+            settings.provider_api_key,
+            connect_timeout=settings.connect_timeout,
+            request_timeout=settings.request_timeout,
+            max_connections=settings.max_in_flight,
+            dialect=ResendDialect(settings.mail_from, window),
+        )
     if settings.provider == "smtp":
         return SmtpProvider(
             settings.smtp_url,
@@ -214,7 +227,6 @@ def _primary_provider(settings: Settings) -> Provider:
             connect_timeout=settings.connect_timeout,
             request_timeout=settings.request_timeout,
             max_connections=settings.max_in_flight,
-            at_least_once=settings.smtp_unknown == "at_least_once",
             allow_plaintext_auth=settings.smtp_allow_plaintext_auth,
         )
     return _http_provider(settings, settings.provider_url, settings.provider_api_key)

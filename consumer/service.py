@@ -42,6 +42,14 @@ from mailbus.consumer.core import (
     wait_for_provider,
 )
 from mailbus.consumer.core.breaker import BreakerState
+from mailbus.consumer.core.capability import (
+    Resolution,
+    guarantee_of,
+    may_resend,
+    resend_window_s,
+    resolve_unknown,
+)
+from mailbus.consumer.core.decide import doubt_without_lookup, resend_closed
 from mailbus.consumer.core.domains import deferred, recipient_domain
 from mailbus.consumer.core.smtp_outcome import classify_call
 from mailbus.consumer.core.suppression import stops
@@ -96,6 +104,8 @@ class DeliveryService:
         codec: ValueCodec | None = None,
         attempt_warning: int = 3,
         provider_name: str | None = None,
+        at_least_once: bool = False,
+        reach_s: float = 0.0,
     ) -> None:
         self.ledger = ledger
         self.provider = provider
@@ -111,6 +121,8 @@ class DeliveryService:
         self.stopping = asyncio.Event()  # and storage retries give up once this is set
         self._codec = codec or send_pointer_codec()  # MAILBUS_SCHEMA_REGISTRY_URL: the runner's
         self.attempt_warning = attempt_warning  # MAILBUS_ATTEMPT_WARNING
+        self.at_least_once = at_least_once  # MAILBUS_UNKNOWN_OUTCOME=at_least_once
+        self.reach_s = reach_s  # a resend must reach the provider this long before a key expires
 
     async def handle(self, origin: MessageOrigin) -> None:
         """Deliver the mail one Kafka message points at; return once the outcome is recorded."""
@@ -201,6 +213,9 @@ class DeliveryService:
         provider = self._provider(route)
         if provider is None:
             return wait_for_provider(row, route or "default", now, self.policy)
+        closed = self._doubt_gate(row, provider, now)
+        if closed is not None:
+            return closed
         mail = OutgoingMail(row.dedupe_key, row.to_address, row.template, loaded.variables)
         try:
             return provider.prepare(mail)
@@ -258,9 +273,7 @@ class DeliveryService:
                     ):
                         await self._settle_without_call(loaded, expired, origin)
                         return None  # it expired while the provider was down
-                    claim = await self._durably(
-                        lambda: self.ledger.claim_for_send(row.id, row.attempts, route, token)
-                    )
+                    claim = await self._claim(row, route, token)
                     if claim is None:
                         await self._recheck(row.id, origin)  # e.g. it expired a moment ago
                         return None
@@ -268,6 +281,29 @@ class DeliveryService:
             finally:
                 if admission is not None:
                     self.gate.release(admission)
+
+    async def _claim(self, row: SendView, route: str | None, token: uuid.UUID) -> Claim | None:
+        """The guarded claim, recording the guarantee the row is sent under; a row in doubt
+        is claimed only inside its provider's resend window (checked on the database's
+        clock, where the wait ends)."""
+        provider = self._provider(route)
+        assert provider is not None  # _verdict prepared the mail with it
+        capability = provider.capability
+        guarantee = guarantee_of(capability, self.at_least_once).value
+        window_s = resend_window_s(capability, self.at_least_once, self.reach_s)
+        claim = await self._durably(
+            lambda: self.ledger.claim_for_send(
+                row.id,
+                row.attempts,
+                route,
+                token,
+                guarantee=guarantee,
+                resend_window_s=window_s,
+            )
+        )
+        if claim is not None and row.attempts == 0:
+            metrics.observe_guarantee(guarantee)
+        return claim
 
     async def _defer_for_domain(
         self, loaded: LoadedSend, domain: str, origin: MessageOrigin
@@ -310,11 +346,26 @@ class DeliveryService:
         fresh = await self._durably(lambda: self.ledger.load(send_id))
         if fresh is None or fresh.view.status is not Status.PENDING:
             return
-        verdict = before_send(
-            fresh.view, self.clock(), self._suppressed(fresh), self.policy.max_age_s
-        )
+        now = self.clock()
+        verdict = before_send(fresh.view, now, self._suppressed(fresh), self.policy.max_age_s)
+        if verdict is None:  # e.g. in doubt, and its key's window closed before the claim
+            verdict = self._doubt_gate(fresh.view, self._provider(self._route(fresh)), now)
         if verdict is not None:
             await self._settle_without_call(fresh, verdict, origin)
+
+    def _doubt_gate(
+        self, row: SendView, provider: Provider | None, now: datetime
+    ) -> Decision | None:
+        """``unknown`` for a row in doubt that its provider's capability no longer lets us
+        send again (:func:`may_resend`), else None."""
+        if provider is None:
+            return None
+        in_doubt = row.in_doubt_since is not None
+        if may_resend(
+            provider.capability, in_doubt, row.first_tried_at, now, self.at_least_once, self.reach_s
+        ):
+            return None
+        return resend_closed(now, self.policy)
 
     async def resolve(self, loaded: LoadedSend, token: uuid.UUID) -> None:
         """Settle a row whose last call has no known outcome, by looking its key up."""
@@ -329,7 +380,13 @@ class DeliveryService:
         route: str | None,
         mail: Any,
     ) -> _Attempt:
-        row = replace(loaded.view, status=Status.SENDING, attempts=loaded.view.attempts + 1)
+        view = loaded.view
+        row = replace(
+            view,
+            status=Status.SENDING,
+            attempts=view.attempts + 1,
+            first_tried_at=view.first_tried_at or self.clock(),  # the claim's, near enough
+        )
         provider = self._provider(route)
         assert provider is not None  # _verdict prepared the mail with it
         log.debug("sending %s to %s, attempt %d", row.dedupe_key, row.to_address, row.attempts)
@@ -362,13 +419,17 @@ class DeliveryService:
         if not needs_confirmation(decision, earlier_calls):
             return False
         provider = self._provider(route)
-        return provider is None or provider.can_look_up or row.in_doubt_since is not None
+        return provider is None or provider.capability.look_up or row.in_doubt_since is not None
 
     async def _lookup(self, dedupe_key: str, route: str | None) -> LookupResult:
         """Ask the provider that took the calls whether it accepted the key."""
         provider = self._provider(route)
         if provider is None:
             return LookupResult(None, True, f"the {route} provider is not configured here")
+        capability = provider.capability
+        if not capability.look_up:  # nothing to ask: at least once takes no answer as "no"
+            blind = self.at_least_once and capability.key is None
+            return LookupResult(None, not blind, "no look-up at this provider")
         if route != FALLBACK:
             await self.gate.before_request()
         metrics.observe_lookup()
@@ -391,6 +452,18 @@ class DeliveryService:
         )
 
     async def _decide_by_lookup(self, row: SendView, route: str | None) -> Decision:
+        """Resolve a call with no known outcome the way the provider's capability allows:
+        a look-up, a resend (under the key inside its window, or at least once), or wait."""
+        provider = self._provider(route)
+        if provider is not None and not provider.capability.look_up:
+            capability = provider.capability
+            now = self.clock()
+            resolution = resolve_unknown(
+                capability, row.first_tried_at, now, self.at_least_once, self.reach_s
+            )
+            resend = resolution is Resolution.RESEND
+            keyed = capability.key is not None
+            return doubt_without_lookup(row, resend, keyed, now, self.policy, self.rand)
         found = await self._lookup(row.dedupe_key, route)
         return after_lookup(
             row,

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from mailbus.sandbox.dialects import DIALECTS, Dialect
 from mailbus.sandbox.emitter import EventEmitter
 from mailbus.sandbox.faults import Fault, FaultPlan, FaultSpecError, choose_fault, plan_from_dict
 from mailbus.sandbox.ledger import Ledger, RequestRecord
@@ -55,7 +56,9 @@ class SandboxState:
         emitter: EventEmitter | None = None,
     ) -> None:
         self.emitter = emitter
+        self.api_key = api_key
         self.authorization = f"Bearer {api_key}"
+        self.idempotency_window_s: float | None = None  # None: a key is kept for good
         self.plan = plan if plan is not None else FaultPlan()
         self.seed = seed
         self.rng = random.Random(seed)
@@ -68,6 +71,7 @@ class SandboxState:
         self.plan = FaultPlan()
         self.rng = random.Random(self.seed)
         self.ledger.reset()
+        self.idempotency_window_s = None
 
 
 STATE = web.AppKey("sandbox_state", SandboxState)
@@ -95,51 +99,35 @@ async def _hang(request: web.Request, state: SandboxState, seconds: float) -> No
         await asyncio.sleep(min(0.05, left))
 
 
-def _parse_send_body(body: bytes) -> tuple[str, str] | str:
-    """``(to, template)`` from a send body, or the reason it is malformed."""
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        return "body is not JSON"
-    if not isinstance(doc, dict):
-        return "body must be a JSON object"
-    to, template = doc.get("to"), doc.get("template")
-    if not isinstance(to, str) or not to:
-        return "'to' must be a non-empty string"
-    if not isinstance(template, str) or not template:
-        return "'template' must be a non-empty string"
-    if not isinstance(doc.get("variables", {}), dict):
-        return "'variables' must be an object"
-    return to, template
+def _send_handler(dialect: Dialect) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def send(request: web.Request) -> web.StreamResponse:
+        state = request.app[STATE]
+        record = state.ledger.arrive(request.headers.get("Idempotency-Key") or None)
+        try:
+            return await _handle_send(request, state, record, dialect)
+        finally:
+            state.ledger.depart()
 
-
-async def _send(request: web.Request) -> web.StreamResponse:
-    state = request.app[STATE]
-    key = request.headers.get("Idempotency-Key") or None
-    record = state.ledger.arrive(key)
-    try:
-        return await _handle_send(request, state, record, key)
-    finally:
-        state.ledger.depart()
+    return send
 
 
 async def _handle_send(
-    request: web.Request, state: SandboxState, record: RequestRecord, key: str | None
+    request: web.Request, state: SandboxState, record: RequestRecord, dialect: Dialect
 ) -> web.StreamResponse:
     ledger = state.ledger
-    if request.headers.get("Authorization") != state.authorization:
+    if not dialect.authorized(request, state.api_key):
         ledger.settle(record, "unauthorized")
-        return _error(401, "unauthorized", "missing or wrong API key")
+        return dialect.error(401, "unauthorized", "missing or wrong API key")
     body = await request.read()
-    if key is None:
+    if dialect.key_required and not request.headers.get("Idempotency-Key"):
         ledger.settle(record, "bad_request")
-        return _error(400, "bad_request", "the Idempotency-Key header is required")
-    parsed = _parse_send_body(body)
+        return dialect.error(400, "bad_request", "the Idempotency-Key header is required")
+    parsed = dialect.parse(request, body)
     if isinstance(parsed, str):
         ledger.settle(record, "bad_request")
-        return _error(400, "bad_request", parsed)
-    record.to = parsed[0]
-    domain = parsed[0].rpartition("@")[2].lower()
+        return dialect.error(400, "bad_request", parsed)
+    record.to = parsed.to
+    domain = parsed.to.rpartition("@")[2].lower()
     choice = choose_fault(state.plan, state.rng, domain)
     state.plan = choice.plan
     if choice.delay_ms > 0:
@@ -150,30 +138,23 @@ async def _handle_send(
         ledger.settle(record, kind)
         if kind == "429":
             assert fault is not None
-            retry = str(fault.retry_after)
-            if fault.domain is not None:  # a mailbox provider deferring us for its domain
-                return _error(
-                    429,
-                    "rate_limited",
-                    f"too many requests to {fault.domain}",
-                    **{"Retry-After": retry, "X-Throttle-Scope": "recipient-domain"},
-                )
-            return _error(429, "rate_limited", "too many requests", **{"Retry-After": retry})
+            return dialect.rate_limited(fault.retry_after, fault.domain)
         if kind == "503":
-            return _error(503, "unavailable", "service unavailable, try again later")
+            return dialect.error(503, "unavailable", "service unavailable, try again later")
         if kind == "422":
-            return _error(422, "unprocessable", "the message was rejected")
+            return dialect.error(422, "unprocessable", "the message was rejected")
         return _drop(request)  # drop_before_accept
-    message_id, minted = ledger.accept(key, to=parsed[0], template=parsed[1])
+    message_id, minted = ledger.accept(
+        parsed.key, to=parsed.to, template=parsed.template, window_s=state.idempotency_window_s
+    )
     if minted and state.emitter is not None:
         state.emitter.accepted(message_id)
     if kind is None:
         ledger.settle(record, "accepted" if minted else "replayed")
-        return web.json_response({"id": message_id})
+        return dialect.accepted(message_id)
     ledger.settle(record, kind)
     if kind == "malformed":
-        truncated = b'{"id": "' + message_id[:10].encode()
-        return web.Response(body=truncated, content_type="application/json")
+        return dialect.malformed(message_id)
     if kind == "hang_after_accept":
         assert fault is not None
         await _hang(request, state, fault.hang_seconds)
@@ -258,6 +239,19 @@ async def _events(request: web.Request, state: SandboxState) -> web.Response:
     return web.json_response(state.emitter.snapshot())
 
 
+async def _set_idempotency(request: web.Request, state: SandboxState) -> web.Response:
+    """``{"window_s": S}``: a key older than S seconds (from its first acceptance) is
+    forgotten, as a real provider's is, and a send under it is a new mail; null: never."""
+    try:
+        window = json.loads(await request.read()).get("window_s")
+        if window is not None and not (isinstance(window, int | float) and window > 0):
+            raise ValueError("window_s must be a number > 0 or null")
+    except (ValueError, AttributeError) as exc:
+        return _error(400, "bad_request", str(exc))
+    state.idempotency_window_s = None if window is None else float(window)
+    return web.json_response({"window_s": state.idempotency_window_s})
+
+
 async def _reset(request: web.Request, state: SandboxState) -> web.Response:
     state.reset()
     return web.json_response({"status": "reset"})
@@ -267,7 +261,8 @@ def make_app(state: SandboxState) -> web.Application:
     """The aiohttp application serving ``state``."""
     app = web.Application()
     app[STATE] = state
-    app.router.add_post("/v1/send", _send)
+    app.router.add_post("/v1/send", _send_handler(DIALECTS["mailbus"]))
+    app.router.add_post("/emails", _send_handler(DIALECTS["resend"]))
     app.router.add_get("/v1/messages", _lookup)
     app.router.add_get("/_sandbox/health", _control(_health))
     app.router.add_get("/_sandbox/ledger", _control(_ledger))
@@ -275,5 +270,6 @@ def make_app(state: SandboxState) -> web.Application:
     app.router.add_get("/_sandbox/faults", _control(_get_faults))
     app.router.add_post("/_sandbox/faults", _control(_set_faults))
     app.router.add_post("/_sandbox/reset", _control(_reset))
+    app.router.add_post("/_sandbox/idempotency", _control(_set_idempotency))
     app.router.add_get("/_sandbox/events", _control(_events))
     return app

@@ -53,6 +53,7 @@ class KeyRecord:
     id: str | None = None
     to: str | None = None
     template: str | None = None
+    accepted_at: float = 0.0  # monotonic, when ``id`` was minted (a key's window)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -137,15 +138,26 @@ class Ledger:
         """A request's handler has finished (answered, dropped or given up)."""
         self.in_flight -= 1
 
-    def accept(self, key: str, *, to: str, template: str) -> tuple[str, bool]:
-        """Accept a send under ``key``: ``(id, True)`` if minted now, ``(id, False)`` on replay."""
+    def accept(
+        self, key: str | None, *, to: str, template: str, window_s: float | None = None
+    ) -> tuple[str, bool]:
+        """Accept a send under ``key``: ``(id, True)`` if minted now, ``(id, False)`` on replay.
+        A key first accepted ``window_s`` or more ago is expired, as a provider forgets
+        it: a new id is minted and ``accepted`` counts the second mail. No key: always a
+        new mail, under a key of its own (its id)."""
+        if key is None:
+            message_id = self._mint()
+            key = f"no-key-{message_id}"
         entry = self.keys.get(key)
         if entry is None:
             entry = self.keys[key] = KeyRecord()
         entry.sends += 1
-        if entry.id is not None:
+        now = self._monotonic()
+        expired = window_s is not None and now - entry.accepted_at >= window_s
+        if entry.id is not None and not expired:
             return entry.id, False
         entry.id = self._mint()
+        entry.accepted_at = now
         entry.accepted += 1
         entry.to, entry.template = to, template
         self.accepted += 1

@@ -14,7 +14,7 @@ from mailbus.consumer.core.breaker import BreakerPolicy
 from mailbus.consumer.core.outcome import CallResult, ProviderReply
 from mailbus.consumer.gate import ProviderGate
 from mailbus.consumer.ledger import MessageOrigin, SendLedger
-from mailbus.consumer.provider import LookupResult, OutgoingMail, PreparedMail
+from mailbus.consumer.provider import LookupResult, MailbusDialect, OutgoingMail, PreparedMail
 from mailbus.consumer.service import DeliveryService
 from mailbus.schemas.codec import SendPointer, send_pointer_codec
 from mailbus_client.policies import configured_policy_book
@@ -26,7 +26,7 @@ class ScriptedProvider:
     """Answers every send with ``reply(key)`` (503 by default); knows ``accepted`` keys on
     look-up; records what was sent and looked up."""
 
-    can_look_up = True
+    capability = MailbusDialect.capability
 
     def __init__(
         self,

@@ -47,9 +47,11 @@ __all__ = [
     "after_lookup",
     "before_send",
     "confirm_final",
+    "doubt_without_lookup",
     "lease_expired",
     "needs_confirmation",
     "needs_lookup",
+    "resend_closed",
     "server_failed",
     "too_old",
     "unsendable",
@@ -74,6 +76,7 @@ class SendView:
     next_try_at: datetime | None = None
     in_doubt_since: datetime | None = None  # start of the latest call with no known outcome
     created_at: datetime | None = None
+    first_tried_at: datetime | None = None  # start of the first call (a key's window)
 
 
 @dataclass(frozen=True)
@@ -292,6 +295,40 @@ def after_lookup(
         return _lookup_failed(row, detail, now, policy, rand)
     decision = _retry_or_stop(row, "not accepted per look-up", now, policy, rand, None, None)
     return _unless_in_doubt(row, decision, now, policy)
+
+
+def doubt_without_lookup(
+    row: SendView,
+    resend: bool,
+    keyed: bool,
+    now: datetime,
+    policy: RetryPolicy,
+    rand: Rand,
+) -> Decision:
+    """:func:`after_lookup` for a provider with no look-up (see ``capability``): with
+    ``resend`` (inside an idempotency key's window, or at least once) the row goes back to
+    ``pending`` to be sent again, like a "not found"; otherwise it stays ``unknown`` for an
+    operator. Under a key (``keyed``), a resend proves nothing until it is made, so a final
+    state (out of attempts, expiring first) is never concluded from it: ``unknown``."""
+    if not resend:
+        return _lookup_failed(
+            row, "no look-up at this provider, waits for an operator", now, policy, rand
+        )
+    decision = _retry_or_stop(row, "no look-up: sent again", now, policy, rand, None, None)
+    if keyed and decision.next_status in _FINAL_NOT_ACCEPTED:
+        return _lookup_failed(row, f"cannot confirm {decision.reason}", now, policy, rand)
+    return _unless_in_doubt(row, decision, now, policy)
+
+
+def resend_closed(now: datetime, policy: RetryPolicy) -> Decision:
+    """A ``pending`` row in doubt that may no longer be sent (its idempotency key's window
+    passed, and the provider has no look-up): ``unknown``, for an operator to resolve
+    (``mailbus send resolve``); never a blind resend."""
+    return Decision(
+        Status.UNKNOWN,
+        retry_at=now + timedelta(seconds=policy.cap_s),
+        reason="in doubt past the idempotency key's window: waits for an operator",
+    )
 
 
 def lease_expired(row_status: Status, lease_until: datetime | None, now: datetime) -> bool:

@@ -9,6 +9,8 @@ result                                      outcome   why
 2xx with ``{"id": "<non-empty>"}``          accepted  the contract
 2xx without a valid id                      unknown   the contract: never a blind resend
 408, 429, 500, 502, 503, 504                retry     the contract; Retry-After carried
+a 4xx the provider's error body calls      retry     e.g. Resend's 409
+transient (``transient``)                             concurrent_idempotent_requests
 any other 4xx                               rejected  the contract: failed + DLQ
 any other 5xx (501, 505, 507, 511, ...)     retry     a server error, not a verdict on the
                                                       mail; retrying with the same
@@ -66,6 +68,7 @@ class ProviderReply:
     retry_after_s: float | None = None
     error_excerpt: str = ""
     domain_scoped: bool = False  # a 429 for the recipient's domain (X-Throttle-Scope)
+    transient: bool = False  # the provider's error body says: the same request again, later
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,7 @@ def classify(result: CallResult) -> Classification:
         return Classification(
             Outcome.UNKNOWN, reason=f"http {code} without a valid id", status_code=code
         )
-    if code in RETRYABLE_STATUS_CODES or 500 <= code <= 599:
+    if code in RETRYABLE_STATUS_CODES or 500 <= code <= 599 or result.transient:
         return Classification(
             Outcome.RETRY,
             retry_after_s=_sane_delay(result.retry_after_s),

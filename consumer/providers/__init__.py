@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from mailbus.consumer.core.capability import Capability
 from mailbus.consumer.core.smtp_outcome import AnyCallResult
 from mailbus.consumer.provider import LookupResult, OutgoingMail
 
@@ -22,10 +23,11 @@ __all__ = ["Provider"]
 
 class Provider(Protocol):
     """The interface the delivery service depends on; ``prepare``'s value is only ever
-    handed back to the same provider's ``send``. ``can_look_up`` False: ``lookup`` always
-    fails (SMTP), so only a row in doubt needs one."""
+    handed back to the same provider's ``send``. ``capability`` says what it offers against
+    doubt (an idempotency key and its window, a look-up, or neither); ``lookup`` is called
+    only when it offers a look-up."""
 
-    can_look_up: bool
+    capability: Capability
 
     def prepare(self, mail: OutgoingMail) -> Any: ...
 

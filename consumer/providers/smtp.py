@@ -18,10 +18,10 @@ lost or timed out once DATA was sent, before its reply     ``TransportFailure(se
 The stages before RCPT are about the server, not the mail (see
 :mod:`mailbus.consumer.core.smtp_outcome`): they feed the breaker and spend no attempt.
 
-SMTP has no look-up: :meth:`SmtpProvider.lookup` always fails, so an unknown outcome (the
-connection lost after DATA) stays ``unknown`` -- never resent (at most once) -- until an
-operator resolves it; with ``at_least_once`` (MAILBUS_SMTP_UNKNOWN) the look-up says "not
-found" and the mail is sent again at its next retry (a duplicate possible). Each mail
+SMTP has neither an idempotency key nor a look-up (:attr:`SmtpProvider.capability`), so an
+unknown outcome (the connection lost after DATA) stays ``unknown`` -- never resent (at
+most once) -- until an operator resolves it; with MAILBUS_UNKNOWN_OUTCOME=at_least_once
+the mail is sent again at its next retry (a duplicate possible). Each mail
 carries a deterministic ``Message-ID: <sha256(dedupe_key)[:32]@domain>``, so a receiver
 can spot a duplicate.
 Connections are kept and reused (at most ``max_connections``); a kept connection that
@@ -43,6 +43,7 @@ from urllib.parse import unquote, urlsplit
 
 import aiosmtplib
 
+from mailbus.consumer.core.capability import Capability
 from mailbus.consumer.core.outcome import TransportFailure, clip_reason
 from mailbus.consumer.core.smtp_outcome import SERVER_STAGES, AnyCallResult, SmtpDown, SmtpReply
 from mailbus.consumer.provider import LookupResult, OutgoingMail
@@ -134,7 +135,7 @@ _OWN_HEADERS = frozenset({"from", "to", "subject", "message-id", "date"})
 class SmtpProvider:
     """Sends through the SMTP server of ``url`` as ``sender``."""
 
-    can_look_up = False
+    capability = Capability(source="RFC 5321: no idempotency key, no look-up")
 
     def __init__(
         self,
@@ -146,7 +147,6 @@ class SmtpProvider:
         request_timeout: float = 15.0,
         max_connections: int = 32,
         message_id_domain: str | None = None,
-        at_least_once: bool = False,
         allow_plaintext_auth: bool = False,
     ) -> None:
         self._target = SmtpTarget.parse(url, allow_plaintext_auth)
@@ -156,7 +156,6 @@ class SmtpProvider:
             raise ConfigError("MAILBUS_REQUEST_TIMEOUT", "must be > 0")
         self._sender = sender
         self._password = password
-        self._at_least_once = at_least_once
         self._domain = message_id_domain or sender.rsplit("@", 1)[1]
         self._connect_timeout = connect_timeout
         self._request_timeout = request_timeout
@@ -229,11 +228,8 @@ class SmtpProvider:
         return TransportFailure(False, "no connection")  # pragma: no cover - loop returns
 
     async def lookup(self, dedupe_key: str) -> LookupResult:
-        """SMTP cannot tell whether it accepted a mail: the look-up always fails (at most
-        once), or, with ``at_least_once``, says "not found" so an unknown call is retried
-        (a duplicate possible, under the same Message-ID)."""
-        if self._at_least_once:
-            return LookupResult(None, False, f"{NO_LOOKUP}: at least once, retried")
+        """SMTP cannot tell whether it accepted a mail: the look-up always fails (the
+        service does not call it: :attr:`capability` has no look-up)."""
         return LookupResult(None, True, NO_LOOKUP)
 
     async def aclose(self) -> None:

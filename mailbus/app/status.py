@@ -22,7 +22,7 @@ RATE_WINDOWS = {"5m": 5, "15m": 15}  # label → minutes
 BREAKER_FRESH_S = 60  # a provider_health row older than this belongs to a stopped process
 
 _BY_STATUS = """
-SELECT priority, status, count(*) FROM email_sends GROUP BY priority, status
+SELECT priority, status, guarantee, count(*) FROM email_sends GROUP BY priority, status, guarantee
 """
 _OLDEST_PENDING = """
 SELECT priority, extract(epoch FROM now() - min(created_at))
@@ -66,8 +66,12 @@ def collect_status(database_url: str) -> dict[str, Any]:
     try:
         with psycopg.connect(database_url, connect_timeout=5) as conn:
             counts: dict[str, dict[str, int]] = {}
-            for priority, status, count in conn.execute(_BY_STATUS):
-                counts.setdefault(priority, {})[status] = count
+            guarantees: dict[str, int] = {}  # rows sent under each (email_sends.guarantee)
+            for priority, status, guarantee, count in conn.execute(_BY_STATUS):
+                by_status = counts.setdefault(priority, {})
+                by_status[status] = by_status.get(status, 0) + count
+                if guarantee is not None:
+                    guarantees[guarantee] = guarantees.get(guarantee, 0) + count
             oldest = {p: round(float(age), 1) for p, age in conn.execute(_OLDEST_PENDING)}
             unpublished_row = conn.execute(_UNPUBLISHED).fetchone()
             events_row = conn.execute(_EVENTS_UNPUBLISHED).fetchone()
@@ -86,6 +90,7 @@ def collect_status(database_url: str) -> dict[str, Any]:
         "not_yet_on_kafka": unpublished_row[0] if unpublished_row else 0,
         "send_events_unpublished": events_row[0] if events_row else 0,  # outcome events
         "failed": sum(c.get("failed", 0) for c in counts.values()),
+        "by_guarantee": guarantees,
         "provider_calls": {"5m": _rates(*five), "15m": _rates(*fifteen)},
         "dead_letters": {
             "not_replayed": sum(dead_letters.values()),
@@ -147,6 +152,9 @@ def render_status(status: dict[str, Any]) -> list[str]:
         f"not yet on Kafka: {status['not_yet_on_kafka']} sends,"
         f" {status['send_events_unpublished']} outcome events   failed: {status['failed']}"
     )
+    if status["by_guarantee"]:
+        sent_under = ", ".join(f"{g} {n}" for g, n in sorted(status["by_guarantee"].items()))
+        lines.append(f"sent under: {sent_under}")
     lines.append("")
     lines.append(
         f"{'provider calls':<16}{'calls':>8}{'failed':>8}{'fail %':>8}{'429s':>8}{'429 %':>8}"

@@ -81,6 +81,12 @@ PROVIDER_429 = Counter(
     "mailbus_provider_429",
     "Send calls the email API answered with 429 Too Many Requests.",
 )
+SENT_UNDER_GUARANTEE = Counter(
+    "mailbus_sent_under_guarantee",
+    "Mails whose first provider call was made, by the guarantee they were sent under "
+    "(exactly_once, at_most_once, at_least_once; email_sends.guarantee).",
+    ["guarantee"],
+)
 ATTEMPT_WARNINGS = Counter(
     "mailbus_attempt_warnings",
     "Mails whose call was their MAILBUS_ATTEMPT_WARNING-th attempt (default 3), by priority.",
@@ -205,6 +211,11 @@ def observe_call(priority: str, outcome: str, latency_s: float, status_code: int
     PROVIDER_LATENCY.observe(max(latency_s, 0.0))
     if status_code == 429:
         PROVIDER_429.inc()
+
+
+def observe_guarantee(guarantee: str) -> None:
+    """A row's first call was made, under ``guarantee`` (email_sends.guarantee)."""
+    SENT_UNDER_GUARANTEE.labels(guarantee).inc()
 
 
 def observe_attempt_warning(priority: str) -> None:

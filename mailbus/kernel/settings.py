@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -76,12 +76,15 @@ class Settings:
     campaign_daily_quota: int | None = None  # recipients per UTC day, all campaigns; None: any
     campaign_import_part: int = 50_000  # audience lines per import transaction
     kafka_security: KafkaSecurity = _PLAINTEXT  # TLS/SASL: see kafka_client_config
-    provider: str = "http"  # http | smtp
+    provider: str = "http"  # http | smtp | resend
+    mail_from: str = ""  # MAILBUS_MAIL_FROM: the sender of a named provider's mail
+    idempotency_window: float | None = None  # None: the provider's documented window
     smtp_url: str = ""  # smtp://host:port, smtp+starttls://user@host:587, smtps://...
     smtp_password: str = ""
     smtp_from: str = ""
-    smtp_unknown: str = "at_most_once"  # at_most_once | at_least_once
     smtp_allow_plaintext_auth: bool = False  # smtp://user@host: AUTH without TLS
+    # with a provider that has neither an idempotency key nor a look-up (SMTP, ...)
+    unknown_outcome: str = "at_most_once"  # at_most_once | at_least_once
     retry_schedule: tuple[float, ...] = ()  # explicit retry delays (s); () = exponential
     max_age: float | None = None  # seconds after created_at with no further retry; None: off
     attempt_warning: int = 3  # the attempt that counts in mailbus_attempt_warnings_total
@@ -200,10 +203,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         ),
         kafka_security=parse_kafka_security(env),
         provider=_provider_kind(env.get("MAILBUS_PROVIDER")),
+        mail_from=reader._raw("MAILBUS_MAIL_FROM") or "",
+        idempotency_window=reader.optional_number("MAILBUS_IDEMPOTENCY_WINDOW"),
         smtp_url=reader._raw("MAILBUS_SMTP_URL") or "",
         smtp_password=reader.secret("MAILBUS_SMTP_PASSWORD"),
         smtp_from=reader._raw("MAILBUS_SMTP_FROM") or "",
-        smtp_unknown=_smtp_unknown(env.get("MAILBUS_SMTP_UNKNOWN")),
+        unknown_outcome=_unknown_outcome(env),
         smtp_allow_plaintext_auth=_flag(
             "MAILBUS_SMTP_ALLOW_PLAINTEXT_AUTH", env.get("MAILBUS_SMTP_ALLOW_PLAINTEXT_AUTH")
         ),
@@ -227,24 +232,40 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise ConfigError("MAILBUS_SMTP_FROM", "required with MAILBUS_PROVIDER=smtp: an address")
     if settings.postmark_webhook_auth and ":" not in settings.postmark_webhook_auth:
         raise ConfigError("MAILBUS_POSTMARK_WEBHOOK_AUTH", "expected user:password")
+    named_url = _NAMED_PROVIDER_URLS.get(settings.provider)
+    if named_url is not None and "@" not in settings.mail_from:
+        raise ConfigError(
+            "MAILBUS_MAIL_FROM", f"required with MAILBUS_PROVIDER={settings.provider}: an address"
+        )
+    if named_url is not None and not env.get("MAILBUS_PROVIDER_URL"):
+        settings = replace(settings, provider_url=named_url)  # the provider's own API
     if settings.backoff_cap < settings.backoff_base:
         raise ConfigError("MAILBUS_BACKOFF_CAP", "must be at least MAILBUS_BACKOFF_BASE")
     return settings
 
 
+# MAILBUS_PROVIDER's named providers and their APIs (MAILBUS_PROVIDER_URL overrides, e.g.
+# the sandbox's dialect of it in tests)
+_NAMED_PROVIDER_URLS = {"resend": "https://api.resend.com"}
+_PROVIDER_KINDS = ("http", "smtp", *_NAMED_PROVIDER_URLS)
+
+
 def _provider_kind(raw: str | None) -> str:
     kind = (raw or "http").strip().lower() or "http"
-    if kind not in ("http", "smtp"):
-        raise ConfigError("MAILBUS_PROVIDER", f"expected http or smtp, got {raw!r}")
+    if kind not in _PROVIDER_KINDS:
+        raise ConfigError(
+            "MAILBUS_PROVIDER", f"expected one of {', '.join(_PROVIDER_KINDS)}, got {raw!r}"
+        )
     return kind
 
 
-def _smtp_unknown(raw: str | None) -> str:
+def _unknown_outcome(env: Mapping[str, str]) -> str:
+    """MAILBUS_UNKNOWN_OUTCOME, or its older name MAILBUS_SMTP_UNKNOWN."""
+    name = "MAILBUS_UNKNOWN_OUTCOME" if "MAILBUS_UNKNOWN_OUTCOME" in env else "MAILBUS_SMTP_UNKNOWN"
+    raw = env.get(name)
     policy = (raw or "").strip().lower() or "at_most_once"
     if policy not in ("at_most_once", "at_least_once"):
-        raise ConfigError(
-            "MAILBUS_SMTP_UNKNOWN", f"expected at_most_once or at_least_once, got {raw!r}"
-        )
+        raise ConfigError(name, f"expected at_most_once or at_least_once, got {raw!r}")
     return policy
 
 

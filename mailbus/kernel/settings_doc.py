@@ -111,7 +111,20 @@ SETTINGS: tuple[Setting, ...] = (
         "the shortest outage (breaker not closed) that starts a recovery ramp",
         {"consume"},
     ),
-    _s("PROVIDER", "http", "which provider the consumer calls: http or smtp", {"consume"}),
+    _s(
+        "PROVIDER",
+        "http",
+        "which provider the consumer calls: http (the sandbox's API), smtp, resend"
+        " (docs/providers.md)",
+        {"consume"},
+    ),
+    _s("MAIL_FROM", "-", "sender address of a named provider's mail (resend)", {"consume"}),
+    _s(
+        "IDEMPOTENCY_WINDOW",
+        "the provider's",
+        "seconds a named provider keeps an idempotency key (resend: 86400); for tests",
+        {"consume"},
+    ),
     _s(
         "SMTP_URL",
         "-",
@@ -128,11 +141,13 @@ SETTINGS: tuple[Setting, ...] = (
         {"consume"},
     ),
     _s(
-        "SMTP_UNKNOWN",
+        "UNKNOWN_OUTCOME",
         "at_most_once",
-        "SMTP connection lost after DATA: stay unknown, or at_least_once (resend)",
+        "a call with no known outcome at a provider with neither idempotency key nor look-up"
+        " (SMTP, ...): stay unknown for an operator, or at_least_once (resend)",
         {"consume"},
     ),
+    _s("SMTP_UNKNOWN", "at_most_once", "older name of MAILBUS_UNKNOWN_OUTCOME", {"consume"}),
     _s(
         "LATE_ACCEPT_WINDOW",
         "2 x request timeout",

@@ -25,7 +25,7 @@ from mailbus.consumer.core.outcome import CallResult, ProviderReply, TransportFa
 from mailbus.consumer.db_clock import DatabaseClock
 from mailbus.consumer.gate import ProviderGate
 from mailbus.consumer.ledger import Claim, LoadedSend, MessageOrigin
-from mailbus.consumer.provider import LookupResult, OutgoingMail, PreparedMail
+from mailbus.consumer.provider import LookupResult, MailbusDialect, OutgoingMail, PreparedMail
 from mailbus.consumer.reconciler import Reconciler
 from mailbus.consumer.service import DeliveryService
 from mailbus.schemas.codec import SendPointer, send_pointer_codec
@@ -60,7 +60,14 @@ class ModelLedger:
         return None if row is None else LoadedSend(row.view, {}, None, row.provider)
 
     async def claim_for_send(
-        self, send_id: int, attempt: int, provider: str | None, token: uuid.UUID
+        self,
+        send_id: int,
+        attempt: int,
+        provider: str | None,
+        token: uuid.UUID,
+        *,
+        guarantee: str | None = None,
+        resend_window_s: float | None = None,  # None: the model's provider has a look-up
     ) -> Claim | None:
         submitted = asyncio.get_running_loop().time()  # as the real ledger: errs early
         row, now = self.rows[send_id], self.now()
@@ -142,7 +149,7 @@ class ModelLedger:
 class FlakyProvider:
     """An honest idempotent provider behind a flaky network, as the sandbox is."""
 
-    can_look_up = True
+    capability = MailbusDialect.capability
 
     def __init__(self, rng: random.Random, ledger: ModelLedger) -> None:
         self.rng, self.ledger = rng, ledger

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from mailbus.consumer.core.backoff import RetryPolicy, retry_delay, with_schedule
+from mailbus.consumer.core.capability import Capability
 from mailbus.consumer.core.decide import SendView, after_call, after_lookup
 from mailbus.consumer.core.outcome import Outcome, ProviderReply, TransportFailure
 from mailbus.consumer.core.smtp_outcome import SmtpReply, classify_call, classify_smtp, queue_id
@@ -220,14 +221,17 @@ def test_headers_that_inject_or_replace_ours_are_an_invalid_send(headers: object
 
 
 def test_unknown_policy_setting_and_lookup() -> None:
-    assert load_settings({}).smtp_unknown == "at_most_once"
-    assert load_settings({"MAILBUS_SMTP_UNKNOWN": "at_least_once"}).smtp_unknown == (
+    assert load_settings({}).unknown_outcome == "at_most_once"
+    assert load_settings({"MAILBUS_SMTP_UNKNOWN": "at_least_once"}).unknown_outcome == (
+        "at_least_once"
+    )
+    assert load_settings({"MAILBUS_UNKNOWN_OUTCOME": "at_least_once"}).unknown_outcome == (
         "at_least_once"
     )
     with pytest.raises(ConfigError, match="MAILBUS_SMTP_UNKNOWN"):
         load_settings({"MAILBUS_SMTP_UNKNOWN": "exactly_once"})
+    with pytest.raises(ConfigError, match="MAILBUS_UNKNOWN_OUTCOME"):
+        load_settings({"MAILBUS_UNKNOWN_OUTCOME": "exactly_once"})
     strict = SmtpProvider("smtp://127.0.0.1:1", "noreply@shop.example")
-    loose = SmtpProvider("smtp://127.0.0.1:1", "noreply@shop.example", at_least_once=True)
+    assert strict.capability == Capability()  # neither a key nor a look-up
     assert asyncio.run(strict.lookup("k")).failed
-    resend = asyncio.run(loose.lookup("k"))
-    assert (resend.failed, resend.message_id) == (False, None)

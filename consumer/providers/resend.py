@@ -1,0 +1,111 @@
+"""Resend's email API as a dialect of :class:`~mailbus.consumer.provider.HttpProvider`.
+
+``POST {base}/emails`` with ``Authorization: Bearer <key>`` and ``Idempotency-Key: <dedupe
+key>``; ``200 {"id": ...}``. Resend keeps an idempotency key for 24 hours: the same key in
+that window gives the same answer and no second mail (keys of 1-256 characters; ``409
+invalid_idempotent_request`` when the body differs, ``409 concurrent_idempotent_requests``
+while the first request is still in progress, safe to retry)
+(https://resend.com/docs/dashboard/emails/idempotency-keys). Resend has no look-up by
+anything mailbus chooses, so a call in doubt is resent under its key inside the window and
+stays ``unknown`` past it (:mod:`mailbus.consumer.core.capability`).
+
+Errors are ``{"statusCode", "name", "message"}``; 429 carries ``retry-after`` and
+``ratelimit-reset`` (seconds) (https://resend.com/docs/api-reference/rate-limit). The
+subject, text and html come from the row's variables (:func:`render_mail`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from mailbus.consumer.core.capability import Capability, IdempotencyKey
+from mailbus.consumer.core.outcome import ProviderReply, parse_retry_after
+from mailbus.consumer.provider import (
+    LookupResult,
+    OutgoingMail,
+    WireRequest,
+    json_body,
+    message_id_of,
+)
+from mailbus.consumer.providers.smtp import render_mail
+from mailbus.kernel.errors import InvalidSendError
+from mailbus_client.send_request import mail_headers
+
+__all__ = ["RESEND_WINDOW_S", "ResendDialect"]
+
+RESEND_WINDOW_S = 24 * 3600.0
+_MAX_KEY_CHARS = 256
+_TRANSIENT = frozenset({"concurrent_idempotent_requests"})  # a 409 to retry, not a verdict
+
+
+class ResendDialect:
+    """Resend, sending as ``sender``; ``window_s`` overrides the documented 24 h (tests)."""
+
+    def __init__(self, sender: str, window_s: float = RESEND_WINDOW_S) -> None:
+        self.sender = sender
+        self.capability = Capability(
+            IdempotencyKey("Idempotency-Key", window_s),
+            source="https://resend.com/docs/dashboard/emails/idempotency-keys",
+        )
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"}
+
+    def encode(self, mail: OutgoingMail) -> WireRequest:
+        key = mail.dedupe_key
+        if not (key.isascii() and key.isprintable() and 0 < len(key) <= _MAX_KEY_CHARS):
+            raise InvalidSendError(
+                "dedupe_key", "must be 1-256 printable ASCII characters (Resend's Idempotency-Key)"
+            )
+        subject, text, html = render_mail(mail.template, mail.variables)
+        document: dict[str, Any] = {
+            "from": self.sender,
+            "to": [mail.to_address],
+            "subject": subject,
+            "text": text,
+        }
+        if html is not None:
+            document["html"] = html
+        headers = mail.variables.get("headers")
+        if headers is not None:
+            document["headers"] = mail_headers(headers)
+        return WireRequest(
+            "POST",
+            "emails",
+            {"Idempotency-Key": key, "Content-Type": "application/json"},
+            body=json_body(document),
+        )
+
+    def reply(
+        self, status: int, headers: Mapping[str, str], body: bytes, now: datetime
+    ) -> ProviderReply:
+        retry_after = parse_retry_after(
+            headers.get("retry-after") or headers.get("ratelimit-reset"), now
+        )
+        if 200 <= status <= 299:
+            return ProviderReply(status, message_id_of(body), retry_after)
+        name, message = _error(body)
+        excerpt = f"{name}: {message}" if name else message
+        return ProviderReply(
+            status, None, retry_after, excerpt, transient=status == 409 and name in _TRANSIENT
+        )
+
+    def lookup_request(self, dedupe_key: str) -> WireRequest:
+        raise NotImplementedError("Resend has no look-up by idempotency key")
+
+    def lookup_reply(self, status: int, body: bytes) -> LookupResult:
+        raise NotImplementedError("Resend has no look-up by idempotency key")
+
+
+def _error(body: bytes) -> tuple[str, str]:
+    """``(name, message)`` of a Resend error body; ``("", raw text)`` if it is not one."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return "", body[:2000].decode("utf-8", "replace")
+    if not isinstance(doc, dict):
+        return "", body[:2000].decode("utf-8", "replace")
+    return str(doc.get("name") or ""), str(doc.get("message") or "")

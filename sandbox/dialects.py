@@ -1,0 +1,131 @@
+"""The providers' APIs the sandbox speaks besides its own: request and reply shapes, auth.
+
+Each :class:`Dialect` reads a send request into ``(idempotency key, to, template)`` or the
+reason it is malformed, and writes the replies: accepted (with the message id), an error
+(in that provider's error shape), and a malformed 2xx. :mod:`mailbus.sandbox.app` applies the
+fault plan and the ledger between the two, the same for every dialect, so every fault
+kind works in each.
+
+* ``mailbus`` -- docs/reference/contract.md#email-api: ``POST /v1/send``, the key required.
+* ``resend`` -- ``POST /emails``, ``Authorization: Bearer``, an optional ``Idempotency-Key``
+  (without one every request is a new mail); ``200 {"id"}``; errors ``{"statusCode",
+  "name", "message"}``; a 429 carries ``retry-after`` and ``ratelimit-reset``
+  (https://resend.com/docs/api-reference/introduction, .../rate-limit).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["DIALECTS", "Dialect", "ParsedSend"]
+
+
+@dataclass(frozen=True)
+class ParsedSend:
+    key: str | None
+    to: str
+    template: str
+
+
+class Dialect:
+    """The sandbox's own API (docs/reference/contract.md#email-api); subclasses are other
+    providers'."""
+
+    name = "mailbus"
+    key_required = True
+
+    def authorized(self, request: web.Request, api_key: str) -> bool:
+        return request.headers.get("Authorization") == f"Bearer {api_key}"
+
+    def parse(self, request: web.Request, body: bytes) -> ParsedSend | str:
+        """The send, or why it is malformed."""
+        doc = _json_object(body)
+        if isinstance(doc, str):
+            return doc
+        to, template = doc.get("to"), doc.get("template")
+        if not isinstance(to, str) or not to:
+            return "'to' must be a non-empty string"
+        if not isinstance(template, str) or not template:
+            return "'template' must be a non-empty string"
+        if not isinstance(doc.get("variables", {}), dict):
+            return "'variables' must be an object"
+        return ParsedSend(request.headers.get("Idempotency-Key") or None, to, template)
+
+    def error(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> web.Response:
+        body = {"error": code, "message": message}
+        return web.json_response(body, status=status, headers=headers)
+
+    def rate_limited(self, retry_after: int, scope: str | None) -> web.Response:
+        headers = {"Retry-After": str(retry_after)}
+        if scope is not None:  # a mailbox provider deferring us for its domain
+            headers["X-Throttle-Scope"] = "recipient-domain"
+            return self.error(429, "rate_limited", f"too many requests to {scope}", headers)
+        return self.error(429, "rate_limited", "too many requests", headers)
+
+    def accepted(self, message_id: str) -> web.Response:
+        return web.json_response({"id": message_id})
+
+    def malformed(self, message_id: str) -> web.Response:
+        truncated = b'{"id": "' + message_id[:10].encode()
+        return web.Response(body=truncated, content_type="application/json")
+
+
+class ResendDialect(Dialect):
+    name = "resend"
+    key_required = False
+
+    def parse(self, request: web.Request, body: bytes) -> ParsedSend | str:
+        doc = _json_object(body)
+        if isinstance(doc, str):
+            return doc
+        to = doc.get("to")
+        recipients = [to] if isinstance(to, str) else to
+        if not (
+            isinstance(recipients, list)
+            and recipients
+            and all(isinstance(r, str) and "@" in r for r in recipients)
+        ):
+            return "Invalid `to` field."
+        for field in ("from", "subject"):
+            if not isinstance(doc.get(field), str) or not doc[field]:
+                return f"Missing `{field}` field."
+        key = request.headers.get("Idempotency-Key") or None
+        return ParsedSend(key, recipients[0], str(doc["subject"]))
+
+    def error(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> web.Response:
+        name = _RESEND_NAMES.get(code, code)
+        body = {"statusCode": status, "name": name, "message": message}
+        return web.json_response(body, status=status, headers=headers)
+
+    def rate_limited(self, retry_after: int, scope: str | None) -> web.Response:
+        headers = {"retry-after": str(retry_after), "ratelimit-reset": str(retry_after)}
+        return self.error(429, "rate_limited", "Too many requests.", headers)
+
+
+_RESEND_NAMES = {  # the sandbox's error codes as Resend names them
+    "unauthorized": "restricted_api_key",
+    "bad_request": "validation_error",
+    "unprocessable": "validation_error",
+    "unavailable": "internal_server_error",
+    "rate_limited": "rate_limit_exceeded",
+}
+
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (Dialect(), ResendDialect())}
+
+
+def _json_object(body: bytes) -> dict[str, Any] | str:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return "body is not JSON"
+    if not isinstance(doc, dict):
+        return "body must be a JSON object"
+    return doc

@@ -1,0 +1,87 @@
+"""Delivery through relay and consumer to named providers' sandbox dialects (issue 20).
+
+Each run ends with the table agreeing with the provider. The idempotency-window test gives
+the provider a 2 s key window and the consumer a 1 s request timeout with every first call
+accepted and then left hanging: a resend inside the window is a replay of the same mail,
+a row past it stays ``unknown`` for an operator; no key is accepted twice.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import Stack
+from relay_runner import wait_until
+
+RESEND = {"MAILBUS_PROVIDER": "resend", "MAILBUS_MAIL_FROM": "shop@example.com"}
+
+
+def _resolve_as_operator(stack: Stack) -> int:
+    """What an operator does with rows left ``unknown``: reads the provider's own record
+    (here the sandbox's ledger) and settles each row (``mailbus send resolve`` is not on
+    this branch: the same guarded update, in SQL)."""
+    keys = stack.ledger()["keys"]
+    unknown = stack.query("SELECT dedupe_key FROM email_sends WHERE status = 'unknown'")
+    for (key,) in unknown:
+        held = keys.get(key, {}).get("id")
+        stack.query(
+            "UPDATE email_sends SET status = CASE WHEN %s::text IS NULL THEN 'failed'"
+            " ELSE 'accepted' END, message_id = %s WHERE dedupe_key = %s AND status = 'unknown'"
+            " RETURNING id",
+            held,
+            held,
+            key,
+        )
+    return len(unknown)
+
+
+def test_resend_delivery_through_faults_ends_with_the_table_agreeing(stack: Stack) -> None:
+    stack.set_faults(
+        {"kind": "hang_after_accept", "share": 0.15, "hang_seconds": 3},
+        {"kind": "503", "share": 0.1},
+        {"kind": "429", "share": 0.1, "retry_after": 1},
+        {"kind": "malformed", "share": 0.1},
+    )
+    keys = stack.seed(30, prefix="resend")
+    stack.start_relay()
+    stack.start_consumer(
+        MAILBUS_PROVIDER_URL=stack.sandbox.url, MAILBUS_REQUEST_TIMEOUT="1", **RESEND
+    )
+    statuses = stack.wait_settled(60)
+    assert statuses == {"accepted": len(keys)}  # 24 h window: every doubt resent and replayed
+    outcomes = stack.ledger()["totals"]["outcomes"]
+    assert outcomes.get("replayed", 0) > 0  # doubt was settled by a resend under the key
+    assert stack.query("SELECT DISTINCT guarantee FROM email_sends") == [("exactly_once",)]
+    assert stack.accepted_twice() == []
+    stack.assert_table_agrees_with_providers()
+
+
+@pytest.mark.parametrize("backoff_base", ["0.4", "2"])  # resends inside / past the window
+def test_no_key_is_accepted_twice_across_a_2s_window(stack: Stack, backoff_base: str) -> None:
+    stack.control("idempotency", {"window_s": 2})
+    stack.seed(16, prefix="window")
+    # a few, so the breaker stays closed and timing alone decides inside / past the window
+    stack.set_faults({"kind": "hang_after_accept", "next": 4, "hang_seconds": 3})
+    stack.start_relay()
+    stack.start_consumer(
+        MAILBUS_PROVIDER_URL=stack.sandbox.url,
+        MAILBUS_IDEMPOTENCY_WINDOW="2",
+        MAILBUS_REQUEST_TIMEOUT="1",
+        MAILBUS_CONNECT_TIMEOUT="0.2",  # a resend must start 0.2 s before the window ends
+        MAILBUS_BACKOFF_BASE=backoff_base,
+        **RESEND,
+    )
+
+    def at_rest() -> bool:
+        open_rows = stack.query(
+            "SELECT count(*) FROM email_sends WHERE status IN ('pending', 'sending')"
+        )
+        return open_rows == [(0,)]
+
+    wait_until(at_rest, 60, "every row accepted or waiting for an operator")
+    statuses = stack.statuses()
+    assert set(statuses) <= {"accepted", "unknown"}, statuses
+    assert stack.accepted_twice() == []  # not one resend landed past the provider's window
+    waiting = stack.query("SELECT last_error FROM email_sends WHERE status = 'unknown'")
+    assert all("operator" in error for (error,) in waiting), waiting
+    assert _resolve_as_operator(stack) == statuses["unknown"]
+    stack.assert_table_agrees_with_providers()

@@ -1,0 +1,124 @@
+"""One conformance suite every provider adapter passes, against its sandbox dialect.
+
+Watermill's way (docs/architecture.md#providers-as-adapters): the same cases, parametrized
+over every HTTP dialect -- accepted, 4xx, 5xx, 429 with Retry-After, a timeout after
+acceptance, a malformed 2xx, and the way doubt is settled (a look-up, or a resend under
+the same key) -- each classified into the same outcomes, and ending with what the sandbox
+accepted agreeing with what the adapter reported. No stack services needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+from mailbus.consumer.core.outcome import Outcome, classify
+from mailbus.consumer.provider import Dialect, HttpProvider, MailbusDialect, OutgoingMail
+from mailbus.consumer.providers.resend import ResendDialect
+from mailbus.sandbox.app import SandboxState
+from mailbus.sandbox.faults import build_plan
+from mailbus.sandbox.server import ThreadedSandbox, start_in_thread
+
+API_KEY = "conformance-key-0123456789"
+MAIL = OutgoingMail(
+    "order-7-confirmation", "ana@example.com", "order_confirmation", {"subject": "Order 7"}
+)
+ADAPTERS: dict[str, Callable[[], Dialect]] = {
+    "http": MailbusDialect,
+    "resend": lambda: ResendDialect("shop@example.com"),
+}
+_T = TypeVar("_T")
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[ThreadedSandbox]:
+    with start_in_thread(api_key=API_KEY, seed=3) as server:
+        yield server
+
+
+@pytest.fixture(params=sorted(ADAPTERS))
+def dialect(request: pytest.FixtureRequest, sandbox: ThreadedSandbox) -> Dialect:
+    sandbox.call(lambda state: state.reset())
+    return ADAPTERS[str(request.param)]()
+
+
+def call(
+    sandbox: ThreadedSandbox,
+    dialect: Dialect,
+    scenario: Callable[[HttpProvider], Awaitable[_T]],
+    faults: tuple[str, ...] = (),
+) -> _T:
+    plan = build_plan(faults)
+
+    def apply(state: SandboxState) -> None:
+        state.plan = plan
+
+    sandbox.call(apply)
+
+    async def main() -> _T:
+        provider = HttpProvider(sandbox.url, API_KEY, 0.5, 0.8, max_connections=4, dialect=dialect)
+        try:
+            return await scenario(provider)
+        finally:
+            await provider.aclose()
+
+    return asyncio.run(main())
+
+
+def send_once(sandbox: ThreadedSandbox, dialect: Dialect, *faults: str) -> Any:
+    return classify(call(sandbox, dialect, lambda p: p.send(MAIL), faults))  # type: ignore[arg-type]
+
+
+def accepted_by_sandbox(sandbox: ThreadedSandbox) -> dict[str, tuple[int, str | None]]:
+    keys = sandbox.call(lambda state: state.ledger.snapshot())["keys"]
+    return {k: (v["accepted"], v["id"]) for k, v in keys.items() if v["accepted"]}
+
+
+def test_accepted_carries_the_providers_id(sandbox: ThreadedSandbox, dialect: Dialect) -> None:
+    result = send_once(sandbox, dialect)
+    assert result.outcome is Outcome.ACCEPTED
+    assert accepted_by_sandbox(sandbox) == {MAIL.dedupe_key: (1, result.message_id)}
+
+
+@pytest.mark.parametrize(
+    ("fault", "outcome"),
+    [("422", Outcome.REJECTED), ("503", Outcome.RETRY), ("malformed", Outcome.UNKNOWN)],
+)
+def test_4xx_5xx_and_a_malformed_2xx(
+    sandbox: ThreadedSandbox, dialect: Dialect, fault: str, outcome: Outcome
+) -> None:
+    result = send_once(sandbox, dialect, f"{fault}:next=1")
+    assert result.outcome is outcome, result
+    accepted = accepted_by_sandbox(sandbox)
+    assert bool(accepted) == (fault == "malformed")  # a garbled 2xx was accepted all the same
+    assert "conformance-key" not in result.reason  # the API key never shows
+
+
+def test_429_carries_retry_after(sandbox: ThreadedSandbox, dialect: Dialect) -> None:
+    result = send_once(sandbox, dialect, "429:next=1:retry_after=7")
+    assert (result.outcome, result.retry_after_s, result.status_code) == (Outcome.RETRY, 7.0, 429)
+
+
+def test_doubt_after_a_timeout_is_settled_without_a_second_mail(
+    sandbox: ThreadedSandbox, dialect: Dialect
+) -> None:
+    """A timeout after acceptance is unknown; then the adapter's own way of settling doubt
+    -- a look-up, or a resend under the same key -- finds the one mail, never makes two."""
+
+    async def scenario(provider: HttpProvider) -> tuple[Any, Any]:
+        lost = classify(await provider.send(MAIL))
+        if provider.capability.look_up:
+            found = await provider.lookup(MAIL.dedupe_key)
+            return lost, found.message_id
+        assert provider.capability.key is not None  # neither: nothing can settle it
+        again = classify(await provider.send(MAIL))
+        return lost, again.message_id
+
+    lost, settled_id = call(
+        sandbox, dialect, scenario, ("hang_after_accept:next=1:hang_seconds=3",)
+    )
+    assert lost.outcome is Outcome.UNKNOWN
+    assert accepted_by_sandbox(sandbox) == {MAIL.dedupe_key: (1, settled_id)}
