@@ -5,7 +5,10 @@
     was tried) | [provider gate → claim permit → guarded claim → in-flight slot →
     provider call → look-up?] → settle
 
-Only the provider's part holds one of the process's in-flight slots; loading and
+Which provider takes a call is :class:`~mailbus.consumer.routing.Routing`'s; how a call
+with no known outcome, or a final verdict on a row a provider may hold, is resolved is
+:class:`~mailbus.consumer.doubt.Doubt`'s. Only the provider's part holds one of the
+process's in-flight slots; loading and
 settling, which the ledger batches, do not. A pointer is done when
 :meth:`DeliveryService.handle` returns: its outcome is recorded in PostgreSQL (or there
 was nothing to do), so its offset may be committed. Storage failures are retried until
@@ -33,30 +36,21 @@ from mailbus.consumer.core import (
     Status,
     TransportFailure,
     after_call,
-    after_lookup,
     before_send,
     classify,
-    confirm_final,
-    needs_confirmation,
     unsendable,
     wait_for_provider,
 )
-from mailbus.consumer.core.breaker import BreakerState
-from mailbus.consumer.core.capability import (
-    Resolution,
-    guarantee_of,
-    may_resend,
-    resend_window_s,
-    resolve_unknown,
-)
-from mailbus.consumer.core.decide import doubt_without_lookup, resend_closed
+from mailbus.consumer.core.capability import guarantee_of, resend_window_s
 from mailbus.consumer.core.domains import deferred, recipient_domain
 from mailbus.consumer.core.smtp_outcome import classify_call
 from mailbus.consumer.core.suppression import stops
+from mailbus.consumer.doubt import Doubt
 from mailbus.consumer.gate import Admission, ProviderGate
 from mailbus.consumer.ledger import Claim, LoadedSend, MessageOrigin, SendLedger, dead_letter_reason
-from mailbus.consumer.provider import LookupResult, OutgoingMail
+from mailbus.consumer.provider import OutgoingMail
 from mailbus.consumer.providers import Provider
+from mailbus.consumer.routing import FALLBACK, Routing
 from mailbus.kernel import metrics
 from mailbus.kernel.errors import CodecError, InvalidSendError, StorageError
 from mailbus.schemas.codec import send_pointer_codec
@@ -84,9 +78,6 @@ class _Attempt:
     status_code: int | None
 
 
-FALLBACK = "fallback"  # email_sends.provider of a call taken by the fallback provider
-
-
 class DeliveryService:
     def __init__(
         self,
@@ -108,9 +99,7 @@ class DeliveryService:
         reach_s: float = 0.0,
     ) -> None:
         self.ledger = ledger
-        self.provider = provider
-        self.provider_name = provider_name  # email_sends.provider of its calls; None: default
-        self.fallback = fallback
+        self.routing = Routing(provider, provider_name, fallback, policies, gate)
         self.policies = policies
         self.gate = gate
         self.policy = policy
@@ -123,6 +112,15 @@ class DeliveryService:
         self.attempt_warning = attempt_warning  # MAILBUS_ATTEMPT_WARNING
         self.at_least_once = at_least_once  # MAILBUS_UNKNOWN_OUTCOME=at_least_once
         self.reach_s = reach_s  # a resend must reach the provider this long before a key expires
+        self.doubt = Doubt(
+            self.routing,
+            gate,
+            policy,
+            self.clock,
+            rand,
+            at_least_once=at_least_once,
+            reach_s=reach_s,
+        )
 
     async def handle(self, origin: MessageOrigin) -> None:
         """Deliver the mail one Kafka message points at; return once the outcome is recorded."""
@@ -147,7 +145,7 @@ class DeliveryService:
         row = loaded.view
         if row.status is not Status.PENDING or row.attempts != pointer["attempt"]:
             return  # a duplicate or stale pointer: the row moved on without it
-        route = self._route(loaded)
+        route = self.routing.route(loaded)
         verdict = self._verdict(loaded, route)
         if isinstance(verdict, Decision):
             await self._settle_without_call(loaded, verdict, origin)
@@ -171,31 +169,6 @@ class DeliveryService:
         if not settled:
             log.warning("lease on send %d was taken over before its outcome was recorded", row.id)
 
-    def _route(self, loaded: LoadedSend) -> str | None:
-        """Which provider takes the call. A row's provider is fixed once it was tried: a
-        mail one provider may have accepted is never offered to another. A first attempt
-        goes to the fallback only if its policy allows it and the primary's breaker is not
-        closed; else to this process's provider (the default one, or its priority's own,
-        ``MAILBUS_PROVIDER_P0_URL`` and the like)."""
-        row = loaded.view
-        if row.attempts > 0:
-            return loaded.provider
-        when_down = self.policies.for_template(row.template).when_provider_down
-        if (
-            when_down == "fallback"
-            and self.fallback is not None
-            and self.gate.breaker.state is not BreakerState.CLOSED
-        ):
-            return FALLBACK
-        return self.provider_name
-
-    def _provider(self, route: str | None) -> Provider | None:
-        """The provider for ``route``; None when this process has no such provider (the
-        fallback or another priority's provider, not configured here)."""
-        if route == FALLBACK:
-            return self.fallback
-        return self.provider if route == self.provider_name else None
-
     def _suppressed(self, loaded: LoadedSend) -> bool:
         """Whether a suppression of its address stops this row: any for bulk mail, only a
         hard bounce's or a manual one (scope ``all``) for transactional mail."""
@@ -210,10 +183,10 @@ class DeliveryService:
         verdict = before_send(row, now, self._suppressed(loaded), self.policy.max_age_s)
         if verdict is not None:
             return verdict
-        provider = self._provider(route)
+        provider = self.routing.provider_for(route)
         if provider is None:
             return wait_for_provider(row, route or "default", now, self.policy)
-        closed = self._doubt_gate(row, provider, now)
+        closed = self.doubt.gate_resend(row, provider, now)
         if closed is not None:
             return closed
         mail = OutgoingMail(row.dedupe_key, row.to_address, row.template, loaded.variables)
@@ -228,8 +201,8 @@ class DeliveryService:
         """Record a decision taken with no call, on a row still ``pending``; a final one for
         a row that was tried stands only after a look-up at the provider that took it."""
         row = loaded.view
-        if self._must_confirm(verdict, row.attempts, row, loaded.provider):
-            verdict = await self._confirm_by_lookup(row, verdict, loaded.provider)
+        if self.doubt.must_confirm(verdict, row.attempts, row, loaded.provider):
+            verdict = await self.doubt.confirm(row, verdict, loaded.provider)
         if await self._durably(lambda: self.ledger.settle_gate(row, verdict, origin)):
             metrics.observe_call(row.priority, verdict.next_status.value, 0.0, None)
             if verdict.dead_letter:
@@ -286,7 +259,7 @@ class DeliveryService:
         """The guarded claim, recording the guarantee the row is sent under; a row in doubt
         is claimed only inside its provider's resend window (checked on the database's
         clock, where the wait ends)."""
-        provider = self._provider(route)
+        provider = self.routing.provider_for(route)
         assert provider is not None  # _verdict prepared the mail with it
         capability = provider.capability
         guarantee = guarantee_of(capability, self.at_least_once).value
@@ -349,27 +322,15 @@ class DeliveryService:
         now = self.clock()
         verdict = before_send(fresh.view, now, self._suppressed(fresh), self.policy.max_age_s)
         if verdict is None:  # e.g. in doubt, and its key's window closed before the claim
-            verdict = self._doubt_gate(fresh.view, self._provider(self._route(fresh)), now)
+            verdict = self.doubt.gate_resend(
+                fresh.view, self.routing.provider_for(self.routing.route(fresh)), now
+            )
         if verdict is not None:
             await self._settle_without_call(fresh, verdict, origin)
 
-    def _doubt_gate(
-        self, row: SendView, provider: Provider | None, now: datetime
-    ) -> Decision | None:
-        """``unknown`` for a row in doubt that its provider's capability no longer lets us
-        send again (:func:`may_resend`), else None."""
-        if provider is None:
-            return None
-        in_doubt = row.in_doubt_since is not None
-        if may_resend(
-            provider.capability, in_doubt, row.first_tried_at, now, self.at_least_once, self.reach_s
-        ):
-            return None
-        return resend_closed(now, self.policy)
-
     async def resolve(self, loaded: LoadedSend, token: uuid.UUID) -> None:
         """Settle a row whose last call has no known outcome, by looking its key up."""
-        decision = await self._decide_by_lookup(loaded.view, loaded.provider)
+        decision = await self.doubt.decide(loaded.view, loaded.provider)
         await self._durably(lambda: self.ledger.settle_call(loaded.view, token, decision, None))
 
     async def _call(
@@ -387,7 +348,7 @@ class DeliveryService:
             attempts=view.attempts + 1,
             first_tried_at=view.first_tried_at or self.clock(),  # the claim's, near enough
         )
-        provider = self._provider(route)
+        provider = self.routing.provider_for(route)
         assert provider is not None  # _verdict prepared the mail with it
         log.debug("sending %s to %s, attempt %d", row.dedupe_key, row.to_address, row.attempts)
         called_at = self.clock()
@@ -406,74 +367,10 @@ class DeliveryService:
         decision = after_call(row, result, self.clock(), self.policy, self.rand)
         if decision.next_status is Status.UNKNOWN:
             row = replace(row, in_doubt_since=called_at)
-            decision = await self._decide_by_lookup(row, route)
-        elif self._must_confirm(decision, row.attempts - 1, row, route):
-            decision = await self._confirm_by_lookup(row, decision, route)
+            decision = await self.doubt.decide(row, route)
+        elif self.doubt.must_confirm(decision, row.attempts - 1, row, route):
+            decision = await self.doubt.confirm(row, decision, route)
         return _Attempt(row, token, decision, latency_s, result.status_code)
-
-    def _must_confirm(
-        self, decision: Decision, earlier_calls: int, row: SendView, route: str | None
-    ) -> bool:
-        """:func:`needs_confirmation`, except at a provider with no look-up (SMTP) for a row
-        never in doubt: its earlier calls all had definite replies, none was accepted."""
-        if not needs_confirmation(decision, earlier_calls):
-            return False
-        provider = self._provider(route)
-        return provider is None or provider.capability.look_up or row.in_doubt_since is not None
-
-    async def _lookup(self, dedupe_key: str, route: str | None) -> LookupResult:
-        """Ask the provider that took the calls whether it accepted the key."""
-        provider = self._provider(route)
-        if provider is None:
-            return LookupResult(None, True, f"the {route} provider is not configured here")
-        capability = provider.capability
-        if not capability.look_up:  # nothing to ask: at least once takes no answer as "no"
-            blind = self.at_least_once and capability.key is None
-            return LookupResult(None, not blind, "no look-up at this provider")
-        if route != FALLBACK:
-            await self.gate.before_request()
-        metrics.observe_lookup()
-        return await provider.lookup(dedupe_key)
-
-    async def _confirm_by_lookup(
-        self, row: SendView, final: Decision, route: str | None
-    ) -> Decision:
-        """A final state other than accepted, checked against the provider that took it."""
-        found = await self._lookup(row.dedupe_key, route)
-        return confirm_final(
-            row,
-            final,
-            found.message_id,
-            found.failed,
-            self.clock(),
-            self.policy,
-            self.rand,
-            detail=found.detail,
-        )
-
-    async def _decide_by_lookup(self, row: SendView, route: str | None) -> Decision:
-        """Resolve a call with no known outcome the way the provider's capability allows:
-        a look-up, a resend (under the key inside its window, or at least once), or wait."""
-        provider = self._provider(route)
-        if provider is not None and not provider.capability.look_up:
-            capability = provider.capability
-            now = self.clock()
-            resolution = resolve_unknown(
-                capability, row.first_tried_at, now, self.at_least_once, self.reach_s
-            )
-            resend = resolution is Resolution.RESEND
-            keyed = capability.key is not None
-            return doubt_without_lookup(row, resend, keyed, now, self.policy, self.rand)
-        found = await self._lookup(row.dedupe_key, route)
-        return after_lookup(
-            row,
-            found.message_id,
-            found.failed,
-            self.clock(),
-            self.policy,
-            self.rand,
-            detail=found.detail,
-        )
 
     async def _durably(self, operation: Callable[[], Awaitable[_T]]) -> _T:
         """Run a storage operation until it succeeds; raise Stopping if asked to stop."""

@@ -1,0 +1,126 @@
+"""Doubt resolved the way the provider's capability allows, never by assumption
+(docs/architecture.md#rules-every-path-keeps): a call with no known outcome is looked up,
+resent (under its key inside the key's window, or at least once when the operator said so)
+or left ``unknown``; a final state other than accepted, for a row a provider may hold, is
+confirmed by a look-up at the provider that took its calls."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from datetime import datetime
+
+from mailbus.consumer.core import (
+    Decision,
+    RetryPolicy,
+    SendView,
+    after_lookup,
+    confirm_final,
+    needs_confirmation,
+)
+from mailbus.consumer.core.capability import Resolution, may_resend, resolve_unknown
+from mailbus.consumer.core.decide import doubt_without_lookup, resend_closed
+from mailbus.consumer.gate import ProviderGate
+from mailbus.consumer.provider import LookupResult
+from mailbus.consumer.providers import Provider
+from mailbus.consumer.routing import FALLBACK, Routing
+from mailbus.kernel import metrics
+
+__all__ = ["Doubt"]
+
+
+class Doubt:
+    def __init__(
+        self,
+        routing: Routing,
+        gate: ProviderGate,
+        policy: RetryPolicy,
+        clock: Callable[[], datetime],
+        rand: Callable[[], float] = random.random,
+        *,
+        at_least_once: bool = False,
+        reach_s: float = 0.0,
+    ) -> None:
+        self.routing = routing
+        self.gate = gate
+        self.policy = policy
+        self.clock = clock
+        self.rand = rand
+        self.at_least_once = at_least_once  # MAILBUS_UNKNOWN_OUTCOME=at_least_once
+        self.reach_s = reach_s  # a resend must reach the provider this long before a key expires
+
+    def gate_resend(
+        self, row: SendView, provider: Provider | None, now: datetime
+    ) -> Decision | None:
+        """``unknown`` for a row in doubt that its provider's capability no longer lets us
+        send again (:func:`may_resend`), else None."""
+        if provider is None:
+            return None
+        in_doubt = row.in_doubt_since is not None
+        if may_resend(
+            provider.capability, in_doubt, row.first_tried_at, now, self.at_least_once, self.reach_s
+        ):
+            return None
+        return resend_closed(now, self.policy)
+
+    def must_confirm(
+        self, decision: Decision, earlier_calls: int, row: SendView, route: str | None
+    ) -> bool:
+        """:func:`needs_confirmation`, except at a provider with no look-up (SMTP) for a row
+        never in doubt: its earlier calls all had definite replies, none was accepted."""
+        if not needs_confirmation(decision, earlier_calls):
+            return False
+        provider = self.routing.provider_for(route)
+        return provider is None or provider.capability.look_up or row.in_doubt_since is not None
+
+    async def confirm(self, row: SendView, final: Decision, route: str | None) -> Decision:
+        """A final state other than accepted, checked against the provider that took it."""
+        found = await self._lookup(row.dedupe_key, route)
+        return confirm_final(
+            row,
+            final,
+            found.message_id,
+            found.failed,
+            self.clock(),
+            self.policy,
+            self.rand,
+            detail=found.detail,
+        )
+
+    async def decide(self, row: SendView, route: str | None) -> Decision:
+        """Resolve a call with no known outcome the way the provider's capability allows:
+        a look-up, a resend (under the key inside its window, or at least once), or wait."""
+        provider = self.routing.provider_for(route)
+        if provider is not None and not provider.capability.look_up:
+            capability = provider.capability
+            now = self.clock()
+            resolution = resolve_unknown(
+                capability, row.first_tried_at, now, self.at_least_once, self.reach_s
+            )
+            resend = resolution is Resolution.RESEND
+            keyed = capability.key is not None
+            return doubt_without_lookup(row, resend, keyed, now, self.policy, self.rand)
+        found = await self._lookup(row.dedupe_key, route)
+        return after_lookup(
+            row,
+            found.message_id,
+            found.failed,
+            self.clock(),
+            self.policy,
+            self.rand,
+            detail=found.detail,
+        )
+
+    async def _lookup(self, dedupe_key: str, route: str | None) -> LookupResult:
+        """Ask the provider that took the calls whether it accepted the key."""
+        provider = self.routing.provider_for(route)
+        if provider is None:
+            return LookupResult(None, True, f"the {route} provider is not configured here")
+        capability = provider.capability
+        if not capability.look_up:  # nothing to ask: at least once takes no answer as "no"
+            blind = self.at_least_once and capability.key is None
+            return LookupResult(None, not blind, "no look-up at this provider")
+        if route != FALLBACK:
+            await self.gate.before_request()
+        metrics.observe_lookup()
+        return await provider.lookup(dedupe_key)

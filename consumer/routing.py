@@ -1,0 +1,54 @@
+"""Which provider takes a mail's call: the row's own once tried, the fallback for a first
+attempt whose policy allows it while the primary's breaker is not closed, else this
+process's provider (the default one, or its priority's own: ``MAILBUS_PROVIDER_P0_URL``
+and the like)."""
+
+from __future__ import annotations
+
+from mailbus.consumer.core.breaker import BreakerState
+from mailbus.consumer.gate import ProviderGate
+from mailbus.consumer.ledger import LoadedSend
+from mailbus.consumer.providers import Provider
+from mailbus_client.policies import PolicyBook
+
+__all__ = ["FALLBACK", "Routing"]
+
+FALLBACK = "fallback"  # email_sends.provider of a call taken by the fallback provider
+
+
+class Routing:
+    def __init__(
+        self,
+        provider: Provider,
+        provider_name: str | None,
+        fallback: Provider | None,
+        policies: PolicyBook,
+        gate: ProviderGate,
+    ) -> None:
+        self.primary = provider
+        self.provider_name = provider_name  # email_sends.provider of its calls; None: default
+        self.fallback = fallback
+        self.policies = policies
+        self.gate = gate
+
+    def route(self, loaded: LoadedSend) -> str | None:
+        """The route of a row's next call. A row's provider is fixed once it was tried: a
+        mail one provider may have accepted is never offered to another."""
+        row = loaded.view
+        if row.attempts > 0:
+            return loaded.provider
+        when_down = self.policies.for_template(row.template).when_provider_down
+        if (
+            when_down == "fallback"
+            and self.fallback is not None
+            and self.gate.breaker.state is not BreakerState.CLOSED
+        ):
+            return FALLBACK
+        return self.provider_name
+
+    def provider_for(self, route: str | None) -> Provider | None:
+        """The provider for ``route``; None when this process has no such provider (the
+        fallback or another priority's provider, not configured here)."""
+        if route == FALLBACK:
+            return self.fallback
+        return self.primary if route == self.provider_name else None
