@@ -3,6 +3,8 @@ PYTHON ?= python3
 STACK := bash stack/local-stack.sh
 # The docs site (mkdocs.yml) into site/; --strict: a broken link or anchor, or a page missing
 # from the nav, fails. Not --quiet: it hides the warnings that --strict counts.
+# import-linter's CLI through $(PYTHON), so a virtual environment's own copy runs.
+LINT_IMPORTS := $(PYTHON) -c 'import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())'
 DOCS_SITE := NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
 export MAILBUS_DATABASE_URL ?= postgresql://mailbus:mailbus@127.0.0.1:5432/mailbus
 export MAILBUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:9092
@@ -30,7 +32,7 @@ demo: install stack-up
 test: install stack-up
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m mypy client/mailbus_client mailbus
-	lint-imports  # the layers of pyproject.toml [tool.importlinter]
+	$(LINT_IMPORTS)  # the layers of pyproject.toml [tool.importlinter]
 	$(DOCS_SITE)
 	PYTHON=$(PYTHON) bash stack/validate.sh
 	$(PYTHON) -m pytest -n 2 --dist loadfile -m "not serial"
@@ -42,7 +44,7 @@ test-unit: install
 lint:
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m mypy client/mailbus_client mailbus
-	lint-imports  # the layers of pyproject.toml [tool.importlinter]
+	$(LINT_IMPORTS)  # the layers of pyproject.toml [tool.importlinter]
 
 ## Deployment files (k8s/, docker-compose.yml, ops/alerts.yml) against their schemas and
 ## promtool, offline: no cluster, Docker engine or Prometheus server needed.
