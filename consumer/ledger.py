@@ -119,9 +119,10 @@ class SendLedger:
         self, send_id: int, attempt: int, provider: str | None, token: uuid.UUID
     ) -> Claim | None:
         """pending → sending for the attempt the pointer names, under ``token``; None if
-        the row is not ours to send (claimed elsewhere, not due, expired, or tried at
-        another provider). Claiming again with the same token (a retry after a lost
-        reply) returns the claim again without counting another attempt."""
+        the row is not ours to send (claimed elsewhere, not due, expired, tried at
+        another provider, or of a paused or cancelled campaign). Claiming again with the
+        same token (a retry after a lost reply) returns the claim again without counting
+        another attempt."""
         request = _ClaimRequest(send_id, attempt, token, provider, time.monotonic())
         return await self._claims.submit(request)
 
