@@ -1,3 +1,13 @@
+-- name: name_lock
+-- One `campaign create` per name at a time (released at commit): the look-up of the name
+-- and the insert below cannot interleave with another create's.
+SELECT pg_advisory_xact_lock(hashtext('mailbus.campaign_create'), hashtext(%(name)s))
+
+-- name: campaign_named
+-- The campaign a name already names (the newest, should older versions have made two).
+SELECT id, template, priority, audience, importing
+FROM campaigns WHERE name = %(name)s ORDER BY id DESC LIMIT 1
+
 -- name: insert_campaign
 -- A campaign whose audience is still to be imported (store.import_audience).
 INSERT INTO campaigns (name, template, priority, rate_per_min, window_start, window_end,

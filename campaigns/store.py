@@ -112,6 +112,11 @@ def create_campaign(
     (a caller may start it then); ``on_reject`` hears every skipped line (invalid, or a
     user id already seen). Raises :class:`CampaignError` for a bad header; nothing is
     then stored.
+
+    Run again with the same name, template, priority and audience (``spec.audience``: the
+    file or query; a create killed mid-import, say), it gives the same campaign and goes
+    on with its import from its last committed part; with another template, priority or
+    audience under that name it raises :class:`CampaignError` naming the campaign.
     """
     spec.check()
     # A CSV's header is checked before anything is written.
@@ -119,13 +124,39 @@ def create_campaign(
     queries = load_queries("campaigns", "queries.sql")
     try:
         with psycopg.connect(database_url) as conn:
-            row = conn.execute(queries["insert_campaign"], _spec_params(spec)).fetchone()
-            assert row is not None
-            campaign_id = int(row[0])
+            conn.execute(queries["name_lock"], {"name": spec.name})
+            existing = None
+            if spec.audience:  # an audience named (a file, a query): a create is repeatable
+                existing = conn.execute(queries["campaign_named"], {"name": spec.name}).fetchone()
+            if existing is None:
+                row = conn.execute(queries["insert_campaign"], _spec_params(spec)).fetchone()
+                assert row is not None
+                campaign_id, importing = int(row[0]), True
+            else:
+                campaign_id, importing = _same_campaign(spec, *existing)
     except psycopg.Error as exc:
         raise StorageError(f"campaign creation failed: {exc}") from exc
     on_created(campaign_id)
+    if not importing:  # created before, its audience complete (or its import cancelled)
+        with psycopg.connect(database_url) as conn:
+            return _report(conn, queries, campaign_id, completed=True)
     return import_audience(database_url, campaign_id, audience, on_reject, part_size=part_size)
+
+
+def _same_campaign(
+    spec: CampaignSpec, campaign_id: int, template: str, priority: str, audience: str,
+    importing: bool,
+) -> tuple[int, bool]:  # fmt: skip
+    """A create again under a campaign's name (a create killed mid-import, run again): the
+    same campaign when its template, priority and audience are the same, and whether its
+    import is still open; otherwise :class:`CampaignError` naming it."""
+    if (template, priority, audience) != (spec.template, spec.priority, spec.audience):
+        raise CampaignError(
+            f"--name: campaign {campaign_id} is already named {spec.name!r}, with"
+            f" template {template}, priority {priority}, audience {audience}; the same name"
+            " with the same template, priority and audience gives that campaign again"
+        )
+    return campaign_id, importing
 
 
 def import_audience(
