@@ -128,9 +128,9 @@ def _imported(result: ImportReport, rejects: _Rejects) -> int:
 
 
 _ROWS_SAID = {
-    "pause": "queued rows not yet offered to the provider, now held back",
+    "pause": "queued rows (retrying ones too), now held back",
     "resume": "held rows released",
-    "cancel": "rows not yet offered to the provider, now expired",
+    "cancel": "queued rows the provider cannot hold, now expired",
 }
 
 
@@ -208,6 +208,9 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
         f"campaign {args.id} is {status['state']}: handed out {status['handed_out']}"
         f" of {status['recipients']}"
     )
+    if status["state"] == "running":  # handed out; finished once its last mail is final
+        counts = status["counts"]
+        print(f"mails not yet final: {counts['queued'] + counts['sending']}")
     return 0
 
 
@@ -290,14 +293,17 @@ def add_campaign_commands(commands: argparse._SubParsersAction[argparse.Argument
         ("start", "start a draft campaign: `mailbus relay` then hands it out at its pace"),
         (
             "pause",
-            "pause a running campaign: once this returns no new row is created and"
-            " its queued rows not yet offered to the provider are held back",
+            "pause a running campaign (also one handed out whose mail is not all final):"
+            " once this returns no new row is created and none of its mail is sent"
+            " (calls in flight aside), retrying rows included",
         ),
         ("resume", "resume a paused campaign where it stopped (held rows are released)"),
         (
             "cancel",
-            "cancel a campaign: no new row is created; recipients not yet handed out"
-            " show as cancelled, rows not yet offered to the provider end expired",
+            "cancel a campaign whose mail is not all final: no new row is created and"
+            " none of its mail is sent again (calls in flight aside); recipients not yet"
+            " handed out show as cancelled, queued rows end expired (a row the provider"
+            " may hold, once a look-up says it was not accepted)",
         ),
     ):
         sub = action(verb, _move(verb), text)
@@ -311,9 +317,9 @@ def add_campaign_commands(commands: argparse._SubParsersAction[argparse.Argument
     run = action(
         "run",
         _run,
-        "pace one campaign in the foreground until it is finished, paused or cancelled"
-        " (starts a draft); not needed while `mailbus relay` runs, which paces every"
-        " running campaign",
+        "pace one campaign in the foreground until it is handed out, paused or cancelled"
+        " (starts a draft); it is finished once its last mail is final. Not needed while"
+        " `mailbus relay` runs, which paces every running campaign",
     )
     run.add_argument("id", type=_option(_positive), metavar="ID", help="the campaign's id")
     run.add_argument(

@@ -87,11 +87,13 @@ class TickResult:
     handed_out: int  # recipients handled: rows created (or found) plus suppressed
     created: int  # new email_sends rows
     suppressed: int
-    finished: bool
+    finished: bool  # handed out, and its last mail final: the campaign is now finished
     # see pacing.Grant ("batch": more is owed at once), or "quota", "queue" (the queue cap),
-    # or "import" (waits for the import's next part)
+    # "import" (waits for the import's next part), or "delivery" (every recipient handed
+    # out, some of its mail not yet final)
     limited_by: str
     recipients: int = 0  # the campaign's recipients imported so far
+    fanned_out: bool = False  # every recipient handed out, the import complete
 
 
 class Pacer:
@@ -198,12 +200,17 @@ class Pacer:
             assert out is not None
             handed_out, last_ordinal, suppressed, created = out
             last = planned.checkpoint if last_ordinal is None else last_ordinal
-        # Done when the list ran out, or the last recipient just went (no idle tick); never
-        # while the audience is still being imported: the list may only wait for a part.
+        # Handed out when the list ran out, or the last recipient just went (no idle tick);
+        # never while the audience is still being imported: the list may only wait for a
+        # part. Finished only once its last mail is final: until then pause, resume and
+        # cancel still apply to its rows.
         ran_out = rows > 0 and handed_out < rows
-        finished = not planned.importing and (ran_out or handed_out >= planned.left)
+        fanned_out = not planned.importing and (ran_out or handed_out >= planned.left)
+        finished = fanned_out and not self._open_mail(conn, planned.campaign_id)
         if planned.importing and ran_out:
             limited_by = "import"
+        if fanned_out and not finished:
+            limited_by = "delivery"
         bucket = settle(planned.grant, handed_out)
         conn.execute(
             q["record_tick"],
@@ -228,7 +235,12 @@ class Pacer:
             finished,
             limited_by,
             planned.recipients,
+            fanned_out,
         )
+
+    def _open_mail(self, conn: psycopg.Connection[Any], campaign_id: int) -> bool:
+        row = conn.execute(self._queries["open_mail"], {"id": campaign_id}).fetchone()
+        return row is not None and bool(row[0])
 
     def _within_queue_cap(
         self, conn: psycopg.Connection[Any], priority: str, rows: int, limited_by: str
@@ -282,9 +294,10 @@ class Pacer:
         on_tick: Callable[[list[TickResult]], None] | None = None,
     ) -> None:
         """Tick every ``tick_s`` until ``stop`` (or, with ``until_idle``, until no campaign
-        of this pacer is running); survives database outages. Raises StorageError when the
-        database refuses a statement (a missing column, a SQL bug): retrying would loop for
-        ever. ``on_tick`` hears every round's results (after their commit)."""
+        of this pacer has recipients left to hand out); survives database outages. Raises
+        StorageError when the database refuses a statement (a missing column, a SQL bug):
+        retrying would loop for ever. ``on_tick`` hears every round's results (after their
+        commit)."""
         delay = 0.5
         while not stop.is_set():
             try:
@@ -295,7 +308,7 @@ class Pacer:
                         results = self.tick_all(conn)
                         if on_tick is not None:
                             on_tick(results)
-                        if until_idle and not self._still_running(conn):
+                        if until_idle and all(r.fanned_out for r in results):
                             return
                         stop.wait(wait_after(results, self.tick_s, time.monotonic() - started))
             except psycopg.OperationalError as exc:  # connection lost, server restarting, ...
@@ -304,12 +317,6 @@ class Pacer:
                 delay = min(delay * 2, 10.0)
             except psycopg.Error as exc:  # a statement the database refuses: a retry cannot help
                 raise StorageError(f"campaign pacer failed: {type(exc).__name__}: {exc}") from exc
-
-    def _still_running(self, conn: psycopg.Connection[Any]) -> bool:
-        if self.only is None:
-            return bool(conn.execute(self._queries["running_ids"]).fetchall())
-        row = conn.execute(self._queries["campaign_state"], {"id": self.only}).fetchone()
-        return row is not None and row[0] == "running"
 
 
 def wait_after(results: list[TickResult], tick_s: float, elapsed_s: float) -> float:

@@ -1,3 +1,13 @@
+-- name: name_lock
+-- One `campaign create` per name at a time (released at commit): the look-up of the name
+-- and the insert below cannot interleave with another create's.
+SELECT pg_advisory_xact_lock(hashtext('mailbus.campaign_create'), hashtext(%(name)s))
+
+-- name: campaign_named
+-- The campaign a name already names (the newest, should older versions have made two).
+SELECT id, template, priority, audience, importing
+FROM campaigns WHERE name = %(name)s ORDER BY id DESC LIMIT 1
+
 -- name: insert_campaign
 -- A campaign whose audience is still to be imported (store.import_audience).
 INSERT INTO campaigns (name, template, priority, rate_per_min, window_start, window_end,
@@ -98,32 +108,62 @@ RETURNING state
 -- name: campaign_state
 SELECT state FROM campaigns WHERE id = %(id)s
 
--- name: expire_untried
--- On cancel: the campaign's rows never offered to a provider end `expired` at once (the
--- consumer's claims are guarded on `pending`, so a row it loaded meanwhile is skipped).
--- Rows already tried (attempts > 0) are left to finish: the provider may hold them.
+-- name: lock_open_rows
+-- On cancel, first: the campaign's rows not yet final, locked in id order (as claims lock
+-- them). A claim that committed meanwhile is seen by the statements that follow (each
+-- reads the latest rows); a claim that comes later waits, then finds them expired.
+SELECT id FROM email_sends
+WHERE campaign_id = %(id)s AND status IN ('pending', 'sending', 'unknown')
+ORDER BY id
+FOR UPDATE
+
+-- name: expire_unsent
+-- On cancel: the campaign's pending rows the provider cannot hold end `expired` at once:
+-- never tried, or tried and answered definitively every time (a 429 or 503 says "not
+-- accepted"; in_doubt_since is set by any call whose outcome was not known).
 UPDATE email_sends
-SET status = 'expired', last_error = 'campaign cancelled'
-WHERE campaign_id = %(id)s AND status = 'pending' AND attempts = 0
+SET status = 'expired', last_error = 'campaign cancelled', published_at = NULL
+WHERE campaign_id = %(id)s AND status = 'pending' AND in_doubt_since IS NULL
 RETURNING id
 
--- name: hold_untried
--- On pause: the campaign's rows not yet offered to a provider are held back, so the pause
--- also stops what was queued before it. The consumer's claim takes a row only when it is
--- due (next_try_at <= now()), so a pointer already on Kafka is skipped; published_at NULL
--- lets the relay publish the row again once it is released.
+-- name: expire_in_doubt
+-- On cancel: the campaign's rows the provider may hold (`unknown`, `sending`, or pending
+-- after a call with no known outcome) expire now, by the look-up rule: the consumer looks
+-- each key up before it writes `expired` (found: `accepted`), and its claim sends none of
+-- them again. Due now, so that the campaign's last mail is final soon.
 UPDATE email_sends
-SET next_try_at = now() + interval '100 years', published_at = NULL
-WHERE campaign_id = %(id)s AND status = 'pending' AND attempts = 0
+SET expires_at = LEAST(expires_at, now()),
+    next_try_at = CASE WHEN status = 'sending' THEN next_try_at END,
+    published_at = CASE WHEN status = 'pending' THEN NULL ELSE published_at END
+WHERE campaign_id = %(id)s AND status IN ('pending', 'sending', 'unknown')
+RETURNING id
+
+-- name: hold_queued
+-- On pause: the campaign's pending rows, tried or not, are held back a century (their own
+-- retry time kept under it, so a Retry-After still counts after the resume), and
+-- published_at NULL lets the relay publish them again once released. A pointer already on
+-- Kafka is refused by the consumer's claim (not due; and the campaign is paused).
+UPDATE email_sends
+SET next_try_at = coalesce(next_try_at, now()) + interval '100 years', published_at = NULL
+WHERE campaign_id = %(id)s AND status = 'pending'
 RETURNING id
 
 -- name: release_held
--- On resume: the rows held by hold_untried are due again.
+-- On resume: the rows hold_queued held are due at their own time again; rows that came
+-- back pending during the pause (their call was in flight) and whose pointer the claim
+-- refused are handed back to the relay too.
 UPDATE email_sends
-SET next_try_at = NULL
-WHERE campaign_id = %(id)s AND status = 'pending' AND attempts = 0
-  AND next_try_at > now() + interval '50 years'
+SET next_try_at = CASE WHEN next_try_at > now() + interval '50 years'
+                       THEN next_try_at - interval '100 years' ELSE next_try_at END,
+    published_at = NULL
+WHERE campaign_id = %(id)s AND status = 'pending'
 RETURNING id
+
+-- name: open_mail
+-- Whether any of the campaign's mail is not final: the campaign is not finished until
+-- its last mail is (email_sends_campaign_idx).
+SELECT EXISTS (SELECT 1 FROM email_sends
+               WHERE campaign_id = %(id)s AND status IN ('pending', 'sending', 'unknown'))
 
 -- name: running_ids
 SELECT id FROM campaigns WHERE state = 'running' ORDER BY id

@@ -6,7 +6,10 @@ or missing column raises :class:`CampaignError` naming ``--audience-sql``), then
 page by page with keyset pagination on ``user_id`` (``WHERE user_id > last ORDER BY
 user_id LIMIT page``): one page in memory at a time, never the whole result. Every page is
 read in one ``READ ONLY``, ``REPEATABLE READ`` transaction of its own connection: the
-audience is one consistent snapshot, and the operator's query cannot write anything.
+audience is one consistent snapshot, and the operator's query cannot write anything. The
+query is exactly one SELECT: every statement built around it goes by the extended query
+protocol, under which PostgreSQL refuses a second command (``...; COMMIT; CREATE ...``
+would otherwise end the read-only transaction and run outside it).
 
 Each row is checked by the CSV's rules (:func:`mailbus.campaigns.audience.check_recipient`); a
 bad row becomes a :class:`Rejected` naming its position in the result. Rows whose
@@ -67,8 +70,14 @@ class SqlAudience:
 
     def _describe(self, composed: sql.Composable) -> list[str]:
         describe = sql.SQL(load_queries("mailbus.campaigns", "audience_sql.sql")["describe"])
-        try:
-            cursor = self._conn.execute(describe.format(query=composed))
+        try:  # prepared: the extended protocol, one command only (the pages have parameters)
+            cursor = self._conn.execute(describe.format(query=composed), prepare=True)
+        except psycopg.errors.SyntaxError as exc:
+            if "multiple commands" in str(exc):
+                raise CampaignError(
+                    "--audience-sql: exactly one SELECT is accepted, not several statements"
+                ) from None
+            raise CampaignError(f"--audience-sql: {_first_line(exc)}") from None
         except psycopg.Error as exc:
             raise CampaignError(f"--audience-sql: {_first_line(exc)}") from None
         names = [column.name for column in cursor.description or ()]

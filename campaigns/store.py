@@ -11,8 +11,9 @@ last step removes lines whose user id an earlier line has, and ends ``importing`
 then the pacer never ends the campaign ``finished``.
 
 States: ``draft`` → (start) ``running`` ⇄ (pause/resume) ``paused``; the pacer ends a
-running campaign ``finished`` when its audience is imported and handed out; ``cancel``
-ends any unfinished one ``cancelled`` (and its import).
+running campaign ``finished`` when its audience is imported and handed out and its last
+mail is final (accepted, failed, expired or suppressed): until then it can be paused and
+cancelled. ``cancel`` ends any unfinished one ``cancelled`` (and its import).
 """
 
 from __future__ import annotations
@@ -111,6 +112,11 @@ def create_campaign(
     (a caller may start it then); ``on_reject`` hears every skipped line (invalid, or a
     user id already seen). Raises :class:`CampaignError` for a bad header; nothing is
     then stored.
+
+    Run again with the same name, template, priority and audience (``spec.audience``: the
+    file or query; a create killed mid-import, say), it gives the same campaign and goes
+    on with its import from its last committed part; with another template, priority or
+    audience under that name it raises :class:`CampaignError` naming the campaign.
     """
     spec.check()
     # A CSV's header is checked before anything is written.
@@ -118,13 +124,39 @@ def create_campaign(
     queries = load_queries("mailbus.campaigns", "queries.sql")
     try:
         with psycopg.connect(database_url) as conn:
-            row = conn.execute(queries["insert_campaign"], _spec_params(spec)).fetchone()
-            assert row is not None
-            campaign_id = int(row[0])
+            conn.execute(queries["name_lock"], {"name": spec.name})
+            existing = None
+            if spec.audience:  # an audience named (a file, a query): a create is repeatable
+                existing = conn.execute(queries["campaign_named"], {"name": spec.name}).fetchone()
+            if existing is None:
+                row = conn.execute(queries["insert_campaign"], _spec_params(spec)).fetchone()
+                assert row is not None
+                campaign_id, importing = int(row[0]), True
+            else:
+                campaign_id, importing = _same_campaign(spec, *existing)
     except psycopg.Error as exc:
         raise StorageError(f"campaign creation failed: {exc}") from exc
     on_created(campaign_id)
+    if not importing:  # created before, its audience complete (or its import cancelled)
+        with psycopg.connect(database_url) as conn:
+            return _report(conn, queries, campaign_id, completed=True)
     return import_audience(database_url, campaign_id, audience, on_reject, part_size=part_size)
+
+
+def _same_campaign(
+    spec: CampaignSpec, campaign_id: int, template: str, priority: str, audience: str,
+    importing: bool,
+) -> tuple[int, bool]:  # fmt: skip
+    """A create again under a campaign's name (a create killed mid-import, run again): the
+    same campaign when its template, priority and audience are the same, and whether its
+    import is still open; otherwise :class:`CampaignError` naming it."""
+    if (template, priority, audience) != (spec.template, spec.priority, spec.audience):
+        raise CampaignError(
+            f"--name: campaign {campaign_id} is already named {spec.name!r}, with"
+            f" template {template}, priority {priority}, audience {audience}; the same name"
+            " with the same template, priority and audience gives that campaign again"
+        )
+    return campaign_id, importing
 
 
 def import_audience(
@@ -310,8 +342,8 @@ TRANSITIONS = {
 
 
 def transition(database_url: str, campaign_id: int, verb: str) -> tuple[str, int]:
-    """Apply ``verb``; return (a sentence saying what happened, the campaign's untried
-    rows it held back (pause), released (resume) or expired (cancel)).
+    """Apply ``verb``; return (a sentence saying what happened, the campaign's queued rows
+    it held back (pause), released (resume) or expired (cancel)).
 
     Repeating a command is a no-op (pausing a paused campaign); a move the state does not
     allow raises :class:`CampaignError`.
@@ -333,16 +365,29 @@ def transition(database_url: str, campaign_id: int, verb: str) -> tuple[str, int
                     f"campaign {campaign_id} is {current[0]}: only a {allowed} campaign"
                     f" can be {move.done}"
                 )
-            rows = 0
-            follow_up = _ROW_FOLLOW_UP.get(verb)
-            if follow_up is not None:
-                rows = len(conn.execute(queries[follow_up], {"id": campaign_id}).fetchall())
+            said, rows = f"campaign {campaign_id} is {move.to_state}", 0
+            if verb == "cancel":
+                conn.execute(queries["lock_open_rows"], {"id": campaign_id})
+            if verb in _ROW_FOLLOW_UP:
+                rows = _count(conn, queries[_ROW_FOLLOW_UP[verb]], campaign_id)
+            if verb == "cancel":
+                in_doubt = _count(conn, queries["expire_in_doubt"], campaign_id)
+                if in_doubt:
+                    said += (
+                        f"; {in_doubt} of its mails may be held by the provider:"
+                        " each ends expired once a look-up says it was not accepted"
+                    )
             conn.commit()
     except psycopg.Error as exc:
         raise StorageError(f"campaign {verb} failed: {exc}") from exc
-    return f"campaign {campaign_id} is {move.to_state}", rows
+    return said, rows
 
 
-# What a move does to the campaign's rows not yet offered to a provider, in its transaction:
-# pause holds them back, resume releases them, cancel expires them.
-_ROW_FOLLOW_UP = {"pause": "hold_untried", "resume": "release_held", "cancel": "expire_untried"}
+def _count(conn: psycopg.Connection[Any], query: str, campaign_id: int) -> int:
+    return len(conn.execute(query, {"id": campaign_id}).fetchall())
+
+
+# What a move does to the campaign's queued rows, in its transaction, whatever their
+# attempts: pause holds them back, resume releases them; cancel locks the rows not yet
+# final, then expires those the provider cannot hold (and the others by the look-up rule).
+_ROW_FOLLOW_UP = {"pause": "hold_queued", "resume": "release_held", "cancel": "expire_unsent"}

@@ -131,9 +131,10 @@ class SendLedger:
     ) -> Claim | None:
         """pending → sending for the attempt the pointer names, under ``token``; None if
         the row is not ours to send (claimed elsewhere, not due, expired, tried at another
-        provider, or in doubt past ``resend_window_s`` of its first call). Claiming again
-        with the same token (a retry after a lost reply) returns the claim again without
-        counting another attempt. ``guarantee`` is recorded on the row."""
+        provider, of a paused or cancelled campaign, or in doubt past ``resend_window_s`` of
+        its first call). Claiming again with the same token (a retry after a lost reply)
+        returns the claim again without counting another attempt. ``guarantee`` is recorded
+        on the row."""
         request = _ClaimRequest(
             send_id, attempt, token, provider, time.monotonic(), guarantee, resend_window_s
         )

@@ -14,9 +14,11 @@ WHERE s.id = ANY(%(ids)s::bigint[])
 
 -- name: claim_for_send
 -- pending -> sending for a batch of claims. Every guard that decides a send is here: the
--- attempt the pointer names, due, not expired, a retry not past MAILBUS_MAX_AGE, and the
--- provider fixed once a row was tried
--- (a mail one provider may have taken is never offered to another). A claim retried after
+-- attempt the pointer names, due, not expired, a retry not past MAILBUS_MAX_AGE, the
+-- provider fixed once a row was tried (a mail one provider may have taken is never offered
+-- to another), and no row of a paused or cancelled campaign, whatever its attempts (a row
+-- that was in flight when its campaign paused comes back pending, with its own retry time;
+-- campaigns/queries.sql, hold_queued, covers the rows pending at the pause). A claim retried after
 -- its reply was lost finds the row already under its own token and gets it again,
 -- uncounted. Rows are locked first (`locked`), so the lease and the guards' clock are read
 -- once the row is ours: a claim that waited on the relay's lock is not born lapsed.
@@ -51,6 +53,8 @@ WHERE s.id = c.id AND locked.id = s.id
         AND (s.in_doubt_since IS NULL OR c.resend_window_s IS NULL
              OR s.first_tried_at + make_interval(secs => c.resend_window_s) > clock_timestamp()))
        OR (s.status = 'sending' AND s.lease_token = c.token))
+  AND NOT EXISTS (SELECT 1 FROM campaigns k
+                  WHERE k.id = s.campaign_id AND k.state IN ('paused', 'cancelled'))
 RETURNING s.id, extract(epoch FROM s.expires_at - clock_timestamp())::float8
 
 -- name: release_claim

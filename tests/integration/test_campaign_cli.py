@@ -41,9 +41,9 @@ def campaign_rows(database_url: str, campaign_id: int) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def create(settings: Settings, audience: Path, *options: str) -> int:
+def create(settings: Settings, audience: Path, *options: str, name: str = "Spring sale") -> int:
     done = run_mailbus(
-        "campaign", "create", "--name", "Spring sale", "--template", "newsletter",
+        "campaign", "create", "--name", name, "--template", "newsletter",
         "--audience", str(audience), *options, env=settings_env(settings),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -132,7 +132,7 @@ def test_bad_options_and_moves(settings: Settings, tmp_path: Path) -> None:
     assert status["state"] == "cancelled" and status["counts"]["cancelled"] == 3
     paced = create(
         settings, tmp_path / "a.csv", "--rate", "36000/h", "--window", "22:00-06:30",
-        "--daily-cap", "100", "--warmup", "10,20", "--priority", "p1",
+        "--daily-cap", "100", "--warmup", "10,20", "--priority", "p1", name="Night sale",
     )  # fmt: skip
     shown = run_mailbus("campaign", "status", str(paced), env=env).stdout
     assert "p1, 600/min, window 22:00-06:30 UTC, daily cap 100, warm-up 10,20" in shown
@@ -164,7 +164,8 @@ def test_a_sigkilled_fan_out_resumes_without_duplicates_or_gaps(
     assert rows == keys and rows < n  # killed mid-way
     again = run_mailbus("campaign", "run", str(campaign_id), env=env, timeout=120)
     assert again.returncode == 0, again.stderr
-    assert f"campaign {campaign_id} is finished: handed out {n} of {n}" in again.stdout
+    assert f"campaign {campaign_id} is running: handed out {n} of {n}" in again.stdout
+    assert f"mails not yet final: {n}" in again.stdout  # finished once they are
     assert campaign_rows(settings.database_url, campaign_id) == (n, n)
     with psycopg.connect(settings.database_url) as conn:
         keys_found = {
@@ -206,7 +207,8 @@ def test_the_relay_paces_a_started_campaign(settings: Settings, tmp_path: Path) 
     status = json.loads(
         run_mailbus("campaign", "status", str(campaign_id), "--json", env=env).stdout
     )
-    assert status["state"] == "finished" and status["counts"]["created"] == n
+    # Handed out; not finished while its mail is not final (no consumer runs here).
+    assert status["state"] == "running" and status["counts"]["created"] == n
 
 
 def drop_pacer_column(database_url: str) -> None:
@@ -256,3 +258,42 @@ def test_the_relays_pacer_reports_a_refused_statement_and_keeps_the_thread(
     assert "UndefinedColumn" in str(components[PACER_COMPONENT]["detail"])
     [record] = [r for r in caplog.records if "campaign pacer stopped" in r.getMessage()]
     assert record.exc_info is not None  # the traceback is in the log
+
+
+def test_create_killed_mid_import_and_run_again_gives_the_same_campaign(
+    settings: Settings, tmp_path: Path
+) -> None:
+    n = 20_000
+    audience = write_audience(tmp_path / "a.csv", n)
+    env = settings_env(settings, MAILBUS_CAMPAIGN_IMPORT_PART="20")
+    args = ("campaign", "create", "--name", "Spring sale", "--template", "newsletter",
+            "--rate", "100000/s")  # fmt: skip
+    first = subprocess.Popen(
+        [sys.executable, "-m", "mailbus", *args, "--audience", str(audience), "--start"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: imported_through(settings) >= 300, 60, "some parts imported")
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    assert imported_through(settings) <= n  # killed mid-import (line 1 is the header)
+    again = run_mailbus(*args, "--audience", str(audience), "--start", env=env)
+    assert again.returncode == 0, again.stderr
+    assert f"{n} recipients imported" in again.stdout
+    with psycopg.connect(settings.database_url) as conn:
+        [(campaigns, campaign_id)] = conn.execute("SELECT count(*), max(id) FROM campaigns")
+    assert (campaigns, int(again.stdout.strip().splitlines()[-1])) == (1, campaign_id)
+    ran = run_mailbus("campaign", "run", str(campaign_id), "--no-progress", env=env, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert campaign_rows(settings.database_url, campaign_id) == (n, n)  # each line once
+    other = run_mailbus(*args, "--audience", str(write_audience(tmp_path / "b.csv", 5)), env=env)
+    assert other.returncode == 1
+    assert f"campaign {campaign_id} is already named 'Spring sale'" in other.stderr
+
+
+def imported_through(settings: Settings) -> int:
+    with psycopg.connect(settings.database_url) as conn:
+        row = conn.execute("SELECT coalesce(sum(imported_through), 0) FROM campaigns").fetchone()
+    assert row is not None
+    return int(row[0])

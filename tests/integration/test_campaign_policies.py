@@ -93,4 +93,4 @@ def test_without_a_cap_a_tick_hands_out_its_whole_grant(database_url: str) -> No
     transition(database_url, campaign_id, "start")
     with psycopg.connect(database_url, autocommit=True) as conn:
         result = Pacer(database_url, queue_cap=QueueCap()).tick(conn, campaign_id)
-    assert result is not None and (result.created, result.finished) == (20, True)
+    assert result is not None and (result.created, result.fanned_out) == (20, True)

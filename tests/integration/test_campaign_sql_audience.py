@@ -72,7 +72,7 @@ def test_a_campaign_from_sql_fans_out_once_per_row_and_filters_the_suppressed(
     transition(database_url, report.campaign_id, "start")
     pacer = Pacer(database_url, only=report.campaign_id, max_batch=1000)
     with psycopg.connect(database_url, autocommit=True) as conn:
-        while pacer.tick(conn, report.campaign_id) is not None:
+        while (tick := pacer.tick(conn, report.campaign_id)) and not tick.fanned_out:
             pass
         keys = {
             key
@@ -121,3 +121,24 @@ def test_create_with_audience_sql_on_the_command_line(settings: Settings) -> Non
     )  # fmt: skip
     assert bad.returncode != 0
     assert "--audience-sql: the query returns no 'email' column" in bad.stderr
+
+
+def test_audience_sql_accepts_exactly_one_select(settings: Settings) -> None:
+    """`; COMMIT; CREATE ...` once ended the read-only transaction and ran outside it."""
+    make_users(settings.database_url, 5)
+    attack = (
+        "SELECT id AS user_id, mail AS email FROM app_users) AS a; COMMIT;"
+        " CREATE TABLE escaped (x int); SELECT * FROM (SELECT id AS user_id, mail AS email"
+        " FROM app_users"
+    )
+    done = run_mailbus(
+        "campaign", "create", "--name", "attack", "--template", "newsletter",
+        "--audience-sql", attack, env=settings_env(settings),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout
+    assert "--audience-sql: exactly one SELECT is accepted" in done.stderr
+    with psycopg.connect(settings.database_url) as conn:
+        row = conn.execute(
+            "SELECT to_regclass('escaped'), (SELECT count(*) FROM campaigns)"
+        ).fetchone()
+    assert row == (None, 0)  # nothing escaped, nothing was created

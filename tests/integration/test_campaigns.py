@@ -72,12 +72,22 @@ def count(database_url: str, campaign_id: int) -> int:
 
 
 def drain(pacer: Pacer, database_url: str, campaign_id: int, max_ticks: int = 10_000) -> int:
-    """Tick until the campaign is no longer running; returns the number of ticks."""
+    """Tick until every recipient is handed out (or the campaign no longer runs); returns
+    the number of ticks."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         for ticks in range(1, max_ticks):
-            if pacer.tick(conn, campaign_id) is None:
+            result = pacer.tick(conn, campaign_id)
+            if result is None or result.fanned_out:
                 return ticks
-    raise AssertionError("the campaign never finished")
+    raise AssertionError("the campaign never handed out its audience")
+
+
+def settle_all(database_url: str, campaign_id: int, status: str = "accepted") -> None:
+    """What the consumers would do: every row of the campaign final."""
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "UPDATE email_sends SET status = %s WHERE campaign_id = %s", (status, campaign_id)
+        )
 
 
 def test_fan_out_skips_the_suppressed_whatever_their_case(database_url: str) -> None:
@@ -107,10 +117,37 @@ def test_fan_out_skips_the_suppressed_whatever_their_case(database_url: str) -> 
         ).fetchall()
     assert {r[0] for r in flagged} == {f"u{i}" for i in suppressed}
     status = collect_status(database_url, campaign_id)
-    assert status["state"] == "finished"
+    assert status["state"] == "running"  # handed out, its mail not yet final
     assert status["counts"]["suppressed"] == len(suppressed)
     assert status["counts"]["queued"] == status["counts"]["created"] == n - len(suppressed)
     assert status["counts"]["waiting"] == 0
+
+
+def test_a_campaign_is_finished_when_its_last_mail_is_final(database_url: str) -> None:
+    campaign_id = create(database_url, audience_csv(50), rate_per_min=10**8)
+    transition(database_url, campaign_id, "start")
+    pacer = Pacer(database_url)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        handed = pacer.tick(conn, campaign_id)
+        assert handed is not None and handed.fanned_out and not handed.finished
+        assert handed.limited_by == "delivery"
+        settle_all(database_url, campaign_id)
+        with psycopg.connect(database_url) as other:  # one mail still retrying
+            other.execute(
+                "UPDATE email_sends SET status = 'pending', attempts = 1 WHERE dedupe_key = %s",
+                (f"campaign-{campaign_id}-user-u7",),
+            )
+        waiting = pacer.tick(conn, campaign_id)
+        assert waiting is not None and not waiting.finished
+        assert collect_status(database_url, campaign_id)["state"] == "running"
+        said, held = transition(database_url, campaign_id, "pause")  # still pausable
+        assert said.endswith("is paused") and held == 1
+        transition(database_url, campaign_id, "resume")
+        settle_all(database_url, campaign_id)
+        last = pacer.tick(conn, campaign_id)
+        assert last is not None and last.finished
+        assert pacer.tick(conn, campaign_id) is None
+    assert collect_status(database_url, campaign_id)["state"] == "finished"
 
 
 class CrashAfterFanOut(Pacer):
@@ -150,7 +187,7 @@ def test_a_crash_between_rows_and_checkpoint_loses_and_duplicates_nothing(
     rows = sends(database_url, campaign_id)
     assert len(rows) == len({r[0] for r in rows}) == n
     status = collect_status(database_url, campaign_id)
-    assert status["handed_out"] == n and status["state"] == "finished"
+    assert status["handed_out"] == n and status["state"] == "running"
 
 
 def test_two_pacers_at_once_hand_each_recipient_out_once(database_url: str) -> None:
@@ -196,6 +233,12 @@ def test_pause_stops_new_rows_at_once_and_resume_finishes(database_url: str) -> 
         assert transition(database_url, campaign_id, "pause")[0].endswith("already paused")
         transition(database_url, campaign_id, "resume")
         wait_until(
+            lambda: collect_status(database_url, campaign_id)["handed_out"] == n,
+            30,
+            "the campaign to be handed out",
+        )
+        settle_all(database_url, campaign_id)
+        wait_until(
             lambda: collect_status(database_url, campaign_id)["state"] == "finished",
             30,
             "the campaign to finish",
@@ -215,14 +258,30 @@ def test_cancel_ends_in_a_visible_terminal_state(database_url: str) -> None:
         pacer = Pacer(database_url, max_batch=100)
         for _ in range(3):  # 100 a tick
             pacer.tick(conn, campaign_id)
-        # One row was tried already (a retry is pending): it is left to finish.
+        # u1 was answered 429 (a retry is pending): the provider does not hold it, it
+        # expires. u2's call timed out (in doubt): it expires only by the look-up rule.
         conn.execute(
-            "UPDATE email_sends SET attempts = 1 WHERE dedupe_key = %s",
+            "UPDATE email_sends SET attempts = 1, next_try_at = now() + interval '1 hour'"
+            " WHERE dedupe_key = %s",
             (f"campaign-{campaign_id}-user-u1",),
         )
+        conn.execute(
+            "UPDATE email_sends SET attempts = 1, in_doubt_since = now(),"
+            " next_try_at = now() + interval '1 hour', published_at = now()"
+            " WHERE dedupe_key = %s",
+            (f"campaign-{campaign_id}-user-u2",),
+        )
         said, expired = transition(database_url, campaign_id, "cancel")
-        assert said == f"campaign {campaign_id} is cancelled" and expired == 299
+        assert said.startswith(f"campaign {campaign_id} is cancelled; 1 of its mails")
+        assert expired == 299
         assert pacer.tick(conn, campaign_id) is None  # nothing more is handed out
+        in_doubt = conn.execute(
+            "SELECT status, expires_at <= now(), next_try_at, published_at FROM email_sends"
+            " WHERE dedupe_key = %s",
+            (f"campaign-{campaign_id}-user-u2",),
+        ).fetchone()
+    # The consumer gets it at once, and expires it after a look-up (or finds it accepted).
+    assert in_doubt == ("pending", True, None, None)
     assert count(database_url, campaign_id) == 300
     status = collect_status(database_url, campaign_id)
     assert status["state"] == "cancelled" and status["ended_at"] is not None
@@ -375,29 +434,50 @@ def claimable(database_url: str, campaign_id: int) -> int:
     return len(taken)
 
 
-def test_pause_holds_back_rows_queued_before_it_and_resume_releases_them(
+def test_pause_holds_back_every_queued_row_and_the_claim_refuses_the_campaigns_rows(
     database_url: str,
 ) -> None:
     campaign_id = create(database_url, audience_csv(300), rate_per_min=10**8)
     transition(database_url, campaign_id, "start")
+    retry_at = "now() + interval '1 hour'"
     with psycopg.connect(database_url, autocommit=True) as conn:
         Pacer(database_url, max_batch=100).tick(conn, campaign_id)
-        conn.execute(  # one row already went out to the provider and waits for a retry
-            "UPDATE email_sends SET attempts = 1 WHERE dedupe_key = %s",
+        conn.execute(  # u1 went out to the provider, got a 429, waits for its retry
+            f"UPDATE email_sends SET attempts = 1, next_try_at = {retry_at} WHERE dedupe_key = %s",
             (f"campaign-{campaign_id}-user-u1",),
         )
+        conn.execute(  # u2's call is in flight
+            "UPDATE email_sends SET status = 'sending' WHERE dedupe_key = %s",
+            (f"campaign-{campaign_id}-user-u2",),
+        )
         conn.execute("UPDATE email_sends SET published_at = now()")  # on Kafka already
-    assert claimable(database_url, campaign_id) == 99
+    assert claimable(database_url, campaign_id) == 98
     said, held = transition(database_url, campaign_id, "pause")
-    assert said.endswith("is paused") and held == 99
+    assert said.endswith("is paused") and held == 99  # u1 too, whatever its attempts
     assert claimable(database_url, campaign_id) == 0  # a pointer on Kafka is skipped
     with psycopg.connect(database_url) as conn:
-        row = conn.execute(
+        # u2's call answers 429 after the pause: pending again, due, its pointer published
+        conn.execute(
+            "UPDATE email_sends SET status = 'pending', next_try_at = now(),"
+            " published_at = now() WHERE dedupe_key = %s",
+            (f"campaign-{campaign_id}-user-u2",),
+        )
+        unpublished = conn.execute(
             "SELECT count(*) FILTER (WHERE published_at IS NULL) FROM email_sends"
-            " WHERE campaign_id = %s AND attempts = 0",
+            " WHERE campaign_id = %s",
             (campaign_id,),
         ).fetchone()
-    assert row == (99,)  # the relay publishes them again once released
+    assert unpublished == (99,)  # the relay publishes them again once released
+    assert claimable(database_url, campaign_id) == 0  # the claim refuses a paused campaign
     said, released = transition(database_url, campaign_id, "resume")
-    assert said.endswith("is running") and released == 99
-    assert claimable(database_url, campaign_id) == 99
+    assert said.endswith("is running") and released == 100
+    assert claimable(database_url, campaign_id) == 99  # u1 waits for its own retry time
+    with psycopg.connect(database_url) as conn:
+        kept = conn.execute(
+            f"SELECT next_try_at BETWEEN {retry_at} - interval '1 minute' AND {retry_at},"
+            " published_at IS NULL FROM email_sends WHERE dedupe_key = %s",
+            (f"campaign-{campaign_id}-user-u1",),
+        ).fetchone()
+    assert kept == (True, True)  # a Retry-After still counts after the resume
+    transition(database_url, campaign_id, "cancel")
+    assert claimable(database_url, campaign_id) == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -115,6 +116,8 @@ def test_consumer_settles_but_cannot_enqueue_delete_or_unsuppress(roles_db: str)
             conn.execute(
                 "INSERT INTO recovery_pacing (provider) VALUES ('p') ON CONFLICT DO NOTHING"
             )
+            # its claim refuses the rows of a paused or cancelled campaign
+            conn.execute("SELECT id, state FROM campaigns")
         assert refused(url, "SELECT * FROM email_send_events")
         assert refused(url, "DELETE FROM email_sends")
         assert refused(url, "DELETE FROM email_suppressions")
@@ -188,3 +191,28 @@ def test_operator_reads_and_manages_but_never_deletes_sends_or_changes_the_schem
         assert refused(url, "TRUNCATE email_attempts")
         assert refused(url, "DROP TABLE email_sends")
         assert refused(url, "ALTER TABLE email_sends ADD COLUMN x int")
+
+
+def test_operator_creates_and_runs_a_campaign(roles_db: str, tmp_path: Path) -> None:
+    """`campaign run` paces in the foreground: the pacer inserts sends and marks the
+    suppressed recipients (b@x.org is suppressed by the fixture)."""
+    audience = tmp_path / "a.csv"
+    audience.write_text("user_id,email\n1,a1@x.org\n2,b@x.org\n3,a3@x.org\n")
+    with login_as(roles_db, "mailbus_operator") as url:
+        env = {"MAILBUS_DATABASE_URL": url}
+        created = run_mailbus(
+            "campaign", "create", "--name", "ops", "--template", "newsletter",
+            "--audience", str(audience), env=env,
+        )  # fmt: skip
+        assert created.returncode == 0, created.stderr
+        campaign_id = created.stdout.strip().splitlines()[-1]
+        ran = run_mailbus("campaign", "run", campaign_id, "--no-progress", env=env)
+        assert ran.returncode == 0, ran.stderr
+        assert f"campaign {campaign_id} is running: handed out 3 of 3" in ran.stdout
+        assert refused(url, "DELETE FROM email_sends")
+    with psycopg.connect(roles_db) as conn:
+        rows = conn.execute(
+            "SELECT to_address FROM email_sends WHERE campaign_id = %s ORDER BY id",
+            (int(campaign_id),),
+        ).fetchall()
+    assert rows == [("a1@x.org",), ("a3@x.org",)]

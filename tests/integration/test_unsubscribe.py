@@ -37,7 +37,7 @@ def fan_out(database_url: str, emails: list[str], links: Links | None) -> int:
     transition(database_url, report.campaign_id, "start")
     pacer = Pacer(database_url, max_batch=7, links=links)
     with psycopg.connect(database_url, autocommit=True) as conn:
-        while pacer.tick(conn, report.campaign_id) is not None:
+        while (tick := pacer.tick(conn, report.campaign_id)) and not tick.fanned_out:
             pass
     return report.campaign_id
 

@@ -67,6 +67,8 @@ GRANT SELECT ON email_suppressions TO mailbus_consumer;
 GRANT SELECT, INSERT ON email_attempts, email_dead_letters TO mailbus_consumer;
 GRANT SELECT, INSERT, UPDATE ON rate_limits, provider_health, recovery_pacing
     TO mailbus_consumer;
+-- ... and its claim refuses the rows of a paused or cancelled campaign.
+GRANT SELECT (id, state) ON campaigns TO mailbus_consumer;
 
 -- `mailbus intake`: inserts sends from domain events (an event older than
 -- MAILBUS_INTAKE_MAX_AGE as an expired row, saying why), dead-letters the undecodable.
@@ -90,12 +92,14 @@ GRANT SELECT, INSERT ON email_suppressions TO mailbus_webhooks;
 GRANT UPDATE (reason, source) ON email_suppressions TO mailbus_webhooks;
 
 -- People: `mailbus status`, `dlq`, `suppress`, `campaign`. Reads everything; replays dead
--- letters, manages suppressions and campaigns. Never deletes a send or its history, and
--- (owning nothing) cannot change the schema.
+-- letters, manages suppressions and campaigns, and paces one in the foreground (`campaign
+-- run`: the relay's pacer, which inserts sends and marks suppressed recipients). Never
+-- deletes a send or its history, and (owning nothing) cannot change the schema.
 GRANT SELECT ON ALL TABLES IN SCHEMA public TO mailbus_operator;
 GRANT UPDATE ON email_sends, email_dead_letters TO mailbus_operator;
 GRANT INSERT ON email_replays TO mailbus_operator;
 GRANT INSERT ON email_send_resolutions TO mailbus_operator;
 GRANT INSERT, UPDATE, DELETE ON email_suppressions TO mailbus_operator;
 GRANT INSERT, UPDATE ON campaigns TO mailbus_operator;
-GRANT INSERT, DELETE ON campaign_recipients TO mailbus_operator;
+GRANT INSERT, UPDATE, DELETE ON campaign_recipients TO mailbus_operator;
+GRANT INSERT ON email_sends TO mailbus_operator;
