@@ -83,7 +83,7 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
 
     if args.status or args.dry_run:
         return _migrate_plan(settings, dry_run=args.dry_run, roles=args.roles)
-    applied = apply_migrations(settings.database_url)
+    applied = apply_migrations(settings.database_url, allow_locking=args.allow_locking)
     print(f"schema: applied {applied or 'nothing (up to date)'}")
     if args.roles:
         from mailbus.app.migrate import apply_roles
@@ -114,7 +114,7 @@ def _migrate_plan(settings: Settings, *, dry_run: bool, roles: bool) -> int:
     applied = state.applied
     print(f"schema: database at {state.database_version}, this build at {state.build_version}")
     print(f"applied: {_versions(applied) if applied else 'nothing'}")
-    pending = [f"{m.version:04d}_{m.name}" for m in state.pending]
+    pending = [m.label + (" (locking)" if m.locking else "") for m in state.pending]
     print(f"pending: {', '.join(pending) if pending else 'nothing (up to date)'}")
     if dry_run:
         print(f"would apply: {', '.join(pending) if pending else 'nothing'}")
@@ -248,6 +248,24 @@ def _send(settings: Settings, args: argparse.Namespace) -> int:
     return send_admin.run_change(settings, args.key, "not_sent")
 
 
+def _retention(settings: Settings, args: argparse.Namespace) -> int:
+    from mailbus.consumer import retention
+
+    window = f"{settings.retention / 86400:g}d"
+    if args.dry_run:
+        counts = retention.count_past_retention(settings.database_url, settings.retention)
+        found = ", ".join(f"{table} {n}" for table, n in counts.items())
+        print(f"retention {window}: would delete {found} (nothing was deleted: --dry-run)")
+        return 0
+    results = retention.prune(
+        settings.database_url, settings.retention, args.batch, args.max_batches
+    )
+    for done in results:
+        more = "" if done.complete else " (stopped at --max-batches: more left, run again)"
+        print(f"retention {window}: {done.table} {done.rows} deleted, {done.batches} batches{more}")
+    return 0
+
+
 def _webhooks(settings: Settings, _args: argparse.Namespace) -> int:
     from mailbus.feedback.server import run_webhooks
 
@@ -304,10 +322,16 @@ def _build_parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="print what would be applied; apply nothing"
     )
     migrate.add_argument(
+        "--allow-locking",
+        action="store_true",
+        help="apply a migration that stops writes to a table while it runs (marked locking;"
+        " --status names them) on a database that holds sends",
+    )
+    migrate.add_argument(
         "--roles",
         action="store_true",
         help="also create the NOLOGIN group roles mailbus_enqueuer, _relay, _consumer, _intake,"
-        " _webhooks and _operator and set their grants (needs CREATEROLE)",
+        " _webhooks, _operator and _retention and set their grants (needs CREATEROLE)",
     )
     command("relay", _relay, "publish committed outbox rows to Kafka (long-running)")
     consume = command("consume", _consume, "deliver queued mail to the email API (long-running)")
@@ -321,6 +345,7 @@ def _build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="machine-readable output")
     _add_dlq_commands(commands)
     _add_send_commands(commands)
+    _add_retention_commands(commands)
     _add_feedback_commands(commands)
     _add_intake_commands(commands)
     from mailbus.campaigns.commands import add_campaign_commands
@@ -452,6 +477,34 @@ def _add_send_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
 
 
+def _add_retention_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    text = "delete settled mail older than MAILBUS_RETENTION (docs/retention.md)"
+    group = commands.add_parser(
+        "retention",
+        help=text,
+        description=text,
+        epilog=settings_epilog("retention"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = group.add_subparsers(dest="retention_command", required=True, metavar="ACTION")
+    run_text = (
+        "delete, in batches, settled sends (with their attempts and dead letters), dead"
+        " letters and delivery events past the window; never a row that is not final"
+    )
+    run = actions.add_parser("run", help=run_text, description=run_text)
+    run.set_defaults(handler=_retention)
+    run.add_argument("--dry-run", action="store_true", help="count what would go; delete nothing")
+    run.add_argument(
+        "--batch", type=_positive, default=1000, help="rows per transaction (default 1000)"
+    )
+    run.add_argument(
+        "--max-batches",
+        type=_positive,
+        default=1000,
+        help="batches per table per run, the run's bound (default 1000); run again for more",
+    )
+
+
 def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     text = "receive signed delivery events at POST /webhooks/{provider} (long-running)"
     webhooks = commands.add_parser(
@@ -542,6 +595,12 @@ def _add_intake_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
 def _count(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
     return int(text)
 
 

@@ -91,6 +91,7 @@ class Settings:
     recovery_rate: float | None = 100 / 60  # sends/s after an outage; None: no recovery cap
     recovery_ramp: float = 600.0  # seconds until the recovery cap lifts (doubling 4 times)
     recovery_after: float = 30.0  # the shortest outage that starts a recovery ramp
+    retention: float = 90 * 86400.0  # settled mail kept this long: also the dedupe window
 
     def __repr__(self) -> str:  # never print the API key
         return f"Settings(database={_redact_url(self.database_url)}, kafka={self.kafka_bootstrap})"
@@ -218,6 +219,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         recovery_ramp=_duration("MAILBUS_RECOVERY_RAMP", env.get("MAILBUS_RECOVERY_RAMP"))
         or Settings.recovery_ramp,
         recovery_after=_recovery_after(env.get("MAILBUS_RECOVERY_AFTER")),
+        retention=_retention(env.get("MAILBUS_RETENTION")),
         attempt_warning=reader.integer(
             "MAILBUS_ATTEMPT_WARNING", Settings.attempt_warning, 1, 1000
         ),
@@ -305,6 +307,19 @@ def _recovery_after(raw: str | None) -> float:
     if raw is not None and raw.strip() in ("0", "0s"):
         return 0.0
     return _duration("MAILBUS_RECOVERY_AFTER", raw) or Settings.recovery_after
+
+
+_MIN_RETENTION_S = 86400.0  # "90m" for "90d" would shrink the dedupe window to minutes
+
+
+def _retention(raw: str | None) -> float:
+    """MAILBUS_RETENTION: a duration of at least a day (``90d``, the default)."""
+    seconds = _duration("MAILBUS_RETENTION", raw) or Settings.retention
+    if seconds < _MIN_RETENTION_S:
+        raise ConfigError(
+            "MAILBUS_RETENTION", f"must be at least 1d (it is the dedupe window), got {raw!r}"
+        )
+    return seconds
 
 
 def _recovery_rate(raw: str | None) -> float | None:

@@ -106,6 +106,14 @@ SETTINGS: tuple[Setting, ...] = (
         {"consume"},
     ),
     _s(
+        "RETENTION",
+        "90d",
+        "settled mail (and its attempts, dead letters, delivery events) older than this is"
+        " deleted by `mailbus retention run`; also the dedupe window: inside it the same"
+        " dedupe key is never enqueued twice; at least 1d",
+        {"retention"},
+    ),
+    _s(
         "RECOVERY_AFTER",
         "30s",
         "the shortest outage (breaker not closed) that starts a recovery ramp",

@@ -18,6 +18,8 @@ TOPICS = (
     "Pausing a campaign",
     "Adding partitions",
     "Rotating the provider API key",
+    "Upgrades",
+    "Table growth and retention",
 )
 
 
