@@ -41,8 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         register_secret(settings.unsubscribe_secret_previous)
         for secret in settings.kafka_security.secrets:
             register_secret(secret)
-        if not getattr(args, "skips_schema_check", False):
-            from mailbus.app.migrate import check_schema
+        if getattr(args, "checks_schema", False):  # the processes (and status) only: an
+            from mailbus.app.migrate import check_schema  # option error still comes first
 
             check_schema(settings.database_url)  # behind this build: exit 2, run migrate
         return int(args.handler(settings, args))
@@ -310,7 +310,6 @@ def _build_parser() -> argparse.ArgumentParser:
         return sub
 
     migrate = command("migrate", _migrate, "create or upgrade the schema and the topics")
-    migrate.set_defaults(skips_schema_check=True)
     migrate.add_argument("--skip-topics", action="store_true", help="only the database schema")
     plan = migrate.add_mutually_exclusive_group()
     plan.add_argument(
@@ -333,8 +332,10 @@ def _build_parser() -> argparse.ArgumentParser:
         help="also create the NOLOGIN group roles mailbus_enqueuer, _relay, _consumer, _intake,"
         " _webhooks, _operator and _retention and set their grants (needs CREATEROLE)",
     )
-    command("relay", _relay, "publish committed outbox rows to Kafka (long-running)")
+    relay = command("relay", _relay, "publish committed outbox rows to Kafka (long-running)")
+    relay.set_defaults(checks_schema=True)
     consume = command("consume", _consume, "deliver queued mail to the email API (long-running)")
+    consume.set_defaults(checks_schema=True)
     consume.add_argument(
         "--priority",
         type=_priorities,
@@ -342,6 +343,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="p0, p1, p2 or a comma list (default: all three)",
     )
     status = command("status", _status, "queue depth, oldest pending age, failures")
+    status.set_defaults(checks_schema=True)
     status.add_argument("--json", action="store_true", help="machine-readable output")
     _add_dlq_commands(commands)
     _add_send_commands(commands)
@@ -352,7 +354,6 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_campaign_commands(commands)
     sandbox = command("sandbox", _sandbox, "run the fault-injectable sandbox email API")
-    sandbox.set_defaults(skips_schema_check=True)  # no database
     from mailbus.sandbox.server import add_arguments as add_sandbox_arguments
 
     add_sandbox_arguments(sandbox)
@@ -514,7 +515,7 @@ def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.Argumen
         epilog=settings_epilog("webhooks"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    webhooks.set_defaults(handler=_webhooks)
+    webhooks.set_defaults(handler=_webhooks, checks_schema=True)
     text = "manage email_suppressions (addresses stored lower-cased, compared case-insensitively)"
     epilog = settings_epilog("suppress")
     suppress = commands.add_parser(
@@ -572,7 +573,7 @@ def _add_intake_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         epilog=settings_epilog("intake"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    intake.set_defaults(handler=_intake)
+    intake.set_defaults(handler=_intake, checks_schema=True)
     actions = intake.add_subparsers(dest="intake_command", metavar="[publish-sample]")
     text = "publish sample OrderPlaced events (plus duplicates and malformed ones) to the topic"
     sample = actions.add_parser(
@@ -582,7 +583,7 @@ def _add_intake_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         epilog=settings_epilog("intake"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sample.set_defaults(handler=_intake_publish_sample)
+    sample.set_defaults(handler=_intake_publish_sample, checks_schema=False)
     sample.add_argument("--count", type=_count, default=10, help="distinct orders (default 10)")
     sample.add_argument(
         "--duplicates", type=_count, default=3, help="events sent twice (default 3)"
