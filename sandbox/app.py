@@ -145,7 +145,11 @@ async def _handle_send(
             return dialect.error(422, "unprocessable", "the message was rejected")
         return _drop(request)  # drop_before_accept
     message_id, minted = ledger.accept(
-        parsed.key, to=parsed.to, template=parsed.template, window_s=state.idempotency_window_s
+        parsed.key if parsed.key is not None else parsed.tag,
+        to=parsed.to,
+        template=parsed.template,
+        window_s=state.idempotency_window_s,
+        replay=parsed.key is not None,
     )
     if minted and state.emitter is not None:
         state.emitter.accepted(message_id)
@@ -263,6 +267,8 @@ def make_app(state: SandboxState) -> web.Application:
     app[STATE] = state
     app.router.add_post("/v1/send", _send_handler(DIALECTS["mailbus"]))
     app.router.add_post("/emails", _send_handler(DIALECTS["resend"]))
+    app.router.add_post("/v3/mail/send", _send_handler(DIALECTS["sendgrid"]))
+    app.router.add_post("/v3/{domain}/messages", _send_handler(DIALECTS["mailgun"]))
     app.router.add_get("/v1/messages", _lookup)
     app.router.add_get("/_sandbox/health", _control(_health))
     app.router.add_get("/_sandbox/ledger", _control(_ledger))
