@@ -124,6 +124,8 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         provider_name=own,
         at_least_once=settings.unknown_outcome == "at_least_once",
         reach_s=settings.connect_timeout,
+        # a priority's own provider (MAILBUS_PROVIDER_P0_URL, ...) speaks the HTTP API
+        provider_kind=settings.provider if own is None else "http",
     )
     await ledger.open()
     if settings.metrics_port is not None:

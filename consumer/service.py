@@ -97,6 +97,7 @@ class DeliveryService:
         provider_name: str | None = None,
         at_least_once: bool = False,
         reach_s: float = 0.0,
+        provider_kind: str = "http",
     ) -> None:
         self.ledger = ledger
         self.routing = Routing(provider, provider_name, fallback, policies, gate)
@@ -112,6 +113,7 @@ class DeliveryService:
         self.attempt_warning = attempt_warning  # MAILBUS_ATTEMPT_WARNING
         self.at_least_once = at_least_once  # MAILBUS_UNKNOWN_OUTCOME=at_least_once
         self.reach_s = reach_s  # a resend must reach the provider this long before a key expires
+        self.provider_kind = provider_kind  # MAILBUS_PROVIDER of the primary: `sync:<kind>`
         self.doubt = Doubt(
             self.routing,
             gate,
@@ -364,7 +366,8 @@ class DeliveryService:
             metrics.observe_server_failure(result.server_stage)
         if admission is not None:
             self.gate.settle(admission, result, latency_s, recipient_domain(row.to_address))
-        decision = after_call(row, result, self.clock(), self.policy, self.rand)
+        source = f"sync:{'http' if route == FALLBACK else self.provider_kind}"
+        decision = after_call(row, result, self.clock(), self.policy, self.rand, source)
         if decision.next_status is Status.UNKNOWN:
             row = replace(row, in_doubt_since=called_at)
             decision = await self.doubt.decide(row, route)

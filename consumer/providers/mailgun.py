@@ -23,7 +23,10 @@ every event of the mail, and the webhook's ``user-variables``, carry it.
 Errors are ``{"message": ...}``; a 429 says when to try again in its message ("... limit
 exceeded, try again after Mon, 20 Dec 2021 20:33:21 UTC"), which (or a ``Retry-After``
 header) becomes the Retry-After minimum. 400, 401, 403, 404 (an unknown domain), 413 are
-``rejected``; 429 and 5xx are retried (:mod:`mailbus.consumer.core.outcome`).
+``rejected``; 429 and 5xx are retried (:mod:`mailbus.consumer.core.outcome`). The 400 "to
+parameter is not a valid address" is Mailgun's definite "invalid recipient":
+``bad_recipient``, and the address is suppressed
+(docs/providers.md#a-bad-address-is-suppressed).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ MAILGUN_REGIONS = {"us": "https://api.mailgun.net", "eu": "https://api.eu.mailgu
 _DOMAIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
 _TRY_AGAIN = re.compile(r"try again after (.+?)\s*$")
 _EXCERPT_CHARS = 2000
+_BAD_TO = "to parameter is not a valid address"
 
 
 class MailgunDialect:
@@ -102,7 +106,8 @@ class MailgunDialect:
             retry_after = parse_retry_after(found.group(1), now) if found else None
         if 200 <= status <= 299:
             return ProviderReply(status, _message_id(body), retry_after)
-        return ProviderReply(status, None, retry_after, message)
+        bad_recipient = status == 400 and message.startswith(_BAD_TO)
+        return ProviderReply(status, None, retry_after, message, bad_recipient=bad_recipient)
 
     def lookup_request(self, dedupe_key: str) -> WireRequest:
         raise NotImplementedError("Mailgun has no look-up mailbus can trust (see the module)")

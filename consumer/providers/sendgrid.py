@@ -23,12 +23,16 @@ Errors are ``{"errors": [{"message", "field", "help"}]}``; a 429 carries
 ``X-RateLimit-Reset``, the Unix time at which the limit resets
 (https://www.twilio.com/docs/sendgrid/api-reference/how-to-use-the-sendgrid-v3-api/rate-limits),
 which becomes the Retry-After minimum. 400 (a bad request), 401/403 (the key), 413 (too
-large) are ``rejected``; 429 and 5xx are retried (:mod:`mailbus.consumer.core.outcome`).
+large) are ``rejected``; 429 and 5xx are retried (:mod:`mailbus.consumer.core.outcome`). A
+400 naming the recipient's address (``field`` ``personalizations.0.to.0.email``: "Does not
+contain a valid address.") is SendGrid's definite "invalid recipient": ``bad_recipient``,
+and the address is suppressed (docs/providers.md#a-bad-address-is-suppressed).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -43,6 +47,7 @@ __all__ = ["DEDUPE_ARG", "SendGridDialect"]
 
 DEDUPE_ARG = "dedupe_key"  # custom_args name carrying the row's dedupe key
 _EXCERPT_CHARS = 2000
+_RECIPIENT_FIELD = re.compile(r"personalizations\.\d+\.to\.\d+\.email")
 
 
 class SendGridDialect:
@@ -85,7 +90,10 @@ class SendGridDialect:
             retry_after = _reset_in(headers.get("X-RateLimit-Reset"), now)
         if 200 <= status <= 299:
             return ProviderReply(status, valid_id(headers.get("X-Message-Id")), retry_after)
-        return ProviderReply(status, None, retry_after, _excerpt(body))
+        bad_recipient = status == 400 and any(
+            _RECIPIENT_FIELD.fullmatch(str(e.get("field"))) for e in errors_of(body)
+        )
+        return ProviderReply(status, None, retry_after, _excerpt(body), bad_recipient=bad_recipient)
 
     def lookup_request(self, dedupe_key: str) -> WireRequest:
         raise NotImplementedError("SendGrid has no look-up mailbus can trust (see the module)")
