@@ -41,7 +41,7 @@ from mailbus.consumer.core import (
     unsendable,
     wait_for_provider,
 )
-from mailbus.consumer.core.capability import guarantee_of, resend_window_s
+from mailbus.consumer.core.capability import guarantee_of, resend_window_s, without_cover
 from mailbus.consumer.core.domains import deferred, recipient_domain
 from mailbus.consumer.core.smtp_outcome import classify_call
 from mailbus.consumer.core.suppression import stops
@@ -356,7 +356,7 @@ class DeliveryService:
         called_at = self.clock()
         started = time.monotonic()
         try:
-            result = classify_call(await provider.send(mail))
+            result = without_cover(provider.capability, classify_call(await provider.send(mail)))
         except Exception as exc:  # a bug, not an outage: the request may have left
             log.exception("send %d: the call failed unexpectedly", row.id)
             result = classify(TransportFailure(True, f"internal error: {type(exc).__name__}"))

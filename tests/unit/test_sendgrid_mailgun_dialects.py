@@ -9,7 +9,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from mailbus.consumer.core.capability import Guarantee, guarantee_of
+from mailbus.consumer.core.capability import (
+    Capability,
+    Guarantee,
+    IdempotencyKey,
+    guarantee_of,
+    without_cover,
+)
 from mailbus.consumer.core.outcome import Outcome, classify
 from mailbus.consumer.provider import OutgoingMail
 from mailbus.consumer.providers.mailgun import MailgunDialect
@@ -116,3 +122,25 @@ def test_settings_name_each_providers_api_and_what_it_needs() -> None:
     ]:
         with pytest.raises(ConfigError, match=name):
             load_settings(env)
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome"),
+    [
+        (500, Outcome.UNKNOWN),
+        (502, Outcome.UNKNOWN),
+        (504, Outcome.UNKNOWN),
+        (503, Outcome.RETRY),
+        (429, Outcome.RETRY),
+        (400, Outcome.REJECTED),
+    ],
+)
+def test_a_server_error_without_key_or_look_up_is_unknown_not_a_retry(
+    status: int, outcome: Outcome
+) -> None:
+    """A 500/502/504 may follow acceptance: without a key or a look-up a retry could send
+    the mail twice, so it is unknown (at most once: an operator's). A key covers it."""
+    reply = classify(SENDGRID.reply(status, {}, b"{}", NOW))
+    assert without_cover(SENDGRID.capability, reply).outcome is outcome
+    keyed = Capability(IdempotencyKey("Idempotency-Key", 60.0))
+    assert without_cover(keyed, reply).outcome is reply.outcome
