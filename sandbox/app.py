@@ -8,6 +8,10 @@ Provider endpoints (``Authorization: Bearer <api_key>``):
   The same key always gets the same id, minted once. 429 carries ``Retry-After`` (seconds).
 * ``GET /v1/messages?idempotency_key=K`` -- ``200 {"id": ...}`` if accepted under K, else 404.
 
+Named providers' send endpoints, in their dialects (:mod:`mailbus.sandbox.dialects`), with
+the same faults and ledger: ``POST /emails`` (Resend), ``POST /v3/mail/send`` (SendGrid),
+``POST /v3/{domain}/messages`` (Mailgun).
+
 Control endpoints (no auth; loopback clients only unless ``open_control``):
 ``GET /_sandbox/health``, ``GET /_sandbox/ledger``, ``GET /_sandbox/requests[?since=T]``,
 ``GET|POST /_sandbox/faults`` (read or replace the plan), ``POST /_sandbox/reset``,
