@@ -28,16 +28,18 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 import urllib.parse
 from dataclasses import dataclass
-from email.parser import BytesParser
-from email.policy import HTTP
 from typing import Any
 
 from aiohttp import web
 
 __all__ = ["DIALECTS", "Dialect", "ParsedSend"]
+
+_BOUNDARY = re.compile(r"boundary=(\"[^\"]+\"|[^;\s]+)")
+_FIELD_NAME = re.compile(rb'(?i)content-disposition:[^\r\n]*\bname="((?:[^"\\]|\\.)*)"')
 
 
 @dataclass(frozen=True)
@@ -227,18 +229,22 @@ def _form(content_type: str, body: bytes) -> dict[str, str] | str:
     if content_type.startswith("application/x-www-form-urlencoded"):
         pairs = urllib.parse.parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
         return {name: value for name, value in reversed(pairs)}
-    if not content_type.startswith("multipart/form-data"):
+    boundary = _BOUNDARY.search(content_type) if content_type.startswith("multipart/") else None
+    if boundary is None:
         return f"Invalid request content type: {content_type or 'none'}"
-    head = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode()
-    message = BytesParser(policy=HTTP).parsebytes(head + body)
-    if not message.is_multipart():
-        return "malformed multipart/form-data request"
+    delimiter = b"--" + boundary.group(1).strip('"').encode()
     form: dict[str, str] = {}
-    for part in message.iter_parts():
-        name = part.get_param("name", header="content-disposition")
-        payload = part.get_payload(decode=True)
-        if isinstance(name, str) and isinstance(payload, bytes):
-            form.setdefault(name, payload.decode("utf-8", "replace"))
+    # a hand-cut parser: email.parser took 4 ms a request, the sandbox's whole budget
+    for part in body.split(delimiter)[1:]:
+        if part.startswith(b"--"):
+            break  # the closing delimiter
+        head, separator, value = part.removeprefix(b"\r\n").partition(b"\r\n\r\n")
+        name = _FIELD_NAME.search(head)
+        if not separator or name is None:
+            return "malformed multipart/form-data request"
+        form.setdefault(
+            name.group(1).decode(), value.removesuffix(b"\r\n").decode("utf-8", "replace")
+        )
     return form
 
 
