@@ -8,6 +8,10 @@ Provider endpoints (``Authorization: Bearer <api_key>``):
   The same key always gets the same id, minted once. 429 carries ``Retry-After`` (seconds).
 * ``GET /v1/messages?idempotency_key=K`` -- ``200 {"id": ...}`` if accepted under K, else 404.
 
+Named providers' send endpoints, in their dialects (:mod:`mailbus.sandbox.dialects`), with
+the same faults and ledger: ``POST /emails`` (Resend), ``POST /v3/mail/send`` (SendGrid),
+``POST /v3/{domain}/messages`` (Mailgun).
+
 Control endpoints (no auth; loopback clients only unless ``open_control``):
 ``GET /_sandbox/health``, ``GET /_sandbox/ledger``, ``GET /_sandbox/requests[?since=T]``,
 ``GET|POST /_sandbox/faults`` (read or replace the plan), ``POST /_sandbox/reset``,
@@ -145,7 +149,11 @@ async def _handle_send(
             return dialect.error(422, "unprocessable", "the message was rejected")
         return _drop(request)  # drop_before_accept
     message_id, minted = ledger.accept(
-        parsed.key, to=parsed.to, template=parsed.template, window_s=state.idempotency_window_s
+        parsed.key if parsed.key is not None else parsed.tag,
+        to=parsed.to,
+        template=parsed.template,
+        window_s=state.idempotency_window_s,
+        replay=parsed.key is not None,
     )
     if minted and state.emitter is not None:
         state.emitter.accepted(message_id)
@@ -263,6 +271,8 @@ def make_app(state: SandboxState) -> web.Application:
     app[STATE] = state
     app.router.add_post("/v1/send", _send_handler(DIALECTS["mailbus"]))
     app.router.add_post("/emails", _send_handler(DIALECTS["resend"]))
+    app.router.add_post("/v3/mail/send", _send_handler(DIALECTS["sendgrid"]))
+    app.router.add_post("/v3/{domain}/messages", _send_handler(DIALECTS["mailgun"]))
     app.router.add_get("/v1/messages", _lookup)
     app.router.add_get("/_sandbox/health", _control(_health))
     app.router.add_get("/_sandbox/ledger", _control(_ledger))

@@ -76,8 +76,10 @@ class Settings:
     campaign_daily_quota: int | None = None  # recipients per UTC day, all campaigns; None: any
     campaign_import_part: int = 50_000  # audience lines per import transaction
     kafka_security: KafkaSecurity = _PLAINTEXT  # TLS/SASL: see kafka_client_config
-    provider: str = "http"  # http | smtp | resend
+    provider: str = "http"  # http | smtp | resend | sendgrid | mailgun
     mail_from: str = ""  # MAILBUS_MAIL_FROM: the sender of a named provider's mail
+    mailgun_domain: str = ""  # MAILBUS_MAILGUN_DOMAIN: the sending domain (mailgun)
+    mailgun_region: str = "us"  # MAILBUS_MAILGUN_REGION: us | eu, the API's base URL
     idempotency_window: float | None = None  # None: the provider's documented window
     smtp_url: str = ""  # smtp://host:port, smtp+starttls://user@host:587, smtps://...
     smtp_password: str = ""
@@ -205,6 +207,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         kafka_security=parse_kafka_security(env),
         provider=_provider_kind(env.get("MAILBUS_PROVIDER")),
         mail_from=reader._raw("MAILBUS_MAIL_FROM") or "",
+        mailgun_domain=(reader._raw("MAILBUS_MAILGUN_DOMAIN") or "").strip(),
+        mailgun_region=_mailgun_region(env.get("MAILBUS_MAILGUN_REGION")),
         idempotency_window=reader.optional_number("MAILBUS_IDEMPOTENCY_WINDOW"),
         smtp_url=reader._raw("MAILBUS_SMTP_URL") or "",
         smtp_password=reader.secret("MAILBUS_SMTP_PASSWORD"),
@@ -234,7 +238,11 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise ConfigError("MAILBUS_SMTP_FROM", "required with MAILBUS_PROVIDER=smtp: an address")
     if settings.postmark_webhook_auth and ":" not in settings.postmark_webhook_auth:
         raise ConfigError("MAILBUS_POSTMARK_WEBHOOK_AUTH", "expected user:password")
+    if settings.provider == "mailgun" and not settings.mailgun_domain:
+        raise ConfigError("MAILBUS_MAILGUN_DOMAIN", "required with MAILBUS_PROVIDER=mailgun")
     named_url = _NAMED_PROVIDER_URLS.get(settings.provider)
+    if settings.provider == "mailgun":
+        named_url = _MAILGUN_REGIONS[settings.mailgun_region]
     if named_url is not None and "@" not in settings.mail_from:
         raise ConfigError(
             "MAILBUS_MAIL_FROM", f"required with MAILBUS_PROVIDER={settings.provider}: an address"
@@ -248,8 +256,21 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
 
 # MAILBUS_PROVIDER's named providers and their APIs (MAILBUS_PROVIDER_URL overrides, e.g.
 # the sandbox's dialect of it in tests)
-_NAMED_PROVIDER_URLS = {"resend": "https://api.resend.com"}
+_NAMED_PROVIDER_URLS = {
+    "resend": "https://api.resend.com",
+    "sendgrid": "https://api.sendgrid.com",  # an EU subuser: https://api.eu.sendgrid.com
+    "mailgun": "https://api.mailgun.net",  # per MAILBUS_MAILGUN_REGION, below
+}
+# https://documentation.mailgun.com/docs/mailgun/api-reference/api-overview
+_MAILGUN_REGIONS = {"us": "https://api.mailgun.net", "eu": "https://api.eu.mailgun.net"}
 _PROVIDER_KINDS = ("http", "smtp", *_NAMED_PROVIDER_URLS)
+
+
+def _mailgun_region(raw: str | None) -> str:
+    region = (raw or "us").strip().lower() or "us"
+    if region not in _MAILGUN_REGIONS:
+        raise ConfigError("MAILBUS_MAILGUN_REGION", f"expected us or eu, got {raw!r}")
+    return region
 
 
 def _provider_kind(raw: str | None) -> str:

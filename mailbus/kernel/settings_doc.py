@@ -122,11 +122,23 @@ SETTINGS: tuple[Setting, ...] = (
     _s(
         "PROVIDER",
         "http",
-        "which provider the consumer calls: http (the sandbox's API), smtp, resend"
-        " (docs/providers.md)",
+        "which provider the consumer calls: http (the sandbox's API), smtp, resend,"
+        " sendgrid, mailgun (docs/providers.md)",
         {"consume"},
     ),
-    _s("MAIL_FROM", "-", "sender address of a named provider's mail (resend)", {"consume"}),
+    _s(
+        "MAIL_FROM",
+        "-",
+        "sender address of a named provider's mail (resend, sendgrid, mailgun)",
+        {"consume"},
+    ),
+    _s("MAILGUN_DOMAIN", "-", "Mailgun's sending domain (required with mailgun)", {"consume"}),
+    _s(
+        "MAILGUN_REGION",
+        "us",
+        "Mailgun's region: us (api.mailgun.net) or eu (api.eu.mailgun.net)",
+        {"consume"},
+    ),
     _s(
         "IDEMPOTENCY_WINDOW",
         "the provider's",

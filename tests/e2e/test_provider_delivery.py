@@ -13,6 +13,15 @@ from conftest import Stack
 from relay_runner import wait_until
 
 RESEND = {"MAILBUS_PROVIDER": "resend", "MAILBUS_MAIL_FROM": "shop@example.com"}
+# providers with neither an idempotency key nor a look-up (docs/providers.md)
+NEITHER = {
+    "sendgrid": {"MAILBUS_PROVIDER": "sendgrid", "MAILBUS_MAIL_FROM": "shop@example.com"},
+    "mailgun": {
+        "MAILBUS_PROVIDER": "mailgun",
+        "MAILBUS_MAIL_FROM": "shop@mg.example.com",
+        "MAILBUS_MAILGUN_DOMAIN": "mg.example.com",
+    },
+}
 
 
 def _resolve_as_operator(stack: Stack) -> int:
@@ -84,4 +93,45 @@ def test_no_key_is_accepted_twice_across_a_2s_window(stack: Stack, backoff_base:
     waiting = stack.query("SELECT last_error FROM email_sends WHERE status = 'unknown'")
     assert all("operator" in error for (error,) in waiting), waiting
     assert _resolve_as_operator(stack) == statuses["unknown"]
+    stack.assert_table_agrees_with_providers()
+
+
+@pytest.mark.parametrize("provider", sorted(NEITHER))
+def test_at_most_once_delivery_through_faults_ends_with_the_table_agreeing(
+    stack: Stack, provider: str
+) -> None:
+    """SendGrid and Mailgun through the fault mix: 5xx and 429 are retried (nothing was
+    accepted), a timeout after acceptance or a malformed 2xx leaves the row ``unknown`` for
+    an operator -- never resent, so no mail is sent twice -- and once the operator settled
+    those from the provider's record, the table agrees with it."""
+    stack.set_faults(
+        {"kind": "hang_after_accept", "share": 0.15, "hang_seconds": 3},
+        {"kind": "503", "share": 0.1},
+        {"kind": "429", "share": 0.1, "retry_after": 1},
+        {"kind": "malformed", "share": 0.1},
+    )
+    keys = stack.seed(24, prefix=provider)
+    stack.start_relay()
+    stack.start_consumer(
+        MAILBUS_PROVIDER_URL=stack.sandbox.url, MAILBUS_REQUEST_TIMEOUT="1", **NEITHER[provider]
+    )
+
+    def at_rest() -> bool:
+        open_rows = stack.query(
+            "SELECT count(*) FROM email_sends WHERE status IN ('pending', 'sending')"
+        )
+        return open_rows == [(0,)]
+
+    wait_until(at_rest, 60, "every row accepted or waiting for an operator")
+    statuses = stack.statuses()
+    assert set(statuses) <= {"accepted", "unknown"}, statuses
+    assert statuses["unknown"] > 0  # the mix left some in doubt, and nothing resent them
+    outcomes = stack.ledger()["totals"]["outcomes"]
+    assert outcomes.get("503", 0) + outcomes.get("429", 0) > 0  # retried, then accepted
+    assert stack.query("SELECT DISTINCT guarantee FROM email_sends") == [("at_most_once",)]
+    assert stack.accepted_twice() == []
+    ids = stack.query("SELECT message_id FROM email_sends WHERE status = 'accepted'")
+    assert all(not i.startswith("<") for (i,) in ids)  # Mailgun's, as its webhooks match it
+    assert _resolve_as_operator(stack) == statuses["unknown"]
+    assert stack.statuses() == {"accepted": len(keys)}
     stack.assert_table_agrees_with_providers()

@@ -65,6 +65,10 @@ GRANT SELECT, UPDATE, DELETE ON email_send_events TO mailbus_relay;
 -- shares rate limits and provider health with the other consumers.
 GRANT SELECT, UPDATE ON email_sends TO mailbus_consumer;
 GRANT SELECT ON email_suppressions TO mailbus_consumer;
+-- ... and a synchronous "no such address" (SMTP 550 5.1.1) suppresses it, as a webhook
+-- hard bounce does (widening an unsubscribe or complaint to all mail), never unsuppresses.
+GRANT INSERT (address, reason, source), UPDATE (reason, source) ON email_suppressions
+    TO mailbus_consumer;
 GRANT SELECT, INSERT ON email_attempts, email_dead_letters TO mailbus_consumer;
 GRANT SELECT, INSERT, UPDATE ON rate_limits, provider_health, recovery_pacing
     TO mailbus_consumer;
