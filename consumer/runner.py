@@ -26,6 +26,7 @@ from mailbus.consumer.kafka_source import KafkaSource
 from mailbus.consumer.ledger import MessageOrigin, SendLedger
 from mailbus.consumer.provider import HttpProvider
 from mailbus.consumer.providers import Provider
+from mailbus.consumer.providers.postmark import PostmarkDialect
 from mailbus.consumer.providers.resend import RESEND_WINDOW_S, ResendDialect
 from mailbus.consumer.providers.smtp import SmtpProvider
 from mailbus.consumer.rate_limit import GlobalRateLimiter
@@ -218,6 +219,15 @@ def _primary_provider(settings: Settings) -> Provider:
             request_timeout=settings.request_timeout,
             max_connections=settings.max_in_flight,
             dialect=ResendDialect(settings.mail_from, window),
+        )
+    if settings.provider == "postmark":
+        return HttpProvider(
+            settings.provider_url,
+            settings.provider_api_key,
+            connect_timeout=settings.connect_timeout,
+            request_timeout=settings.request_timeout,
+            max_connections=settings.max_in_flight,
+            dialect=PostmarkDialect(settings.mail_from),
         )
     if settings.provider == "smtp":
         return SmtpProvider(

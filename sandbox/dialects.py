@@ -11,6 +11,14 @@ kind works in each.
   (without one every request is a new mail); ``200 {"id"}``; errors ``{"statusCode",
   "name", "message"}``; a 429 carries ``retry-after`` and ``ratelimit-reset``
   (https://resend.com/docs/api-reference/introduction, .../rate-limit).
+* ``postmark`` -- ``POST /email``, ``X-Postmark-Server-Token``; no idempotency key: every
+  request is a new mail, filed under its ``Metadata.mailbus_key`` so that ``GET
+  /messages/outbound?count=&offset=&metadata_mailbus_key=`` finds it; ``200 {"To",
+  "SubmittedAt", "MessageID", "ErrorCode": 0, "Message": "OK"}``; errors ``{"ErrorCode",
+  "Message"}``, a rejected mail as ``422`` with ErrorCode 300
+  (https://postmarkapp.com/developer/api/email-api, .../api/overview#error-codes,
+  .../api/messages-api). A 429 carries ``Retry-After`` (Postmark documents none: the
+  sandbox's choice, so the fault plan's delay can be read).
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from typing import Any
 
 from aiohttp import web
 
-__all__ = ["DIALECTS", "Dialect", "ParsedSend"]
+__all__ = ["DIALECTS", "POSTMARK_KEY_FIELD", "Dialect", "ParsedSend"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,11 @@ class Dialect:
 
     name = "mailbus"
     key_required = True
+    deduplicates = True  # the same key again replays the first mail
+
+    def key_of(self, request: web.Request) -> str | None:
+        """The key a request carries before its body is read (for the ledger's count)."""
+        return request.headers.get("Idempotency-Key") or None
 
     def authorized(self, request: web.Request, api_key: str) -> bool:
         return request.headers.get("Authorization") == f"Bearer {api_key}"
@@ -110,6 +123,60 @@ class ResendDialect(Dialect):
         return self.error(429, "rate_limited", "Too many requests.", headers)
 
 
+class PostmarkDialect(Dialect):
+    name = "postmark"
+    key_required = False
+    deduplicates = False  # no idempotency: a second request is a second mail
+
+    def key_of(self, request: web.Request) -> str | None:
+        return None  # in the body's Metadata
+
+    def authorized(self, request: web.Request, api_key: str) -> bool:
+        return request.headers.get("X-Postmark-Server-Token") == api_key
+
+    def parse(self, request: web.Request, body: bytes) -> ParsedSend | str:
+        doc = _json_object(body)
+        if isinstance(doc, str):
+            return doc
+        to = doc.get("To")
+        if not isinstance(to, str) or "@" not in to:
+            return "Invalid 'To' address."
+        for field in ("From", "Subject"):
+            if not isinstance(doc.get(field), str) or not doc[field]:
+                return f"Missing '{field}' field."
+        if not (isinstance(doc.get("TextBody"), str) or isinstance(doc.get("HtmlBody"), str)):
+            return "Provide either email TextBody or HtmlBody or both."
+        metadata = doc.get("Metadata", {})
+        if not isinstance(metadata, dict):
+            return "Metadata must be an object."
+        key = metadata.get(POSTMARK_KEY_FIELD)
+        return ParsedSend(key if isinstance(key, str) and key else None, to, str(doc["Subject"]))
+
+    def error(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> web.Response:
+        body = {"ErrorCode": _POSTMARK_CODES.get(code, 0), "Message": message}
+        return web.json_response(body, status=status, headers=headers)
+
+    def accepted(self, message_id: str) -> web.Response:
+        return web.json_response(
+            {"To": "", "SubmittedAt": "", "MessageID": message_id, "ErrorCode": 0, "Message": "OK"}
+        )
+
+    def malformed(self, message_id: str) -> web.Response:
+        truncated = b'{"To": "", "MessageID": "' + message_id[:10].encode()
+        return web.Response(body=truncated, content_type="application/json")
+
+
+POSTMARK_KEY_FIELD = "mailbus_key"  # the metadata field mailbus files a mail under
+_POSTMARK_CODES = {  # the sandbox's error codes as Postmark's ErrorCode
+    "unauthorized": 10,
+    "bad_request": 300,
+    "unprocessable": 300,
+    "unavailable": 100,
+    "rate_limited": 429,
+}
+
 _RESEND_NAMES = {  # the sandbox's error codes as Resend names them
     "unauthorized": "restricted_api_key",
     "bad_request": "validation_error",
@@ -118,7 +185,7 @@ _RESEND_NAMES = {  # the sandbox's error codes as Resend names them
     "rate_limited": "rate_limit_exceeded",
 }
 
-DIALECTS: dict[str, Dialect] = {d.name: d for d in (Dialect(), ResendDialect())}
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (Dialect(), ResendDialect(), PostmarkDialect())}
 
 
 def _json_object(body: bytes) -> dict[str, Any] | str:

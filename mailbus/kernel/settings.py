@@ -76,7 +76,7 @@ class Settings:
     campaign_daily_quota: int | None = None  # recipients per UTC day, all campaigns; None: any
     campaign_import_part: int = 50_000  # audience lines per import transaction
     kafka_security: KafkaSecurity = _PLAINTEXT  # TLS/SASL: see kafka_client_config
-    provider: str = "http"  # http | smtp | resend
+    provider: str = "http"  # http | smtp | resend | postmark | ses
     mail_from: str = ""  # MAILBUS_MAIL_FROM: the sender of a named provider's mail
     idempotency_window: float | None = None  # None: the provider's documented window
     smtp_url: str = ""  # smtp://host:port, smtp+starttls://user@host:587, smtps://...
@@ -246,7 +246,10 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
 
 # MAILBUS_PROVIDER's named providers and their APIs (MAILBUS_PROVIDER_URL overrides, e.g.
 # the sandbox's dialect of it in tests)
-_NAMED_PROVIDER_URLS = {"resend": "https://api.resend.com"}
+_NAMED_PROVIDER_URLS = {
+    "resend": "https://api.resend.com",
+    "postmark": "https://api.postmarkapp.com",
+}
 _PROVIDER_KINDS = ("http", "smtp", *_NAMED_PROVIDER_URLS)
 
 

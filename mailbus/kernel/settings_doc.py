@@ -114,11 +114,16 @@ SETTINGS: tuple[Setting, ...] = (
     _s(
         "PROVIDER",
         "http",
-        "which provider the consumer calls: http (the sandbox's API), smtp, resend"
-        " (docs/providers.md)",
+        "which provider the consumer calls: http (the sandbox's API), smtp, resend,"
+        " postmark, ses (docs/providers.md)",
         {"consume"},
     ),
-    _s("MAIL_FROM", "-", "sender address of a named provider's mail (resend)", {"consume"}),
+    _s(
+        "MAIL_FROM",
+        "-",
+        "sender address of a named provider's mail (resend, postmark, ses)",
+        {"consume"},
+    ),
     _s(
         "IDEMPOTENCY_WINDOW",
         "the provider's",

@@ -13,6 +13,7 @@ from conftest import Stack
 from relay_runner import wait_until
 
 RESEND = {"MAILBUS_PROVIDER": "resend", "MAILBUS_MAIL_FROM": "shop@example.com"}
+POSTMARK = {"MAILBUS_PROVIDER": "postmark", "MAILBUS_MAIL_FROM": "shop@example.com"}
 
 
 def _resolve_as_operator(stack: Stack) -> int:
@@ -84,4 +85,28 @@ def test_no_key_is_accepted_twice_across_a_2s_window(stack: Stack, backoff_base:
     waiting = stack.query("SELECT last_error FROM email_sends WHERE status = 'unknown'")
     assert all("operator" in error for (error,) in waiting), waiting
     assert _resolve_as_operator(stack) == statuses["unknown"]
+    stack.assert_table_agrees_with_providers()
+
+
+def test_postmark_delivery_through_faults_ends_with_the_table_agreeing(stack: Stack) -> None:
+    """Postmark has no key: every doubt is settled by its outbound message search, by the
+    metadata the mail carried; a resend happens only after the search found nothing."""
+    stack.set_faults(
+        {"kind": "hang_after_accept", "share": 0.15, "hang_seconds": 3},
+        {"kind": "503", "share": 0.1},
+        {"kind": "429", "share": 0.1, "retry_after": 1},
+        {"kind": "malformed", "share": 0.1},
+    )
+    keys = stack.seed(30, prefix="postmark")
+    stack.start_relay()
+    stack.start_consumer(
+        MAILBUS_PROVIDER_URL=stack.sandbox.url, MAILBUS_REQUEST_TIMEOUT="1", **POSTMARK
+    )
+    statuses = stack.wait_settled(60)
+    assert statuses == {"accepted": len(keys)}
+    totals = stack.ledger()["totals"]
+    assert totals["lookups"] > 0 and totals["outcomes"].get("found", 0) > 0  # doubt looked up
+    assert totals["outcomes"].get("replayed", 0) == 0  # no key to replay under
+    assert stack.query("SELECT DISTINCT guarantee FROM email_sends") == [("exactly_once",)]
+    assert stack.accepted_twice() == []
     stack.assert_table_agrees_with_providers()

@@ -17,6 +17,7 @@ import pytest
 
 from mailbus.consumer.core.outcome import Outcome, classify
 from mailbus.consumer.provider import Dialect, HttpProvider, MailbusDialect, OutgoingMail
+from mailbus.consumer.providers.postmark import PostmarkDialect
 from mailbus.consumer.providers.resend import ResendDialect
 from mailbus.sandbox.app import SandboxState
 from mailbus.sandbox.faults import build_plan
@@ -29,6 +30,7 @@ MAIL = OutgoingMail(
 ADAPTERS: dict[str, Callable[[], Dialect]] = {
     "http": MailbusDialect,
     "resend": lambda: ResendDialect("shop@example.com"),
+    "postmark": lambda: PostmarkDialect("shop@example.com"),
 }
 _T = TypeVar("_T")
 
