@@ -79,6 +79,11 @@ class Settings:
     provider: str = "http"  # http | smtp | resend | postmark | ses
     mail_from: str = ""  # MAILBUS_MAIL_FROM: the sender of a named provider's mail
     idempotency_window: float | None = None  # None: the provider's documented window
+    ses_region: str | None = None  # None: the SDK's (AWS_REGION, the profile)
+    ses_endpoint_url: str | None = None  # an SES endpoint override (tests: moto)
+    ses_access_key_id: str = ""  # empty: the SDK's default credential chain
+    ses_secret_access_key: str = ""
+    ses_configuration_set: str | None = None  # where SES publishes its events (SNS)
     smtp_url: str = ""  # smtp://host:port, smtp+starttls://user@host:587, smtps://...
     smtp_password: str = ""
     smtp_from: str = ""
@@ -205,6 +210,11 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         provider=_provider_kind(env.get("MAILBUS_PROVIDER")),
         mail_from=reader._raw("MAILBUS_MAIL_FROM") or "",
         idempotency_window=reader.optional_number("MAILBUS_IDEMPOTENCY_WINDOW"),
+        ses_region=reader._raw("MAILBUS_SES_REGION"),
+        ses_endpoint_url=reader.optional_url("MAILBUS_SES_ENDPOINT_URL", ("http", "https")),
+        ses_access_key_id=reader.secret("MAILBUS_SES_ACCESS_KEY_ID"),
+        ses_secret_access_key=reader.secret("MAILBUS_SES_SECRET_ACCESS_KEY"),
+        ses_configuration_set=reader._raw("MAILBUS_SES_CONFIGURATION_SET"),
         smtp_url=reader._raw("MAILBUS_SMTP_URL") or "",
         smtp_password=reader.secret("MAILBUS_SMTP_PASSWORD"),
         smtp_from=reader._raw("MAILBUS_SMTP_FROM") or "",
@@ -233,7 +243,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     if settings.postmark_webhook_auth and ":" not in settings.postmark_webhook_auth:
         raise ConfigError("MAILBUS_POSTMARK_WEBHOOK_AUTH", "expected user:password")
     named_url = _NAMED_PROVIDER_URLS.get(settings.provider)
-    if named_url is not None and "@" not in settings.mail_from:
+    if (named_url is not None or settings.provider == "ses") and "@" not in settings.mail_from:
         raise ConfigError(
             "MAILBUS_MAIL_FROM", f"required with MAILBUS_PROVIDER={settings.provider}: an address"
         )
@@ -250,7 +260,7 @@ _NAMED_PROVIDER_URLS = {
     "resend": "https://api.resend.com",
     "postmark": "https://api.postmarkapp.com",
 }
-_PROVIDER_KINDS = ("http", "smtp", *_NAMED_PROVIDER_URLS)
+_PROVIDER_KINDS = ("http", "smtp", "ses", *_NAMED_PROVIDER_URLS)  # ses: through the AWS SDK
 
 
 def _provider_kind(raw: str | None) -> str:

@@ -130,6 +130,28 @@ SETTINGS: tuple[Setting, ...] = (
         "seconds a named provider keeps an idempotency key (resend: 86400); for tests",
         {"consume"},
     ),
+    _s("SES_REGION", "the SDK's", "AWS region of SES (provider ses)", {"consume"}),
+    _s("SES_ENDPOINT_URL", "AWS's", "SES endpoint override, e.g. moto in tests", {"consume"}),
+    _s(
+        "SES_ACCESS_KEY_ID",
+        "the SDK's chain",
+        "AWS access key id for SES; unset: the SDK's default credential chain",
+        {"consume"},
+        from_file=True,
+    ),
+    _s(
+        "SES_SECRET_ACCESS_KEY",
+        "-",
+        "the secret of MAILBUS_SES_ACCESS_KEY_ID",
+        {"consume"},
+        from_file=True,
+    ),
+    _s(
+        "SES_CONFIGURATION_SET",
+        "-",
+        "SES configuration set a mail is sent with (its SNS event destination)",
+        {"consume"},
+    ),
     _s(
         "SMTP_URL",
         "-",

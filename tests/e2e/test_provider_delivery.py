@@ -1,4 +1,5 @@
-"""Delivery through relay and consumer to named providers' sandbox dialects (issue 20).
+"""Delivery through relay and consumer to named providers' sandbox dialects, and to SES
+through the AWS SDK against moto (issue 20).
 
 Each run ends with the table agreeing with the provider. The idempotency-window test gives
 the provider a 2 s key window and the consumer a 1 s request timeout with every first call
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import Stack
+from moto_ses import CREDENTIALS, REGION, moto_ses
 from relay_runner import wait_until
 
 RESEND = {"MAILBUS_PROVIDER": "resend", "MAILBUS_MAIL_FROM": "shop@example.com"}
@@ -110,3 +112,29 @@ def test_postmark_delivery_through_faults_ends_with_the_table_agreeing(stack: St
     assert stack.query("SELECT DISTINCT guarantee FROM email_sends") == [("exactly_once",)]
     assert stack.accepted_twice() == []
     stack.assert_table_agrees_with_providers()
+
+
+def test_ses_delivery_through_the_sdk_ends_with_the_table_agreeing_with_moto(
+    stack: Stack,
+) -> None:
+    """SES through the real AWS SDK against moto's server mode: every row accepted under
+    ``at_most_once`` (SES has neither key nor look-up), each with the MessageId moto holds
+    for that recipient, and moto holding no mail the table does not."""
+    with moto_ses() as ses:
+        ses.verify("shop@example.com")
+        keys = stack.seed(20, prefix="ses")
+        stack.start_relay()
+        stack.start_consumer(
+            MAILBUS_PROVIDER="ses",
+            MAILBUS_MAIL_FROM="shop@example.com",
+            MAILBUS_SES_REGION=REGION,
+            MAILBUS_SES_ENDPOINT_URL=ses.url,
+            MAILBUS_SES_ACCESS_KEY_ID=CREDENTIALS["aws_access_key_id"],
+            MAILBUS_SES_SECRET_ACCESS_KEY=CREDENTIALS["aws_secret_access_key"],
+        )
+        assert stack.wait_settled(60) == {"accepted": len(keys)}
+        held = {m["id"]: m["destinations"]["ToAddresses"] for m in ses.sent()}
+    rows = stack.query("SELECT to_address, message_id, guarantee FROM email_sends")
+    assert {guarantee for _, _, guarantee in rows} == {"at_most_once"}
+    table = {message_id: [to] for to, message_id, _ in rows}
+    assert table == held  # the table agrees with the provider: same mails, same ids
