@@ -3,9 +3,12 @@ reached through the real AWS SDK; what it accepted is read from its ``/moto-api/
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -15,7 +18,7 @@ from typing import Any
 import boto3
 from smtp_server import free_port
 
-__all__ = ["REGION", "MotoSes", "moto_ses"]
+__all__ = ["REGION", "MotoSes", "ReplySwallower", "moto_ses"]
 
 REGION = "eu-west-1"
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -62,3 +65,44 @@ def moto_ses() -> Iterator[MotoSes]:
     finally:
         process.terminate()
         process.wait(10)
+
+
+class ReplySwallower:
+    """A TCP proxy in front of ``port`` whose first ``count`` connections carry the request
+    to the server and never bring its reply back: a timeout after acceptance."""
+
+    def __init__(self, port: int, count: int) -> None:
+        self._target = ("127.0.0.1", port)
+        self._left = count
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._sockets: list[socket.socket] = []
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._listener.close()
+        for sock in self._sockets:
+            sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            swallow, self._left = self._left > 0, self._left - 1
+            server = socket.create_connection(self._target)
+            self._sockets += (client, server)
+            threading.Thread(target=self._pipe, args=(client, server), daemon=True).start()
+            sink = None if swallow else client
+            threading.Thread(target=self._pipe, args=(server, sink), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket | None) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := source.recv(65536):
+                if sink is not None:
+                    sink.sendall(chunk)
+        with contextlib.suppress(OSError):
+            if sink is not None:
+                sink.shutdown(socket.SHUT_WR)

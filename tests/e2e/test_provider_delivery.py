@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import Stack
-from moto_ses import CREDENTIALS, REGION, moto_ses
+from moto_ses import CREDENTIALS, REGION, MotoSes, ReplySwallower, moto_ses
 from relay_runner import wait_until
 
 RESEND = {"MAILBUS_PROVIDER": "resend", "MAILBUS_MAIL_FROM": "shop@example.com"}
@@ -114,6 +114,21 @@ def test_postmark_delivery_through_faults_ends_with_the_table_agreeing(stack: St
     stack.assert_table_agrees_with_providers()
 
 
+def _ses_env(url: str) -> dict[str, str]:
+    return {
+        "MAILBUS_PROVIDER": "ses",
+        "MAILBUS_MAIL_FROM": "shop@example.com",
+        "MAILBUS_SES_REGION": REGION,
+        "MAILBUS_SES_ENDPOINT_URL": url,
+        "MAILBUS_SES_ACCESS_KEY_ID": CREDENTIALS["aws_access_key_id"],
+        "MAILBUS_SES_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"],
+    }
+
+
+def _moto_record(ses: MotoSes) -> dict[str, list[str]]:
+    return {m["id"]: m["destinations"]["ToAddresses"] for m in ses.sent()}
+
+
 def test_ses_delivery_through_the_sdk_ends_with_the_table_agreeing_with_moto(
     stack: Stack,
 ) -> None:
@@ -124,17 +139,42 @@ def test_ses_delivery_through_the_sdk_ends_with_the_table_agreeing_with_moto(
         ses.verify("shop@example.com")
         keys = stack.seed(20, prefix="ses")
         stack.start_relay()
-        stack.start_consumer(
-            MAILBUS_PROVIDER="ses",
-            MAILBUS_MAIL_FROM="shop@example.com",
-            MAILBUS_SES_REGION=REGION,
-            MAILBUS_SES_ENDPOINT_URL=ses.url,
-            MAILBUS_SES_ACCESS_KEY_ID=CREDENTIALS["aws_access_key_id"],
-            MAILBUS_SES_SECRET_ACCESS_KEY=CREDENTIALS["aws_secret_access_key"],
-        )
+        stack.start_consumer(**_ses_env(ses.url))
         assert stack.wait_settled(60) == {"accepted": len(keys)}
-        held = {m["id"]: m["destinations"]["ToAddresses"] for m in ses.sent()}
+        held = _moto_record(ses)
     rows = stack.query("SELECT to_address, message_id, guarantee FROM email_sends")
     assert {guarantee for _, _, guarantee in rows} == {"at_most_once"}
     table = {message_id: [to] for to, message_id, _ in rows}
     assert table == held  # the table agrees with the provider: same mails, same ids
+
+
+def test_ses_timeout_after_acceptance_stays_unknown_and_is_never_resent(stack: Stack) -> None:
+    """SES accepts the first 3 calls but their replies never arrive: at most once, those
+    rows stay ``unknown`` for an operator and are never sent again; SES holds each of them
+    once, and every other row agrees with it."""
+    with moto_ses() as ses:
+        ses.verify("shop@example.com")
+        proxy = ReplySwallower(int(ses.url.rsplit(":", 1)[1]), count=3)
+        keys = stack.seed(12, prefix="ses-doubt")
+        stack.start_relay()
+        stack.start_consumer(
+            MAILBUS_REQUEST_TIMEOUT="1", MAILBUS_MAX_IN_FLIGHT="2", **_ses_env(proxy.url)
+        )
+
+        def at_rest() -> bool:
+            return stack.query(
+                "SELECT count(*) FROM email_sends WHERE status NOT IN ('accepted', 'unknown')"
+            ) == [(0,)]
+
+        wait_until(at_rest, 60, "every row accepted or waiting for an operator")
+        stack.terminate("consumer")
+        held = _moto_record(ses)
+        proxy.close()
+    assert stack.statuses() == {"accepted": len(keys) - 3, "unknown": 3}
+    rows = stack.query("SELECT to_address, status, message_id, attempts FROM email_sends")
+    accepted = {message_id: [to] for to, status, message_id, _ in rows if status == "accepted"}
+    in_doubt = sorted(to for to, status, _, attempts in rows if status == "unknown")
+    assert all(attempts == 1 for _, status, _, attempts in rows if status == "unknown")
+    assert len(held) == len(keys)  # SES took every mail once, the 3 in doubt too
+    assert {k: v for k, v in held.items() if k in accepted} == accepted
+    assert sorted(to for k, [to] in held.items() if k not in accepted) == in_doubt

@@ -68,6 +68,7 @@ def test_no_reply_in_time_is_unknown_and_the_sdk_does_not_resend() -> None:
     the SDK's retries off it was made once (botocore's default would have made it again)."""
     listener = socket.create_server(("127.0.0.1", 0))
     requests: list[bytes] = []
+    held: list[socket.socket] = []
 
     def swallow() -> None:
         while True:
@@ -75,6 +76,7 @@ def test_no_reply_in_time_is_unknown_and_the_sdk_does_not_resend() -> None:
                 conn, _ = listener.accept()
             except OSError:
                 return
+            held.append(conn)
             requests.append(conn.recv(65536))  # read, never answer; keep it open
 
     threading.Thread(target=swallow, daemon=True).start()
@@ -82,5 +84,7 @@ def test_no_reply_in_time_is_unknown_and_the_sdk_does_not_resend() -> None:
         result = _send(f"http://127.0.0.1:{listener.getsockname()[1]}", request_timeout=0.5)
     finally:
         listener.close()
+        for conn in held:
+            conn.close()
     assert result.outcome is Outcome.UNKNOWN, result
     assert len(requests) == 1
