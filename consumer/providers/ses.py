@@ -1,4 +1,5 @@
-"""Amazon SES (API v2) through the AWS SDK: boto3's ``sesv2`` client, off the event loop.
+"""Amazon SES (API v2) through the AWS SDK: boto3's ``sesv2`` client, in worker threads of
+its own (one per in-flight call), off the event loop.
 
 ``SendEmail`` (``POST /v2/email/outbound-emails``) answers ``{"MessageId"}``
 (https://docs.aws.amazon.com/ses/latest/APIReference-V2/API_SendEmail.html); that id is
@@ -36,7 +37,9 @@ read timeout, connection closed after sending   lost reply      unknown
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,6 +141,9 @@ class SesProvider:
         self._configuration_set = configuration_set
         self._deadline = connect_timeout + request_timeout + 1.0
         self._permits = asyncio.Semaphore(max_connections)
+        # its own threads: asyncio.to_thread's default pool has min(32, CPUs + 4) workers,
+        # 6 on two cores, which would cap MAILBUS_MAX_IN_FLIGHT without saying so
+        self._threads = ThreadPoolExecutor(max_connections, thread_name_prefix="mailbus-ses")
 
     def prepare(self, mail: OutgoingMail) -> SesPrepared:
         subject, text, html = render_mail(mail.template, mail.variables)
@@ -168,7 +174,8 @@ class SesProvider:
         async with self._permits:
             try:
                 async with asyncio.timeout(self._deadline):
-                    reply = await asyncio.to_thread(self._client.send_email, **prepared.arguments)
+                    call = functools.partial(self._client.send_email, **prepared.arguments)
+                    reply = await asyncio.get_running_loop().run_in_executor(self._threads, call)
             except TimeoutError:
                 return TransportFailure(True, f"no reply within {self._deadline:g}s")
             except ClientError as exc:
@@ -188,4 +195,5 @@ class SesProvider:
         return LookupResult(None, True, NO_LOOKUP)
 
     async def aclose(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)
         self._client.close()
