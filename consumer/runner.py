@@ -27,8 +27,10 @@ from mailbus.consumer.ledger import MessageOrigin, SendLedger
 from mailbus.consumer.provider import Dialect, HttpProvider
 from mailbus.consumer.providers import Provider
 from mailbus.consumer.providers.mailgun import MailgunDialect
+from mailbus.consumer.providers.postmark import PostmarkDialect
 from mailbus.consumer.providers.resend import RESEND_WINDOW_S, ResendDialect
 from mailbus.consumer.providers.sendgrid import SendGridDialect
+from mailbus.consumer.providers.ses import SesProvider
 from mailbus.consumer.providers.smtp import SmtpProvider
 from mailbus.consumer.rate_limit import GlobalRateLimiter
 from mailbus.consumer.reconciler import Reconciler
@@ -208,6 +210,8 @@ def _process_provider(
         priority, url, api_key = chosen
         return priority, _http_provider(settings, url, api_key), url
     url = settings.smtp_url if settings.provider == "smtp" else settings.provider_url
+    if settings.provider == "ses":
+        url = settings.ses_endpoint_url or f"ses:{settings.ses_region or 'default'}"
     return None, _primary_provider(settings), url
 
 
@@ -223,6 +227,18 @@ def _primary_provider(settings: Settings) -> Provider:
             max_connections=settings.max_in_flight,
             dialect=dialect,
         )
+    if settings.provider == "ses":
+        return SesProvider(
+            settings.mail_from,
+            region=settings.ses_region,
+            endpoint_url=settings.ses_endpoint_url,
+            access_key_id=settings.ses_access_key_id,
+            secret_access_key=settings.ses_secret_access_key,
+            configuration_set=settings.ses_configuration_set,
+            connect_timeout=settings.connect_timeout,
+            request_timeout=settings.request_timeout,
+            max_connections=settings.max_in_flight,
+        )
     if settings.provider == "smtp":
         return SmtpProvider(
             settings.smtp_url,
@@ -237,7 +253,9 @@ def _primary_provider(settings: Settings) -> Provider:
 
 
 def _named_dialect(settings: Settings) -> Dialect | None:
-    """The dialect of a named HTTP provider (docs/providers.md); None for http and smtp."""
+    """The dialect of a named HTTP provider (docs/providers.md); None for http, smtp, ses."""
+    if settings.provider == "postmark":
+        return PostmarkDialect(settings.mail_from)
     if settings.provider == "resend":
         return ResendDialect(settings.mail_from, settings.idempotency_window or RESEND_WINDOW_S)
     if settings.provider == "sendgrid":

@@ -22,6 +22,14 @@ kind works in each.
   ``{"message"}``; a 429 says "try again after <date>" in its message. No idempotency key:
   every request is a new mail, recorded under its ``v:dedupe_key``
   (https://documentation.mailgun.com/docs/mailgun/api-reference/send/mailgun/messages).
+* ``postmark`` -- ``POST /email``, ``X-Postmark-Server-Token``; no idempotency key: every
+  request is a new mail, filed under its ``Metadata.mailbus_key`` so that ``GET
+  /messages/outbound?count=&offset=&metadata_mailbus_key=`` finds it; ``200 {"To",
+  "SubmittedAt", "MessageID", "ErrorCode": 0, "Message": "OK"}``; errors ``{"ErrorCode",
+  "Message"}``, a rejected mail as ``422`` with ErrorCode 300
+  (https://postmarkapp.com/developer/api/email-api, .../api/overview#error-codes,
+  .../api/messages-api). A 429 carries ``Retry-After`` (Postmark documents none: the
+  sandbox's choice, so the fault plan's delay can be read).
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from typing import Any
 
 from aiohttp import web
 
-__all__ = ["DIALECTS", "Dialect", "ParsedSend"]
+__all__ = ["DIALECTS", "POSTMARK_KEY_FIELD", "Dialect", "ParsedSend"]
 
 _BOUNDARY = re.compile(r"boundary=(\"[^\"]+\"|[^;\s]+)")
 _FIELD_NAME = re.compile(rb'(?i)content-disposition:[^\r\n]*\bname="((?:[^"\\]|\\.)*)"')
@@ -59,6 +67,11 @@ class Dialect:
 
     name = "mailbus"
     key_required = True
+    deduplicates = True  # the same key again replays the first mail
+
+    def key_of(self, request: web.Request) -> str | None:
+        """The key a request carries before its body is read (for the ledger's count)."""
+        return request.headers.get("Idempotency-Key") or None
 
     def authorized(self, request: web.Request, api_key: str) -> bool:
         return request.headers.get("Authorization") == f"Bearer {api_key}"
@@ -132,6 +145,60 @@ class ResendDialect(Dialect):
         return self.error(429, "rate_limited", "Too many requests.", headers)
 
 
+class PostmarkDialect(Dialect):
+    name = "postmark"
+    key_required = False
+    deduplicates = False  # no idempotency: a second request is a second mail
+
+    def key_of(self, request: web.Request) -> str | None:
+        return None  # in the body's Metadata
+
+    def authorized(self, request: web.Request, api_key: str) -> bool:
+        return request.headers.get("X-Postmark-Server-Token") == api_key
+
+    def parse(self, request: web.Request, body: bytes) -> ParsedSend | str:
+        doc = _json_object(body)
+        if isinstance(doc, str):
+            return doc
+        to = doc.get("To")
+        if not isinstance(to, str) or "@" not in to:
+            return "Invalid 'To' address."
+        for field in ("From", "Subject"):
+            if not isinstance(doc.get(field), str) or not doc[field]:
+                return f"Missing '{field}' field."
+        if not (isinstance(doc.get("TextBody"), str) or isinstance(doc.get("HtmlBody"), str)):
+            return "Provide either email TextBody or HtmlBody or both."
+        metadata = doc.get("Metadata", {})
+        if not isinstance(metadata, dict):
+            return "Metadata must be an object."
+        key = metadata.get(POSTMARK_KEY_FIELD)
+        return ParsedSend(key if isinstance(key, str) and key else None, to, str(doc["Subject"]))
+
+    def error(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> web.Response:
+        body = {"ErrorCode": _POSTMARK_CODES.get(code, 0), "Message": message}
+        return web.json_response(body, status=status, headers=headers)
+
+    def accepted(self, message_id: str) -> web.Response:
+        return web.json_response(
+            {"To": "", "SubmittedAt": "", "MessageID": message_id, "ErrorCode": 0, "Message": "OK"}
+        )
+
+    def malformed(self, message_id: str) -> web.Response:
+        truncated = b'{"To": "", "MessageID": "' + message_id[:10].encode()
+        return web.Response(body=truncated, content_type="application/json")
+
+
+POSTMARK_KEY_FIELD = "mailbus_key"  # the metadata field mailbus files a mail under
+_POSTMARK_CODES = {  # the sandbox's error codes as Postmark's ErrorCode
+    "unauthorized": 10,
+    "bad_request": 300,
+    "unprocessable": 300,
+    "unavailable": 100,
+    "rate_limited": 429,
+}
+
 _RESEND_NAMES = {  # the sandbox's error codes as Resend names them
     "unauthorized": "restricted_api_key",
     "bad_request": "validation_error",
@@ -144,6 +211,7 @@ _RESEND_NAMES = {  # the sandbox's error codes as Resend names them
 class SendGridDialect(Dialect):
     name = "sendgrid"
     key_required = False
+    deduplicates = False
 
     def parse(self, request: web.Request, body: bytes) -> ParsedSend | str:
         doc = _json_object(body)
@@ -187,6 +255,7 @@ class SendGridDialect(Dialect):
 class MailgunDialect(Dialect):
     name = "mailgun"
     key_required = False
+    deduplicates = False
 
     def authorized(self, request: web.Request, api_key: str) -> bool:
         token = base64.b64encode(f"api:{api_key}".encode()).decode()
@@ -219,7 +288,8 @@ class MailgunDialect(Dialect):
 
 
 DIALECTS: dict[str, Dialect] = {
-    d.name: d for d in (Dialect(), ResendDialect(), SendGridDialect(), MailgunDialect())
+    d.name: d
+    for d in (Dialect(), ResendDialect(), PostmarkDialect(), SendGridDialect(), MailgunDialect())
 }
 
 

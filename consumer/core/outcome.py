@@ -11,6 +11,9 @@ result                                      outcome   why
 408, 429, 500, 502, 503, 504                retry     the contract; Retry-After carried
 a 4xx the provider's error body calls      retry     e.g. Resend's 409
 transient (``transient``)                             concurrent_idempotent_requests
+a reply the provider's error body says is   retry     the provider's state (a bad token,
+about our account (``server_stage``)                  sending paused): the breaker
+                                                      counts it, no attempt is spent
 any other 4xx                               rejected  the contract: failed + DLQ (a
                                                       dialect's definite "no such
                                                       recipient" also suppresses the
@@ -73,6 +76,9 @@ class ProviderReply:
     domain_scoped: bool = False  # a 429 for the recipient's domain (X-Throttle-Scope)
     transient: bool = False  # the provider's error body says: the same request again, later
     bad_recipient: bool = False  # a definite "this address does not exist / is invalid"
+    # the reply is about our account at the provider (a bad token, sending paused), not
+    # this mail: the provider's state, like an SMTP server stage (Classification.server_stage)
+    server_stage: str | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +141,14 @@ def classify(result: CallResult) -> Classification:
             )
         return Classification(
             Outcome.UNKNOWN, reason=f"http {code} without a valid id", status_code=code
+        )
+    if result.server_stage is not None:
+        return Classification(
+            Outcome.RETRY,
+            retry_after_s=_sane_delay(result.retry_after_s),
+            reason=clip_reason(f"provider account, {_with_excerpt(code, result.error_excerpt)}"),
+            status_code=code,
+            server_stage=result.server_stage,
         )
     if code in RETRYABLE_STATUS_CODES or 500 <= code <= 599 or result.transient:
         return Classification(

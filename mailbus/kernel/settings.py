@@ -76,11 +76,16 @@ class Settings:
     campaign_daily_quota: int | None = None  # recipients per UTC day, all campaigns; None: any
     campaign_import_part: int = 50_000  # audience lines per import transaction
     kafka_security: KafkaSecurity = _PLAINTEXT  # TLS/SASL: see kafka_client_config
-    provider: str = "http"  # http | smtp | resend | sendgrid | mailgun
+    provider: str = "http"  # http | smtp | resend | postmark | sendgrid | mailgun | ses
     mail_from: str = ""  # MAILBUS_MAIL_FROM: the sender of a named provider's mail
     mailgun_domain: str = ""  # MAILBUS_MAILGUN_DOMAIN: the sending domain (mailgun)
     mailgun_region: str = "us"  # MAILBUS_MAILGUN_REGION: us | eu, the API's base URL
     idempotency_window: float | None = None  # None: the provider's documented window
+    ses_region: str | None = None  # None: the SDK's (AWS_REGION, the profile)
+    ses_endpoint_url: str | None = None  # an SES endpoint override (tests: moto)
+    ses_access_key_id: str = ""  # empty: the SDK's default credential chain
+    ses_secret_access_key: str = ""
+    ses_configuration_set: str | None = None  # where SES publishes its events (SNS)
     smtp_url: str = ""  # smtp://host:port, smtp+starttls://user@host:587, smtps://...
     smtp_password: str = ""
     smtp_from: str = ""
@@ -210,6 +215,11 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         mailgun_domain=(reader._raw("MAILBUS_MAILGUN_DOMAIN") or "").strip(),
         mailgun_region=_mailgun_region(env.get("MAILBUS_MAILGUN_REGION")),
         idempotency_window=reader.optional_number("MAILBUS_IDEMPOTENCY_WINDOW"),
+        ses_region=reader._raw("MAILBUS_SES_REGION"),
+        ses_endpoint_url=reader.optional_url("MAILBUS_SES_ENDPOINT_URL", ("http", "https")),
+        ses_access_key_id=reader.secret("MAILBUS_SES_ACCESS_KEY_ID"),
+        ses_secret_access_key=reader.secret("MAILBUS_SES_SECRET_ACCESS_KEY"),
+        ses_configuration_set=reader._raw("MAILBUS_SES_CONFIGURATION_SET"),
         smtp_url=reader._raw("MAILBUS_SMTP_URL") or "",
         smtp_password=reader.secret("MAILBUS_SMTP_PASSWORD"),
         smtp_from=reader._raw("MAILBUS_SMTP_FROM") or "",
@@ -243,7 +253,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     named_url = _NAMED_PROVIDER_URLS.get(settings.provider)
     if settings.provider == "mailgun":
         named_url = _MAILGUN_REGIONS[settings.mailgun_region]
-    if named_url is not None and "@" not in settings.mail_from:
+    if (named_url is not None or settings.provider == "ses") and "@" not in settings.mail_from:
         raise ConfigError(
             "MAILBUS_MAIL_FROM", f"required with MAILBUS_PROVIDER={settings.provider}: an address"
         )
@@ -258,12 +268,13 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
 # the sandbox's dialect of it in tests)
 _NAMED_PROVIDER_URLS = {
     "resend": "https://api.resend.com",
+    "postmark": "https://api.postmarkapp.com",
     "sendgrid": "https://api.sendgrid.com",  # an EU subuser: https://api.eu.sendgrid.com
     "mailgun": "https://api.mailgun.net",  # per MAILBUS_MAILGUN_REGION, below
 }
 # https://documentation.mailgun.com/docs/mailgun/api-reference/api-overview
 _MAILGUN_REGIONS = {"us": "https://api.mailgun.net", "eu": "https://api.eu.mailgun.net"}
-_PROVIDER_KINDS = ("http", "smtp", *_NAMED_PROVIDER_URLS)
+_PROVIDER_KINDS = ("http", "smtp", "ses", *_NAMED_PROVIDER_URLS)  # ses: through the AWS SDK
 
 
 def _mailgun_region(raw: str | None) -> str:

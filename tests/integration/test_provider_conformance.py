@@ -20,6 +20,7 @@ from mailbus.consumer.core.capability import Guarantee, guarantee_of
 from mailbus.consumer.core.outcome import Outcome, classify
 from mailbus.consumer.provider import Dialect, HttpProvider, MailbusDialect, OutgoingMail
 from mailbus.consumer.providers.mailgun import MailgunDialect
+from mailbus.consumer.providers.postmark import PostmarkDialect
 from mailbus.consumer.providers.resend import ResendDialect
 from mailbus.consumer.providers.sendgrid import SendGridDialect
 from mailbus.sandbox.app import SandboxState
@@ -35,6 +36,7 @@ ADAPTERS: dict[str, Callable[[], Dialect]] = {
     "resend": lambda: ResendDialect("shop@example.com"),
     "sendgrid": lambda: SendGridDialect("shop@example.com"),
     "mailgun": lambda: MailgunDialect("shop@mg.example.com", "mg.example.com"),
+    "postmark": lambda: PostmarkDialect("shop@example.com"),
 }
 _T = TypeVar("_T")
 
