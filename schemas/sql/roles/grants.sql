@@ -103,3 +103,5 @@ GRANT INSERT, UPDATE, DELETE ON email_suppressions TO mailbus_operator;
 GRANT INSERT, UPDATE ON campaigns TO mailbus_operator;
 GRANT INSERT, UPDATE, DELETE ON campaign_recipients TO mailbus_operator;
 GRANT INSERT ON email_sends TO mailbus_operator;
+-- `mailbus console` writes its audit (docs/guides/console.md); SELECT comes with ALL TABLES.
+GRANT INSERT ON console_audit TO mailbus_operator;
