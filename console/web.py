@@ -51,7 +51,7 @@ _HEADERS = {
     " form-action 'self'; base-uri 'none'",
     "X-Frame-Options": "DENY",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 
@@ -148,7 +148,9 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 async def _login_form(request: web.Request) -> web.Response:
-    token = secrets.token_urlsafe(24)
+    # The token already given stays (a second tab, the browser's favicon fetch redirected
+    # here): a new one each time would expire the form on screen.
+    token = request.cookies.get(_LOGIN_COOKIE) or secrets.token_urlsafe(24)
     response = render(request, "login.html", csrf=token, error=None)
     response.set_cookie(_LOGIN_COOKIE, token, httponly=True, samesite="Strict", max_age=3600)
     return response
