@@ -5,18 +5,23 @@ CSRF refusals, a viewer refused an action, each action's audit row, and the page
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 from aiohttp import FormData
 from aiohttp.test_utils import TestClient, TestServer
+from services import REPO, run_mailbus
 from transport_security import login_as
 
 from mailbus.app.migrate import apply_roles
 from mailbus.app.status import collect_status
-from mailbus.console.access import hash_password, parse_users
+from mailbus.console.access import User, hash_password, parse_users
 from mailbus.console.server import make_app
 from mailbus.console.web import Console
 
@@ -274,3 +279,23 @@ def test_a_mails_story_by_message_id_hides_its_variables(
         assert "s3cr3t-token" not in page
 
     serve(operator_url, scenario)
+
+
+def test_the_command_needs_users_and_hashes_a_password(database_url: str, tmp_path: Path) -> None:
+    env = {"MAILBUS_DATABASE_URL": database_url, "PATH": os.environ.get("PATH", "")}
+    refused = run_mailbus("console", env=env)
+    assert refused.returncode == 2
+    assert "MAILBUS_CONSOLE_USERS_FILE" in refused.stderr
+    hashed = subprocess.run(
+        [sys.executable, "-m", "mailbus", "console", "hash-password", "ana", "operator"],
+        input="pw\n", capture_output=True, text=True, env=env, cwd=REPO, check=False,
+    )  # fmt: skip
+    assert hashed.returncode == 0, hashed.stderr
+    users = parse_users(hashed.stdout)
+    line_hash = hashed.stdout.split(":", 2)[2].strip()
+    assert users.check_password("ana", "pw") == User("ana", "operator", line_hash)
+    assert users.check_password("ana", "other") is None
+    bad = tmp_path / "users"
+    bad.write_text("ana:admin:$argon2id$x\n")
+    wrong = run_mailbus("console", env={**env, "MAILBUS_CONSOLE_USERS_FILE": str(bad)})
+    assert wrong.returncode == 2 and "line 1: role must be viewer or operator" in wrong.stderr
