@@ -1,7 +1,8 @@
 """`mailbus console` in a real browser: Playwright driving Debian's Chromium through the
 console, with a relay and a consumer delivering to the sandbox. Sign in, upload a CSV with
 two bad lines and see both named, start the campaign and see it reach 100%, pause and
-resume, find one mail and read its attempts, a viewer refused an action, a forged CSRF
+resume, find one mail and read its attempts, replay two dead letters (dry run, then confirm)
+and see each accepted once at the sandbox, a viewer refused an action, a forged CSRF
 token refused, an axe check of every page (no serious or critical violation); the table
 agrees with the provider at the end."""
 
@@ -73,6 +74,13 @@ def test_an_operator_runs_a_campaign_through_the_console(stack: Stack, tmp_path:
     lines[10] = "10,reader10-at-example.com"  # line 11: no @
     lines[30] = "30"  # line 31: a field missing
     audience.write_text("\n".join(lines) + "\n")
+    for key in stack.seed(2, prefix="dead", priority="p2", status="failed", attempts=1):
+        stack.query(
+            "INSERT INTO email_dead_letters (send_id, dedupe_key, priority, template, reason,"
+            " status_code, error, attempts) SELECT id, dedupe_key, 'p2', template, 'rejected',"
+            " 422, 'unknown template', 1 FROM email_sends WHERE dedupe_key = %s RETURNING 1",
+            key,
+        )
     wait_until(lambda: _answers(port), 30, "the console listening")
 
     violations: list[str] = []
@@ -123,7 +131,20 @@ def test_an_operator_runs_a_campaign_through_the_console(stack: Stack, tmp_path:
         assert len(attempts) == 1 and "accepted" in attempts[0] and "200" in attempts[0]
         violations += axe_violations(page)
 
-        for path in ("/", "/dead-letters", "/dead-letters/replay", "/suppressions?q=x", "/audit"):
+        page.goto(f"{url}/dead-letters")
+        page.get_by_label("Reason").fill("rejected")
+        page.get_by_role("button", name="Replay these…").click()
+        assert "2 mails would be re-sent" in page.locator("#dry-run").inner_text()
+        violations += axe_violations(page)
+        page.get_by_role("button", name=re.compile("Confirm: replay 2 mails")).click()
+        wait_until(
+            lambda: stack.query("SELECT count(*) FROM email_sends WHERE dedupe_key LIKE 'dead-%%'"
+                                " AND status = 'accepted'") == [(2,)],
+            30,
+            "both replayed mails accepted",
+        )  # fmt: skip
+
+        for path in ("/", "/dead-letters", "/suppressions?q=x", "/audit"):
             page.goto(f"{url}{path}")
             violations += axe_violations(page)
 
@@ -145,7 +166,9 @@ def test_an_operator_runs_a_campaign_through_the_console(stack: Stack, tmp_path:
     assert stack.query("SELECT state FROM campaigns")[0][0] in ("running", "finished")
     refused = stack.query("SELECT who, role FROM console_audit WHERE action = 'refused'")
     assert sorted(refused) == [("ana", "operator"), ("vic", "viewer")]
-    assert stack.wait_settled(30)["accepted"] == RECIPIENTS - 2
+    assert stack.wait_settled(30)["accepted"] == RECIPIENTS - 2 + 2  # and the two replayed
+    ledger = stack.ledger()["keys"]
+    assert [ledger[f"dead-{n}"]["accepted"] for n in (0, 1)] == [1, 1]
     stack.assert_table_agrees_with_providers()
 
 
