@@ -272,6 +272,25 @@ def _webhooks(settings: Settings, _args: argparse.Namespace) -> int:
     return run_webhooks(settings)
 
 
+def _console(settings: Settings, args: argparse.Namespace) -> int:
+    if args.console_command == "hash-password":
+        from mailbus.console.access import ROLES, hash_password
+
+        if args.role not in ROLES:
+            raise ConfigError("ROLE", "expected viewer or operator")
+        import getpass
+
+        password = getpass.getpass() if sys.stdin.isatty() else sys.stdin.readline().rstrip("\n")
+        if not password:
+            raise ConfigError("PASSWORD", "must not be empty")
+        print(f"{args.name}:{args.role}:{hash_password(password)}")
+        return 0
+    from mailbus.app.status import collect_status
+    from mailbus.console.server import run_console
+
+    return run_console(settings, collect_status)
+
+
 def _suppress(settings: Settings, args: argparse.Namespace) -> int:
     from mailbus.feedback import suppressions
 
@@ -350,6 +369,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_retention_commands(commands)
     _add_feedback_commands(commands)
     _add_intake_commands(commands)
+    _add_console_command(commands)
     from mailbus.campaigns.commands import add_campaign_commands
 
     add_campaign_commands(commands)
@@ -561,6 +581,24 @@ def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.Argumen
     imports.add_argument("file", metavar="FILE.csv")
     imports.add_argument("--reason", default="manual", help="for rows without one (manual)")
     imports.add_argument("--source", default=None, help="who (default: import)")
+
+
+def _add_console_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    text = "serve the operator's web console (long-running; docs/guides/console.md)"
+    console = commands.add_parser(
+        "console",
+        help=text,
+        description=text + "; /healthz and /readyz beside it",
+        epilog=settings_epilog("console"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    console.set_defaults(handler=_console)
+    actions = console.add_subparsers(dest="console_command", metavar="[hash-password]")
+    text = "print a users-file line NAME:ROLE:argon2 hash for a password read from stdin"
+    hashing = actions.add_parser("hash-password", help=text, description=text)
+    hashing.set_defaults(skips_schema_check=True)
+    hashing.add_argument("name", metavar="NAME")
+    hashing.add_argument("role", metavar="ROLE", help="viewer or operator")
 
 
 def _add_intake_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -99,6 +99,10 @@ class Settings:
     recovery_ramp: float = 600.0  # seconds until the recovery cap lifts (doubling 4 times)
     recovery_after: float = 30.0  # the shortest outage that starts a recovery ramp
     retention: float = 90 * 86400.0  # settled mail kept this long: also the dedupe window
+    # `mailbus console` (docs/guides/console.md)
+    console_listen: tuple[str, int] = ("127.0.0.1", 8027)
+    console_users_file: str | None = None  # name:role:argon2 hash, one a line
+    console_proxy_header: str = ""  # trusted reverse-proxy header naming the user; "": off
 
     def __repr__(self) -> str:  # never print the API key
         return f"Settings(database={_redact_url(self.database_url)}, kafka={self.kafka_bootstrap})"
@@ -195,6 +199,9 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         queue_cap_shares=parse_cap_shares(env.get("MAILBUS_QUEUE_CAP_SHARES")),
         webhook_secret=reader.secret("MAILBUS_WEBHOOK_SECRET"),
         webhook_listen=reader.listen("MAILBUS_WEBHOOK_LISTEN", Settings.webhook_listen),
+        console_listen=reader.listen("MAILBUS_CONSOLE_LISTEN", Settings.console_listen),
+        console_users_file=reader.existing_file("MAILBUS_CONSOLE_USERS_FILE"),
+        console_proxy_header=_header_name(env.get("MAILBUS_CONSOLE_PROXY_HEADER")),
         unsubscribe_secret=reader.secret("MAILBUS_UNSUBSCRIBE_SECRET"),
         ses_topic_arns=reader.names("MAILBUS_SES_TOPIC_ARNS"),
         ses_cert_hosts=reader.names("MAILBUS_SES_CERT_HOSTS"),
@@ -301,6 +308,14 @@ def _unknown_outcome(env: Mapping[str, str]) -> str:
     if policy not in ("at_most_once", "at_least_once"):
         raise ConfigError(name, f"expected at_most_once or at_least_once, got {raw!r}")
     return policy
+
+
+def _header_name(raw: str | None) -> str:
+    """An HTTP header's name (a token), or "" when unset."""
+    name = (raw or "").strip()
+    if name and not all(ch.isalnum() or ch == "-" for ch in name):
+        raise ConfigError("MAILBUS_CONSOLE_PROXY_HEADER", f"not an HTTP header name: {raw!r}")
+    return name
 
 
 def _flag(name: str, raw: str | None) -> bool:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 __all__ = ["SETTINGS", "Setting", "epilog", "markdown", "names"]
 
 # Commands grouped by what they touch.
-_LONG_RUNNING = frozenset({"relay", "consume", "intake", "webhooks"})
+_LONG_RUNNING = frozenset({"relay", "consume", "intake", "webhooks", "console"})
 _KAFKA = frozenset({"migrate", "relay", "consume", "intake", "dlq", "campaign"})
 _ENQUEUE = frozenset({"relay", "consume", "intake", "campaign"})
 ALL: frozenset[str] = frozenset()  # every command
@@ -223,6 +223,27 @@ SETTINGS: tuple[Setting, ...] = (
         "127.0.0.1:8026",
         "host:port of the webhooks receiver ([::1]:8026 for IPv6; port 0: any free one)",
         {"webhooks"},
+    ),
+    _s(
+        "CONSOLE_LISTEN",
+        "127.0.0.1:8027",
+        "host:port of the operator's web console (it serves whoever reaches it: keep it"
+        " on loopback or behind a proxy)",
+        {"console"},
+    ),
+    _s(
+        "CONSOLE_USERS_FILE",
+        "-",
+        "the console's users, one `name:role:argon2 hash` a line (role viewer or operator;"
+        " `mailbus console hash-password` prints a line)",
+        {"console"},
+    ),
+    _s(
+        "CONSOLE_PROXY_HEADER",
+        "off",
+        "a header set by a trusted reverse proxy naming the signed-in user (e.g."
+        " X-Forwarded-User); its role comes from the users file, else viewer",
+        {"console"},
     ),
     _s(
         "SES_TOPIC_ARNS",

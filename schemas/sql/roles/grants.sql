@@ -120,3 +120,5 @@ GRANT SELECT (id), DELETE ON email_sends TO mailbus_retention;
 GRANT SELECT (id, send_id), DELETE ON email_dead_letters TO mailbus_retention;
 GRANT SELECT (dead_letter_id), DELETE ON email_replays TO mailbus_retention;
 GRANT SELECT (provider, event_id), DELETE ON delivery_events TO mailbus_retention;
+-- `mailbus console` writes its audit (docs/guides/console.md); SELECT comes with ALL TABLES.
+GRANT INSERT ON console_audit TO mailbus_operator;
