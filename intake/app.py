@@ -35,7 +35,7 @@ from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.kafka_security import KafkaSecurity, kafka_client_config
 from mailbus.kernel.settings import Settings
 from mailbus.kernel.topics import create_topics
-from mailbus.schemas.registry import RegistryWriters, registry_client
+from mailbus.schemas.registry import RegistryWriters, settings_registry_client
 from mailbus_client.policies import configured_policy_book
 
 from .config import IntakeConfig
@@ -159,7 +159,7 @@ def run_intake(settings: Settings, config: IntakeConfig, log_level: str = "WARNI
     mappings = load_mappings(config.mappings_path)
     registry = None
     if settings.schema_registry_url is not None:
-        registry = RegistryWriters(registry_client(settings.schema_registry_url))
+        registry = RegistryWriters(settings_registry_client(settings))
     reader = EventReader(mappings, configured_policy_book(), registry)
     create_topics(settings, [config.topic, config.dlq_topic])
     if logging.getLevelName(log_level) != logging.DEBUG:

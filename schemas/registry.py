@@ -68,8 +68,23 @@ def subject(topic: str) -> str:
 
 
 @cache
-def registry_client(url: str) -> SchemaRegistryClient:
-    return SchemaRegistryClient({"url": url})
+def registry_client(url: str, auth: str = "", ca_file: str | None = None) -> SchemaRegistryClient:
+    """A client of the registry at ``url``: ``auth`` is ``user:password`` for HTTP basic
+    auth (MAILBUS_SCHEMA_REGISTRY_AUTH or its _FILE), ``ca_file`` the CA its TLS certificate
+    is checked against (MAILBUS_SCHEMA_REGISTRY_CA_FILE; None: the system's)."""
+    conf: dict[str, str] = {"url": url}
+    if auth:
+        conf["basic.auth.user.info"] = auth
+    if ca_file is not None:
+        conf["ssl.ca.location"] = ca_file
+    return SchemaRegistryClient(conf)
+
+
+def settings_registry_client(settings: Settings) -> SchemaRegistryClient:
+    """:func:`registry_client` as the settings name it (MAILBUS_SCHEMA_REGISTRY_URL set)."""
+    assert settings.schema_registry_url is not None
+    url, auth = settings.schema_registry_url, settings.schema_registry_auth
+    return registry_client(url, auth, settings.schema_registry_ca_file)
 
 
 def confluent_schema_id(value: bytes | None) -> int:
@@ -187,7 +202,7 @@ def value_codec(settings: Settings, filename: str, topics: Iterable[str]) -> Val
     text = shipped_schema(filename)
     if settings.schema_registry_url is None:
         return AvroCodec(text)
-    return RegistryCodec(registry_client(settings.schema_registry_url), text, tuple(topics))
+    return RegistryCodec(settings_registry_client(settings), text, tuple(topics))
 
 
 ValueCodec = AvroCodec | RegistryCodec
@@ -217,9 +232,7 @@ def send_event_value_codec(settings: Settings) -> ValueCodec:
 def register_shipped(settings: Settings, intake_topic: str) -> list[str]:
     """`mailbus migrate`: register the shipped schemas under their topics' subjects (BACKWARD);
     the subjects, each with its schema id."""
-    url = settings.schema_registry_url
-    assert url is not None
-    client = registry_client(url)
+    client = settings_registry_client(settings)
     plan = [("send_pointer.avsc", settings.topic(p)) for p in PRIORITIES]
     plan += [("dead_letter.avsc", settings.dlq_topic)]
     plan += [("send_event.avsc", settings.events_topic)]

@@ -37,6 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         register_secret(settings.provider_api_key)
         register_secret(settings.fallback_provider_api_key)
         register_secret(settings.webhook_secret)
+        register_secret(settings.schema_registry_auth)
         register_secret(settings.unsubscribe_secret)
         register_secret(settings.unsubscribe_secret_previous)
         for secret in settings.kafka_security.secrets:

@@ -55,6 +55,8 @@ class Settings:
     replication_factor: int = 1
     metrics_port: int | None = None
     schema_registry_url: str | None = None
+    schema_registry_auth: str = ""  # user:password for the registry's basic auth
+    schema_registry_ca_file: str | None = None  # the CA of the registry's TLS certificate
     relay_batch_size: int = 2000
     relay_poll_interval: float = 1.0
     policy_file: str | None = None  # degradation policies; None: the shipped ones
@@ -188,6 +190,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         ),
         metrics_port=reader.optional_integer("MAILBUS_METRICS_PORT", 1, 65535),
         schema_registry_url=reader.optional_url("MAILBUS_SCHEMA_REGISTRY_URL", ("http", "https")),
+        schema_registry_auth=reader.secret("MAILBUS_SCHEMA_REGISTRY_AUTH"),
+        schema_registry_ca_file=reader.existing_file("MAILBUS_SCHEMA_REGISTRY_CA_FILE"),
         relay_batch_size=reader.integer(
             "MAILBUS_RELAY_BATCH_SIZE", Settings.relay_batch_size, 1, 50_000
         ),
