@@ -22,6 +22,7 @@ import subprocess
 import threading
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import psycopg
@@ -169,6 +170,26 @@ def steady(bench: Bench, rate: int, seconds: int) -> dict[str, list[float]]:
     return stages
 
 
+def top_frames(collapsed: str, shown: int = 20) -> str:
+    """py-spy's collapsed stacks (``frame;frame;… count`` lines) as text: the frames with
+    the most samples on top of the stack (self) and anywhere in it (inclusive)."""
+    total, own, anywhere = 0, Counter[str](), Counter[str]()
+    for line in collapsed.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames, n = stack.split(";"), int(count)
+        total += n
+        own[frames[-1]] += n
+        for frame in set(frames):
+            anywhere[frame] += n
+    lines = [f"{total} samples", "", "self:"]
+    lines += [f"{100 * n / total:5.1f}%  {f}" for f, n in own.most_common(shown)]
+    lines += ["", "inclusive:"]
+    lines += [f"{100 * n / total:5.1f}%  {f}" for f, n in anywhere.most_common(shown)]
+    return "\n".join(lines) + "\n"
+
+
 def profile(bench: Bench, backlog: int, out: Path, py_spy: str, relay: int, consumer: int) -> None:
     """Flame graphs (SVG) and collapsed stacks of the relay publishing ``backlog`` rows and
     the consumer delivering them, sampled by py-spy without stopping the processes."""
@@ -206,6 +227,10 @@ def profile(bench: Bench, backlog: int, out: Path, py_spy: str, relay: int, cons
         spy.send_signal(2)  # SIGINT: py-spy writes its output and exits
     for spy in spies:
         spy.wait(60)
+    for name in ("relay", "consumer"):
+        raw = out / f"profile-{name}.txt"
+        (out / f"profile-{name}-top.txt").write_text(top_frames(raw.read_text()))
+        raw.unlink()  # megabytes; the flame graph and the top frames keep what it says
 
 
 def main() -> None:

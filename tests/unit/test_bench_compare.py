@@ -60,3 +60,12 @@ def test_table_shows_each_side_and_the_ratio() -> None:
     assert "| figure | unit | A main | B speed | B/A |" in text
     assert "| rows | rows/s | 1,000 (1,000-1,000, 1) | 1,500 (1,500-1,500, 1) | 1.50 |" in text
     assert "| x | rows/s | not measured | 2.00 (2.00-2.00, 1) | - |" in text
+
+
+def test_top_frames_counts_self_and_inclusive_samples() -> None:
+    import timeline
+
+    text = timeline.top_frames("main;poll 3\nmain;settle;execute 1\nbad line\n")
+    assert text.startswith("4 samples")
+    assert " 75.0%  poll" in text and " 25.0%  execute" in text
+    assert "100.0%  main" in text
