@@ -64,7 +64,6 @@ class KafkaSource(threading.Thread):
         self._outstanding = 0
         self._paused = False
         self._tasks: set[asyncio.Task[None]] = set()  # strong references while running
-        self._room_freed = threading.Event()  # set by every finished message
         self.failure: BaseException | None = None
         health.mark(f"kafka:{topic}", False, "joining the consumer group")
         self._consumer = Consumer(
@@ -98,12 +97,9 @@ class KafkaSource(threading.Thread):
             )
             last_commit = time.monotonic()
             while not self._stop_event.is_set():
-                self._room_freed.clear()  # before counting: a finish from now on wakes us
                 room = self._room()
                 if room == 0 and not self._paused:
-                    # Until a message finishes: no spinning for the GIL the handlers need
-                    # (the bound serves the pause after _PAUSE_AFTER_S and the commits).
-                    self._room_freed.wait(0.1)
+                    time.sleep(0.005)  # a moment for outstanding work to finish
                 else:  # when paused, polling serves rebalances and returns no message
                     batch = self._poll(room)
                     origins = [o for o in map(self._accept, batch) if o is not None]
@@ -166,7 +162,6 @@ class KafkaSource(threading.Thread):
             progress = self._progress.get(origin.partition)
             if progress is not None and done:
                 progress.finished(origin.offset)
-        self._room_freed.set()
 
     def _room(self) -> int:
         """How many more messages to take now (at most 500); pauses the assignment after
