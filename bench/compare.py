@@ -44,8 +44,9 @@ def checkout(commit: str, bench_from: str | None) -> tuple[Path, Path]:
     tree = Path(tempfile.gettempdir()) / f"mailbus-compare-{sha[:12]}"
     if not tree.exists():
         git("worktree", "add", "--detach", str(tree), sha)
-    if bench_from is not None:
-        git("checkout", git("rev-parse", "--verify", bench_from), "--", "bench", cwd=tree)
+    # Always reset bench/: an earlier --bench-from may have replaced it in this worktree.
+    bench = sha if bench_from is None else git("rev-parse", "--verify", bench_from)
+    git("checkout", bench, "--", "bench", cwd=tree)
     python = tree / ".venv" / "bin" / "python"
     if not python.exists():
         subprocess.run(
