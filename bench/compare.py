@@ -48,27 +48,15 @@ def checkout(commit: str, bench_from: str | None) -> tuple[Path, Path]:
     bench = sha if bench_from is None else git("rev-parse", "--verify", bench_from)
     git("checkout", bench, "--", "bench", cwd=tree)
     python = tree / ".venv" / "bin" / "python"
-    if not python.exists():
+    if not (tree / ".venv" / "installed").exists():
         subprocess.run(
             [sys.executable, "-m", "venv", "--system-site-packages", str(tree / ".venv")],
             check=True,
         )
-        subprocess.run(
-            [
-                str(python),
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "-e",
-                "./client",
-                "-e",
-                ".[test]",
-            ],
-            cwd=tree,
-            check=True,
-        )
+        client = ["-e", "./client"] if (tree / "client").is_dir() else []  # older commits: none
+        pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        subprocess.run([*pip, *client, "-e", ".[test]"], cwd=tree, check=True)
+        (tree / ".venv" / "installed").touch()  # a failed install is redone next time
     return tree, python
 
 
