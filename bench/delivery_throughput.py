@@ -20,6 +20,7 @@ import asyncio
 import itertools
 import statistics
 import time
+from dataclasses import dataclass
 
 import psycopg
 from harness import Bench, percentile
@@ -64,12 +65,21 @@ def seed(bench: Bench, rows: int, prefix: str) -> None:
     )
 
 
+@dataclass(frozen=True)
+class Throughput:
+    rate: float  # emails/s, the middle 80% of acceptances
+    rss_mb: list[int]  # peak per consumer
+    cpu_ms_per_mail: float  # the consumers' utime + stime ÷ mails
+    statements_per_mail: float  # the database's transactions ÷ mails (see Bench.transactions)
+
+
 def throughput(
     bench: Bench, consumers: int, rows: int, env: dict[str, str], run: int
-) -> tuple[float, list[int]]:
+) -> Throughput:
     prefix = f"tp{consumers}-{run}-"
     seed(bench, rows, prefix)
     bench.wait_for(f"dedupe_key LIKE '{prefix}%' AND published_at IS NOT NULL", rows)
+    transactions = bench.transactions()
     procs = [bench.start("consume", "--priority", "p1", **env) for _ in range(consumers)]
     bench.wait_for(f"dedupe_key LIKE '{prefix}%' AND status = 'accepted'", rows, interval=1.0)
     # The middle 80% of acceptances: start-up and the last stragglers left out.
@@ -79,8 +89,12 @@ def throughput(
         " FROM email_sends WHERE dedupe_key LIKE %s",
         f"{prefix}%",
     )
+    cpu = sum(Bench.cpu_seconds(p) for p in procs)
     rss = [Bench.stop(p) for p in procs]
-    return 0.8 * rows / (last - first).total_seconds(), rss
+    statements = bench.transactions() - transactions
+    return Throughput(
+        0.8 * rows / (last - first).total_seconds(), rss, 1000 * cpu / rows, statements / rows
+    )
 
 
 def steady_latency(
@@ -167,17 +181,25 @@ def main() -> None:
         for consumers, runs in ((1, args.runs), (2, 1))[: args.max_consumers]:
             rates = []
             for run in range(runs):
-                rate, rss = throughput(bench, consumers, args.rows * consumers, env, run)
+                measured = throughput(bench, consumers, args.rows * consumers, env, run)
+                rate, rss = measured.rate, measured.rss_mb
                 rates.append(rate)
                 label = f"{consumers} consumer(s) at {args.in_flight} in flight"
                 record(f"delivery emails/s, {label}", rate, "emails/s")
+                record(f"consumer CPU per mail, {label}", measured.cpu_ms_per_mail, "ms")
+                record(
+                    f"database statements per mail, {label}",
+                    measured.statements_per_mail,
+                    "statements",
+                )
                 share = 100 * rate / (bound * consumers)
                 record(f"delivery share of the bound, {label}", share, "%")
                 record(f"consumer peak RSS, {label}", max(rss), "MB")
                 print(
                     f"{consumers} consumer(s): {rate:,.0f} emails/s ="
                     f" {rate / (bound * consumers):.0%} of the bound {bound * consumers:,.0f}/s"
-                    f" | peak RSS {rss} MB",
+                    f" | peak RSS {rss} MB | CPU {measured.cpu_ms_per_mail:.2f} ms/mail"
+                    f" | {measured.statements_per_mail:.2f} statements/mail",
                     flush=True,
                 )
             if runs > 1:

@@ -96,6 +96,24 @@ class Bench:
                 time.sleep(interval)
 
     @staticmethod
+    def cpu_seconds(process: subprocess.Popen[bytes]) -> float:
+        """User + system CPU time the process has used so far (/proc/PID/stat)."""
+        fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def transactions(self) -> int:
+        """Transactions committed or rolled back in this benchmark's database so far, by
+        every process (pg_stat_database; pg_stat_statements is not loaded in the local
+        stack). The consumers run in autocommit, so one transaction is one statement; a
+        backend reports its counts within a second, and at its exit."""
+        time.sleep(1.5)
+        rows = self.query(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database"
+            " WHERE datname = current_database()"
+        )
+        return int(rows[0][0])
+
+    @staticmethod
     def stop(process: subprocess.Popen[bytes]) -> int:
         """SIGTERM a process; return its peak resident set in MB."""
         peak_kb = 0

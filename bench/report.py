@@ -255,7 +255,9 @@ def write_doc(store: dict[str, Any], machine_info: dict[str, str]) -> None:
         " lists the load average seen before and after its runs (the benchmarks' own"
         " processes, the broker and the database make most of it; `--lock FILE` keeps other"
         " heavy jobs that take the same lock out); read the figures as what this machine"
-        " gave then, on two cores shared by every process of the run, not as a ceiling.",
+        " gave then, on two cores shared by every process of the run, not as a ceiling."
+        " A speed claim between two commits is an A/B from `bench/compare.py` instead:"
+        " [where one mail's time goes](benchmarks/speed.md).",
         *(["", "**Quick sizes** (`--quick`): rows, events and durations reduced to fit the"
            " time available; each section names its exact command. Run `make bench-report`"
            " for full sizes."] if quick else []),
