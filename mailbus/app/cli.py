@@ -221,6 +221,8 @@ def _dlq_show(settings: Settings, args: argparse.Namespace) -> int:
 def _dlq_replay(settings: Settings, args: argparse.Namespace) -> int:
     from mailbus.consumer.dead_letter_admin import run_replay
     from mailbus.consumer.dead_letter_views import LetterFilter
+    from mailbus.intake.config import IntakeConfig
+    from mailbus.intake.replay import EventReplayer
     from mailbus.kernel.durations import parse_rate
 
     where = LetterFilter.from_options(args.reason, args.priority, args.template, args.since)
@@ -233,6 +235,7 @@ def _dlq_replay(settings: Settings, args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         limit=args.limit,
         stop=stop_on_signals(),
+        intake=EventReplayer.from_settings(settings, IntakeConfig.from_environ(settings)),
     )
 
 
