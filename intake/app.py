@@ -199,10 +199,20 @@ def run_intake(settings: Settings, config: IntakeConfig, log_level: str = "WARNI
     finally:
         dlq.close()
     stats = service.stats
-    print(
-        f"intake stopped: {stats.events} events in {stats.batches} batches,"
-        f" {stats.inserted} rows inserted, {stats.too_old} too old (recorded expired),"
-        f" {stats.dead_letters} dead letters",
-        flush=True,
+    log.info(
+        "intake stopped: %d events in %d batches, %d rows inserted,"
+        " %d too old (recorded expired), %d dead letters",
+        stats.events,
+        stats.batches,
+        stats.inserted,
+        stats.too_old,
+        stats.dead_letters,
+        extra={
+            "events": stats.events,
+            "batches": stats.batches,
+            "inserted": stats.inserted,
+            "too_old": stats.too_old,
+            "dead_letters": stats.dead_letters,
+        },
     )
     return code if isinstance(code, int) else 1

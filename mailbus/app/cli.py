@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import threading
@@ -157,9 +158,18 @@ def _relay(settings: Settings, _args: argparse.Namespace) -> int:
     events_thread.join(timeout=60)  # a pass cut short is published again by the next relay
     pacer.join(timeout=10)
     stats = relay.stats
-    print(
-        f"relay stopped: {stats.published} published in {stats.batches} batches,"
-        f" {stats.dead_letters} dead letters, {events.stats.send_events} outcome events"
+    logging.getLogger("mailbus.relay").info(
+        "relay stopped: %d published in %d batches, %d dead letters, %d outcome events",
+        stats.published,
+        stats.batches,
+        stats.dead_letters,
+        events.stats.send_events,
+        extra={
+            "published": stats.published,
+            "batches": stats.batches,
+            "dead_letters": stats.dead_letters,
+            "outcome_events": events.stats.send_events,
+        },
     )
     return 0
 

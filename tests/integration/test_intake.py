@@ -71,7 +71,7 @@ def intake_env(settings: Settings, tmp_path: Path) -> dict[str, str]:
         MAILBUS_STATE_DIR=str(tmp_path / "state"),
         MAILBUS_INTAKE_BATCH_WAIT="0.05",
         MAILBUS_INTAKE_SESSION_TIMEOUT="6",  # a killed intake's partitions move after 6 s
-        MAILBUS_LOG_LEVEL="WARNING",
+        MAILBUS_LOG_LEVEL="INFO",  # the summary at stop is an INFO log line
     )
 
 
