@@ -33,6 +33,7 @@ from mode import CrashingSupervisor
 from mailbus.kernel import health
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.kafka_security import KafkaSecurity, kafka_client_config
+from mailbus.kernel.metrics import observe_intake_lag
 from mailbus.kernel.settings import Settings
 from mailbus.kernel.topics import create_topics
 from mailbus.schemas.registry import RegistryWriters, registry_client
@@ -82,6 +83,9 @@ def build_app(settings: Settings, config: IntakeConfig, service: IntakeService) 
         await service.apply(prepared)
         for event in events:  # only now: the rows are committed, the dead letters on Kafka
             await stream.ack(event)
+        last = {event.message.tp: event.message.offset for event in events}
+        for tp, offset in last.items():  # mailbus_intake_lag: what is left to read
+            observe_intake_lag(tp.partition, app.consumer.highwater(tp) - offset - 1)
 
     async def intake(stream: Any) -> None:
         # One batch is written while the next is read and prepared: the loop body returns

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -218,6 +219,7 @@ def test_duplicates_and_out_of_order_events_make_one_row_per_order(
 
     assert 'mailbus_intake_events_total{outcome="inserted"} 3.0' in metrics
     assert 'mailbus_intake_events_total{outcome="duplicate"} 5.0' in metrics
+    assert re.search(r'mailbus_intake_lag\{partition="\d+"\} 0\.0', metrics)  # all read
 
     rows = _rows(settings.database_url)
     assert sorted(rows) == ["order-A-confirmation", "order-B-confirmation", "order-C-confirmation"]

@@ -18,6 +18,11 @@ TOPICS = (
     "Pausing a campaign",
     "Adding partitions",
     "Rotating the provider API key",
+    "Kafka is down",
+    "PostgreSQL failover",
+    "Rows in unknown",
+    "Table growth and retention",
+    "Intake lag or poison",
 )
 
 
