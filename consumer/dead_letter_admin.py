@@ -58,9 +58,12 @@ __all__ = [
     "DeadLetterNotFound",
     "DeadLetterStore",
     "IntakeRemap",
+    "connect_store",
     "operator_name",
     "print_list",
     "print_show",
+    "replay_candidates",
+    "replay_paced",
     "run_replay",
 ]
 
@@ -144,16 +147,20 @@ class DeadLetterStore:
 
 
 @contextmanager
-def _store(settings: Settings, intake: IntakeRemap | None = None) -> Iterator[DeadLetterStore]:
+def connect_store(
+    database_url: str, intake: IntakeRemap | None = None
+) -> Iterator[DeadLetterStore]:
+    """A store on its own autocommit connection; psycopg errors become StorageError.
+    ``intake`` maps intake dead letters' events again (else they are skipped)."""
     try:
-        with psycopg.connect(settings.database_url, autocommit=True, connect_timeout=5) as conn:
+        with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
             yield DeadLetterStore(conn, intake)
     except psycopg.Error as exc:
         raise StorageError(f"dead letters: {exc}") from exc
 
 
 def print_list(settings: Settings, where: LetterFilter, limit: int | None, as_json: bool) -> int:
-    with _store(settings) as store:
+    with connect_store(settings.database_url) as store:
         letters, total = store.find(where, limit)
     if as_json:
         print(json.dumps([jsonable(asdict(x)) for x in letters], indent=2))
@@ -169,7 +176,7 @@ def print_list(settings: Settings, where: LetterFilter, limit: int | None, as_js
 
 
 def print_show(settings: Settings, letter_id: int, as_json: bool) -> int:
-    with _store(settings) as store:
+    with connect_store(settings.database_url) as store:
         story = store.story(letter_id)
     if as_json:
         print(json.dumps(jsonable(story), indent=2))
@@ -227,6 +234,49 @@ def operator_name() -> str:
         return f"uid {os.getuid()}"
 
 
+def replay_candidates(
+    store: DeadLetterStore, where: LetterFilter, limit: int | None = None
+) -> tuple[list[Letter], Counter[str]]:
+    """The letters a replay of ``where`` would put back (P0 first, oldest first, at most
+    ``limit``), and what it would skip, by reason: the dry run's answer."""
+    found, _ = store.find(replace(where, include_replayed=False), None)
+    letters = replay_order(found)[:limit]
+    verdicts = [(x, skip_reason(x)) for x in letters]
+    skipped = Counter(reason for _, reason in verdicts if reason is not None)
+    return [x for x, reason in verdicts if reason is None], skipped
+
+
+def replay_paced(
+    store: DeadLetterStore,
+    letters: list[Letter],
+    *,
+    who: str,
+    why: str,
+    rate: float | None,
+    stop: threading.Event,
+    on_done: Callable[[int], None] = lambda done: None,
+) -> tuple[int, Counter[str]]:
+    """Replay ``letters`` in order, at most ``rate`` a second (None: unpaced), until
+    ``stop``; each through the guarded :meth:`DeadLetterStore.replay`, so a letter is
+    replayed once however many replays run at once. Returns (replayed, skipped by reason)."""
+    replayed, skipped, last_wake, next_at = 0, Counter[str](), -math.inf, time.monotonic()
+    for done, letter in enumerate(letters, start=1):
+        if stop.wait(max(0.0, next_at - time.monotonic()) if rate else 0.0):
+            break
+        wake = time.monotonic() - last_wake >= 0.5
+        reason = store.replay(letter.id, who, why, wake)
+        if reason is None:
+            replayed += 1
+            last_wake = time.monotonic() if wake else last_wake
+            next_at = time.monotonic() + (1 / rate if rate else 0)
+        else:
+            skipped[reason] += 1
+        on_done(done)
+    if replayed:
+        store.wake_relay()
+    return replayed, skipped
+
+
 def run_replay(
     settings: Settings,
     where: LetterFilter,
@@ -244,34 +294,26 @@ def run_replay(
     if not why.strip():
         raise ConfigError("--why", "must not be empty: it is recorded in the audit")
     stop = stop or threading.Event()
-    with _store(settings, intake) as store:
-        found, _ = store.find(replace(where, include_replayed=False), None)
-        letters = replay_order(found)[:limit]
+    with connect_store(settings.database_url, intake) as store:
         if dry_run:
-            verdicts = [(x, skip_reason(x)) for x in letters]
-            chosen = [x for x, reason in verdicts if reason is None]
+            chosen, skipped = replay_candidates(store, where, limit)
             if chosen:
                 print(letters_table(chosen))
-            skipped = Counter(reason for _, reason in verdicts if reason is not None)
             print(replay_summary(len(chosen), skipped, dry_run=True))
             return 0
-        who, progress = operator_name(), Progress(len(letters), sys.stderr)
-        replayed, skipped, last_wake, next_at = 0, Counter[str](), -math.inf, time.monotonic()
-        for done, letter in enumerate(letters, start=1):
-            if stop.wait(max(0.0, next_at - time.monotonic()) if rate else 0.0):
-                break
-            wake = time.monotonic() - last_wake >= 0.5
-            reason = store.replay(letter.id, who, why, wake)
-            if reason is None:
-                replayed += 1
-                last_wake = time.monotonic() if wake else last_wake
-                next_at = time.monotonic() + (1 / rate if rate else 0)
-            else:
-                skipped[reason] += 1
-            progress.update(done)
+        found, _ = store.find(replace(where, include_replayed=False), None)
+        letters = replay_order(found)[:limit]
+        progress = Progress(len(letters), sys.stderr)
+        replayed, skipped = replay_paced(
+            store,
+            letters,
+            who=operator_name(),
+            why=why,
+            rate=rate,
+            stop=stop,
+            on_done=progress.update,
+        )
         progress.finish()
-        if replayed:
-            store.wake_relay()
     left = len(letters) - replayed - sum(skipped.values())
     print(replay_summary(replayed, skipped) + (f"; stopped, {left} left" if left else ""))
     return 0

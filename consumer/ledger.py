@@ -340,6 +340,7 @@ def _settle_row(settlement: _Settlement) -> dict[str, Any]:
         "kafka_partition": origin.partition if origin else None,
         "kafka_offset": origin.offset if origin else None,
         "uncounted": decision.uncounted,
+        "suppress_source": decision.suppress_source,
     }
 
 

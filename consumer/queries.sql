@@ -72,14 +72,16 @@ RETURNING id
 -- call); with one it must be `sending` under that token (the holder's call or look-up).
 -- The attempt's history row (when a call was made) and the dead letter (when asked) go in
 -- the same statement. An `uncounted` call (the provider's server failed before the mail
--- reached it) hands its attempt back and leaves no history row. Returns the ids whose
--- decision was recorded.
+-- reached it) hands its attempt back and leaves no history row. A `failed` whose call
+-- said the address itself is bad (`suppress_source`, e.g. SMTP 550 5.1.1) suppresses the
+-- address as a webhook hard bounce does, in the same statement (widening a bulk-only
+-- entry to all mail). Returns the ids whose decision was recorded.
 WITH decided AS (
     SELECT * FROM jsonb_to_recordset(%(decisions)s::jsonb) AS d (
         id bigint, attempt int, token uuid, status text, next_try_at timestamptz,
         in_doubt_since timestamptz, last_error text, message_id text, latency_ms int, status_code int, provider_code text, dead_letter bool,
         dl_reason text, dl_error text, topic text, kafka_partition int, kafka_offset bigint,
-        uncounted bool)
+        uncounted bool, suppress_source text)
 ), settled AS (
     UPDATE email_sends s
     SET status = d.status,
@@ -99,7 +101,8 @@ WITH decided AS (
                ELSE s.status = 'sending' AND s.lease_token = d.token END
     RETURNING s.id, s.dedupe_key, s.priority, s.template, s.attempts, d.status,
               d.status_code, d.provider_code, d.last_error, d.latency_ms, d.dead_letter, d.dl_reason,
-              d.dl_error, d.topic, d.kafka_partition, d.kafka_offset, d.uncounted
+              d.dl_error, d.topic, d.kafka_partition, d.kafka_offset, d.uncounted,
+              s.to_address, d.suppress_source
 ), attempt AS (
     INSERT INTO email_attempts (
         send_id, attempt, outcome, status_code, provider_code, reason, latency_ms)
@@ -112,6 +115,13 @@ WITH decided AS (
     SELECT id, dedupe_key, priority, template, dl_reason, status_code, dl_error, attempts,
            topic, kafka_partition, kafka_offset
     FROM settled WHERE dead_letter
+), suppressed AS (
+    INSERT INTO email_suppressions (address, reason, source)
+    SELECT DISTINCT ON (lower(to_address)) lower(to_address), 'hard_bounce', suppress_source
+    FROM settled WHERE suppress_source IS NOT NULL AND status = 'failed'
+    ORDER BY lower(to_address)
+    ON CONFLICT (address) DO UPDATE SET reason = EXCLUDED.reason, source = EXCLUDED.source
+    WHERE email_suppressions.scope = 'bulk'
 )
 SELECT id FROM settled
 

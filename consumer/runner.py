@@ -24,9 +24,13 @@ from mailbus.consumer.core.recovery import RecoveryPolicy
 from mailbus.consumer.gate import ProviderGate
 from mailbus.consumer.kafka_source import KafkaSource
 from mailbus.consumer.ledger import MessageOrigin, SendLedger
-from mailbus.consumer.provider import HttpProvider
+from mailbus.consumer.provider import Dialect, HttpProvider
 from mailbus.consumer.providers import Provider
+from mailbus.consumer.providers.mailgun import MailgunDialect
+from mailbus.consumer.providers.postmark import PostmarkDialect
 from mailbus.consumer.providers.resend import RESEND_WINDOW_S, ResendDialect
+from mailbus.consumer.providers.sendgrid import SendGridDialect
+from mailbus.consumer.providers.ses import SesProvider
 from mailbus.consumer.providers.smtp import SmtpProvider
 from mailbus.consumer.rate_limit import GlobalRateLimiter
 from mailbus.consumer.reconciler import Reconciler
@@ -122,6 +126,8 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         provider_name=own,
         at_least_once=settings.unknown_outcome == "at_least_once",
         reach_s=settings.connect_timeout,
+        # a priority's own provider (MAILBUS_PROVIDER_P0_URL, ...) speaks the HTTP API
+        provider_kind=settings.provider if own is None else "http",
     )
     await ledger.open()
     if settings.metrics_port is not None:
@@ -204,20 +210,34 @@ def _process_provider(
         priority, url, api_key = chosen
         return priority, _http_provider(settings, url, api_key), url
     url = settings.smtp_url if settings.provider == "smtp" else settings.provider_url
+    if settings.provider == "ses":
+        url = settings.ses_endpoint_url or f"ses:{settings.ses_region or 'default'}"
     return None, _primary_provider(settings), url
 
 
 def _primary_provider(settings: Settings) -> Provider:
     """MAILBUS_PROVIDER: the HTTP API (default), an SMTP server or a named provider."""
-    if settings.provider == "resend":
-        window = settings.idempotency_window or RESEND_WINDOW_S
+    dialect = _named_dialect(settings)
+    if dialect is not None:
         return HttpProvider(
             settings.provider_url,
             settings.provider_api_key,
             connect_timeout=settings.connect_timeout,
             request_timeout=settings.request_timeout,
             max_connections=settings.max_in_flight,
-            dialect=ResendDialect(settings.mail_from, window),
+            dialect=dialect,
+        )
+    if settings.provider == "ses":
+        return SesProvider(
+            settings.mail_from,
+            region=settings.ses_region,
+            endpoint_url=settings.ses_endpoint_url,
+            access_key_id=settings.ses_access_key_id,
+            secret_access_key=settings.ses_secret_access_key,
+            configuration_set=settings.ses_configuration_set,
+            connect_timeout=settings.connect_timeout,
+            request_timeout=settings.request_timeout,
+            max_connections=settings.max_in_flight,
         )
     if settings.provider == "smtp":
         return SmtpProvider(
@@ -230,6 +250,19 @@ def _primary_provider(settings: Settings) -> Provider:
             allow_plaintext_auth=settings.smtp_allow_plaintext_auth,
         )
     return _http_provider(settings, settings.provider_url, settings.provider_api_key)
+
+
+def _named_dialect(settings: Settings) -> Dialect | None:
+    """The dialect of a named HTTP provider (docs/providers.md); None for http, smtp, ses."""
+    if settings.provider == "postmark":
+        return PostmarkDialect(settings.mail_from)
+    if settings.provider == "resend":
+        return ResendDialect(settings.mail_from, settings.idempotency_window or RESEND_WINDOW_S)
+    if settings.provider == "sendgrid":
+        return SendGridDialect(settings.mail_from)
+    if settings.provider == "mailgun":
+        return MailgunDialect(settings.mail_from, settings.mailgun_domain)
+    return None
 
 
 def _http_provider(settings: Settings, url: str, api_key: str) -> HttpProvider:

@@ -41,7 +41,7 @@ from mailbus.consumer.core import (
     unsendable,
     wait_for_provider,
 )
-from mailbus.consumer.core.capability import guarantee_of, resend_window_s
+from mailbus.consumer.core.capability import guarantee_of, resend_window_s, without_cover
 from mailbus.consumer.core.domains import deferred, recipient_domain
 from mailbus.consumer.core.smtp_outcome import classify_call
 from mailbus.consumer.core.suppression import stops
@@ -98,6 +98,7 @@ class DeliveryService:
         provider_name: str | None = None,
         at_least_once: bool = False,
         reach_s: float = 0.0,
+        provider_kind: str = "http",
     ) -> None:
         self.ledger = ledger
         self.routing = Routing(provider, provider_name, fallback, policies, gate)
@@ -113,6 +114,7 @@ class DeliveryService:
         self.attempt_warning = attempt_warning  # MAILBUS_ATTEMPT_WARNING
         self.at_least_once = at_least_once  # MAILBUS_UNKNOWN_OUTCOME=at_least_once
         self.reach_s = reach_s  # a resend must reach the provider this long before a key expires
+        self.provider_kind = provider_kind  # MAILBUS_PROVIDER of the primary: `sync:<kind>`
         self.doubt = Doubt(
             self.routing,
             gate,
@@ -359,7 +361,7 @@ class DeliveryService:
         called_at = self.clock()
         started = time.monotonic()
         try:
-            result = classify_call(await provider.send(mail))
+            result = without_cover(provider.capability, classify_call(await provider.send(mail)))
         except Exception as exc:  # a bug, not an outage: the request may have left
             log.exception("send %d: the call failed unexpectedly", row.id)
             result = classify(TransportFailure(True, f"internal error: {type(exc).__name__}"))
@@ -369,7 +371,8 @@ class DeliveryService:
             metrics.observe_server_failure(result.server_stage)
         if admission is not None:
             self.gate.settle(admission, result, latency_s, recipient_domain(row.to_address))
-        decision = after_call(row, result, self.clock(), self.policy, self.rand)
+        source = f"sync:{'http' if route == FALLBACK else self.provider_kind}"
+        decision = after_call(row, result, self.clock(), self.policy, self.rand, source)
         if decision.next_status is Status.UNKNOWN:
             row = replace(row, in_doubt_since=called_at)
             decision = await self.doubt.decide(row, route)

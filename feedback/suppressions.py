@@ -37,11 +37,15 @@ from mailbus_client.sqlfiles import load_queries
 
 __all__ = [
     "ImportSummary",
+    "add",
     "import_file",
+    "remove",
     "run_add",
     "run_import",
     "run_list",
     "run_remove",
+    "search",
+    "stops",
 ]
 
 # What an entry of each scope stops (migration 0019 derives the scope from the reason).
@@ -51,9 +55,9 @@ MAX_REPORTED_LINES = 100
 
 
 @contextmanager
-def _connect(settings: Settings) -> Iterator[psycopg.Connection[Any]]:
+def _connect(database_url: str) -> Iterator[psycopg.Connection[Any]]:
     try:
-        with psycopg.connect(settings.database_url, connect_timeout=10) as conn:
+        with psycopg.connect(database_url, connect_timeout=10) as conn:
             yield conn
     except psycopg.Error as exc:
         raise StorageError(f"suppression list: {exc}") from exc
@@ -63,17 +67,41 @@ def _queries() -> dict[str, str]:
     return load_queries("mailbus.feedback", "suppressions.sql")
 
 
-def run_add(settings: Settings, address: str, reason: str, source: str = "cli") -> int:
+def add(database_url: str, address: str, reason: str, source: str) -> tuple[str, bool, str]:
+    """Suppress ``address``: (its normalised form, whether it was new, its scope). A bad
+    address raises ConfigError naming ADDRESS; nothing is written."""
     try:
         normalised = normalise_address(address)
     except InvalidSendError as exc:
         raise ConfigError("ADDRESS", f"{address!r} {exc.problem}") from None
-    with _connect(settings) as conn:
+    with _connect(database_url) as conn:
         row = conn.execute(
             _queries()["add"], {"address": normalised, "reason": reason, "source": source}
         ).fetchone()
     assert row is not None  # INSERT … ON CONFLICT DO UPDATE returns its row
-    new, scope = row
+    return normalised, bool(row[0]), str(row[1])
+
+
+def remove(database_url: str, address: str) -> list[str]:
+    """Take every capitalisation of ``address`` off the list; the entries removed."""
+    with _connect(database_url) as conn:
+        return [r[0] for r in conn.execute(_queries()["remove"], {"address": address.strip()})]
+
+
+def search(database_url: str, text: str, limit: int = 100) -> list[dict[str, Any]]:
+    """Entries whose address contains ``text`` (any case), by address."""
+    with _connect(database_url) as conn:
+        rows = conn.execute(_queries()["search"], {"text": text.strip(), "limit": limit})
+        return [_entry(row) for row in rows]
+
+
+def stops(scope: str) -> str:
+    """What an entry of ``scope`` stops, in words."""
+    return _STOPS[scope]
+
+
+def run_add(settings: Settings, address: str, reason: str, source: str = "cli") -> int:
+    normalised, new, scope = add(settings.database_url, address, reason, source)
     print(
         f"{normalised}: {'suppressed' if new else 'already suppressed'} (reason: {reason};"
         f" stops {_STOPS[scope]})"
@@ -82,8 +110,7 @@ def run_add(settings: Settings, address: str, reason: str, source: str = "cli") 
 
 
 def run_remove(settings: Settings, address: str) -> int:
-    with _connect(settings) as conn:
-        removed = [r[0] for r in conn.execute(_queries()["remove"], {"address": address.strip()})]
+    removed = remove(settings.database_url, address)
     if removed:
         print(f"{address.strip().lower()}: removed from the suppression list")
     else:
@@ -93,7 +120,10 @@ def run_remove(settings: Settings, address: str) -> int:
 
 def run_list(settings: Settings, as_json: bool, out: TextIO = sys.stdout) -> int:
     """Every entry, by address, streamed through a server-side cursor."""
-    with _connect(settings) as conn, conn.cursor(name="mailbus_suppressions") as cursor:
+    with (
+        _connect(settings.database_url) as conn,
+        conn.cursor(name="mailbus_suppressions") as cursor,
+    ):
         cursor.itersize = 2000
         cursor.execute(_queries()["list"])
         if as_json:
@@ -186,7 +216,7 @@ def run_import(settings: Settings, path: str, reason: str, source: str = "import
         raise ConfigError("FILE.csv", f"no such file: {path}")
     with (
         file.open(newline="", encoding="utf-8-sig", errors="replace") as lines,
-        _connect(settings) as conn,
+        _connect(settings.database_url) as conn,
     ):
         conn.autocommit = True  # each batch is its own transaction
         try:

@@ -16,6 +16,13 @@ RETURNING address
 -- scope: 'all' (every mail) or 'bulk' (campaigns and bulk templates only), from the reason.
 SELECT address, reason, scope, source, created_at FROM email_suppressions ORDER BY address
 
+-- name: search
+-- The console's search: entries whose address contains the text, any case (a prefix or a
+-- whole address uses email_suppressions_pkey; anything else scans the list).
+SELECT address, reason, scope, source, created_at FROM email_suppressions
+WHERE address LIKE '%%' || lower(%(text)s) || '%%'
+ORDER BY address LIMIT %(limit)s
+
 -- name: add_batch
 -- One batch of an import; addresses already on the list (or twice in the batch) are kept
 -- as they are. Returns one row per address added.

@@ -8,6 +8,11 @@ Provider endpoints (``Authorization: Bearer <api_key>``):
   The same key always gets the same id, minted once. 429 carries ``Retry-After`` (seconds).
 * ``GET /v1/messages?idempotency_key=K`` -- ``200 {"id": ...}`` if accepted under K, else 404.
 
+Named providers' send endpoints, in their dialects (:mod:`mailbus.sandbox.dialects`), with
+the same faults and ledger: ``POST /emails`` (Resend), ``POST /email`` and ``GET
+/messages/outbound`` (Postmark, ``X-Postmark-Server-Token``), ``POST /v3/mail/send``
+(SendGrid), ``POST /v3/{domain}/messages`` (Mailgun).
+
 Control endpoints (no auth; loopback clients only unless ``open_control``):
 ``GET /_sandbox/health``, ``GET /_sandbox/ledger``, ``GET /_sandbox/requests[?since=T]``,
 ``GET|POST /_sandbox/faults`` (read or replace the plan), ``POST /_sandbox/reset``,
@@ -33,7 +38,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from mailbus.sandbox.dialects import DIALECTS, Dialect
+from mailbus.sandbox.dialects import DIALECTS, POSTMARK_KEY_FIELD, Dialect
 from mailbus.sandbox.emitter import EventEmitter
 from mailbus.sandbox.faults import Fault, FaultPlan, FaultSpecError, choose_fault, plan_from_dict
 from mailbus.sandbox.ledger import Ledger, RequestRecord
@@ -102,7 +107,7 @@ async def _hang(request: web.Request, state: SandboxState, seconds: float) -> No
 def _send_handler(dialect: Dialect) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def send(request: web.Request) -> web.StreamResponse:
         state = request.app[STATE]
-        record = state.ledger.arrive(request.headers.get("Idempotency-Key") or None)
+        record = state.ledger.arrive(dialect.key_of(request))
         try:
             return await _handle_send(request, state, record, dialect)
         finally:
@@ -144,8 +149,13 @@ async def _handle_send(
         if kind == "422":
             return dialect.error(422, "unprocessable", "the message was rejected")
         return _drop(request)  # drop_before_accept
+    # a provider without idempotency keys: a request is a new mail under its name (tag)
     message_id, minted = ledger.accept(
-        parsed.key, to=parsed.to, template=parsed.template, window_s=state.idempotency_window_s
+        parsed.key if parsed.key is not None else parsed.tag,
+        to=parsed.to,
+        template=parsed.template,
+        window_s=state.idempotency_window_s,
+        replay=dialect.deduplicates and parsed.key is not None,
     )
     if minted and state.emitter is not None:
         state.emitter.accepted(message_id)
@@ -179,6 +189,33 @@ async def _lookup(request: web.Request) -> web.Response:
             return _error(404, "not_found", "nothing accepted under this key")
         ledger.settle(record, "found")
         return web.json_response({"id": message_id})
+    finally:
+        ledger.depart()
+
+
+async def _postmark_search(request: web.Request) -> web.Response:
+    """Postmark's outbound message search, by the one metadata field mailbus files a mail
+    under: ``{"TotalCount", "Messages": [{"MessageID", "Metadata", ...}]}``."""
+    state = request.app[STATE]
+    ledger = state.ledger
+    dialect = DIALECTS["postmark"]
+    key = request.query.get(f"metadata_{POSTMARK_KEY_FIELD}") or None
+    record = ledger.arrive(key, "lookup")
+    try:
+        if not dialect.authorized(request, state.api_key):
+            ledger.settle(record, "unauthorized")
+            return dialect.error(401, "unauthorized", "missing or wrong server token")
+        if not (request.query.get("count", "").isdigit() and "offset" in request.query):
+            ledger.settle(record, "bad_request")
+            return dialect.error(422, "bad_request", "count and offset are required")
+        message_id = ledger.lookup(key) if key is not None else None
+        ledger.settle(record, "not_found" if message_id is None else "found")
+        messages = (
+            []
+            if message_id is None
+            else [{"MessageID": message_id, "Metadata": {POSTMARK_KEY_FIELD: key}}]
+        )
+        return web.json_response({"TotalCount": len(messages), "Messages": messages})
     finally:
         ledger.depart()
 
@@ -263,7 +300,11 @@ def make_app(state: SandboxState) -> web.Application:
     app[STATE] = state
     app.router.add_post("/v1/send", _send_handler(DIALECTS["mailbus"]))
     app.router.add_post("/emails", _send_handler(DIALECTS["resend"]))
+    app.router.add_post("/v3/mail/send", _send_handler(DIALECTS["sendgrid"]))
+    app.router.add_post("/v3/{domain}/messages", _send_handler(DIALECTS["mailgun"]))
+    app.router.add_post("/email", _send_handler(DIALECTS["postmark"]))
     app.router.add_get("/v1/messages", _lookup)
+    app.router.add_get("/messages/outbound", _postmark_search)
     app.router.add_get("/_sandbox/health", _control(_health))
     app.router.add_get("/_sandbox/ledger", _control(_ledger))
     app.router.add_get("/_sandbox/requests", _control(_requests))

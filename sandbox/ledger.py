@@ -139,12 +139,19 @@ class Ledger:
         self.in_flight -= 1
 
     def accept(
-        self, key: str | None, *, to: str, template: str, window_s: float | None = None
+        self,
+        key: str | None,
+        *,
+        to: str,
+        template: str,
+        window_s: float | None = None,
+        replay: bool = True,
     ) -> tuple[str, bool]:
         """Accept a send under ``key``: ``(id, True)`` if minted now, ``(id, False)`` on replay.
         A key first accepted ``window_s`` or more ago is expired, as a provider forgets
         it: a new id is minted and ``accepted`` counts the second mail. No key: always a
-        new mail, under a key of its own (its id)."""
+        new mail, under a key of its own (its id). ``replay`` False: ``key`` only names the
+        mail (a provider without idempotency keys), so every send is a new mail under it."""
         if key is None:
             message_id = self._mint()
             key = f"no-key-{message_id}"
@@ -154,7 +161,7 @@ class Ledger:
         entry.sends += 1
         now = self._monotonic()
         expired = window_s is not None and now - entry.accepted_at >= window_s
-        if entry.id is not None and not expired:
+        if entry.id is not None and not expired and replay:
             return entry.id, False
         entry.id = self._mint()
         entry.accepted_at = now

@@ -17,6 +17,12 @@ neither, with MAILBUS_UNKNOWN_OUTCOME  by a resend (a duplicate is     at least 
 =at_least_once                         possible)
 =====================================  ==============================  ===============
 
+A 5xx is a definite "not accepted" only where a retry cannot make a second mail (a key or
+a look-up). With neither, a 500, 502, 504 (or any 5xx but 503) may come after the provider
+took the mail -- a gateway's 504 is a lost reply -- so :func:`without_cover` makes it
+unknown; 503 (the service refused the request) and 429 (throttled before processing) stay
+retries.
+
 A provider with both (the sandbox's own dialect) is looked up: a definite answer without a
 second call. The window counts from the row's first call (``first_tried_at``, on the
 database's clock), and a resend must *reach* the provider before it ends, so the last
@@ -25,9 +31,11 @@ database's clock), and a resend must *reach* the provider before it ends, so the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+
+from mailbus.consumer.core.outcome import Classification, Outcome, clip_reason
 
 __all__ = [
     "Capability",
@@ -38,7 +46,10 @@ __all__ = [
     "may_resend",
     "resend_window_s",
     "resolve_unknown",
+    "without_cover",
 ]
+
+_REFUSED_BEFORE_PROCESSING = frozenset({429, 503})
 
 
 class Guarantee(StrEnum):
@@ -131,3 +142,19 @@ def resolve_unknown(
     if may_resend(capability, True, first_tried_at, now, at_least_once, reach_s):
         return Resolution.RESEND
     return Resolution.WAIT
+
+
+def without_cover(capability: Capability, result: Classification) -> Classification:
+    """``result``, unless it is a retry on a server error that may have followed acceptance
+    at a provider with neither key nor look-up: then ``unknown`` (docs/providers.md)."""
+    if (
+        capability.key is not None
+        or capability.look_up
+        or result.outcome is not Outcome.RETRY
+        or result.status_code is None
+        or not 500 <= result.status_code <= 599
+        or result.status_code in _REFUSED_BEFORE_PROCESSING
+    ):
+        return result
+    reason = clip_reason(f"{result.reason} (may have been accepted: no key or look-up)")
+    return replace(result, outcome=Outcome.UNKNOWN, retry_after_s=None, reason=reason)

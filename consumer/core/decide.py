@@ -94,6 +94,9 @@ class Decision:
     # The call never reached the mail (the provider's server failed first): the attempt it
     # was claimed for is handed back, and no attempt history row is written.
     uncounted: bool = False
+    # Set on a ``failed`` whose call said the address itself is bad: the settle statement
+    # adds the address to email_suppressions (reason hard_bounce) with this as its source.
+    suppress_source: str | None = None
 
     def __post_init__(self) -> None:
         if self.provider_code is None and self.status_code is not None:
@@ -156,14 +159,21 @@ def unsendable(field: str, problem: str) -> Decision:
 
 
 def after_call(
-    row: SendView, result: Classification, now: datetime, policy: RetryPolicy, rand: Rand
+    row: SendView,
+    result: Classification,
+    now: datetime,
+    policy: RetryPolicy,
+    rand: Rand,
+    source: str = "sync",
 ) -> Decision:
     """The decision for a ``sending`` row after one provider call.
 
     ``row.attempts`` already counts this call. A retryable outcome goes back to ``pending``
     unless attempts are spent (``failed`` + DLQ) or the next try would fall at or after
     ``expires_at`` (``expired``). An unknown outcome stays ``unknown`` until resolved. A
-    failure of the provider's server (``server_stage``) is :func:`server_failed`.
+    failure of the provider's server (``server_stage``) is :func:`server_failed`. A
+    rejection of a bad address (``bad_recipient``) also suppresses it, under ``source``
+    (``sync:<provider>``).
     """
     if result.server_stage is not None:
         return server_failed(row, result, now, policy, rand)
@@ -183,6 +193,7 @@ def after_call(
             dead_letter=True,
             status_code=code,
             provider_code=result.provider_code,
+            suppress_source=source if result.bad_recipient else None,
         )
     if result.outcome is Outcome.UNKNOWN:
         retry_at = _retry_at(row, now, policy, rand, result.retry_after_s)

@@ -11,7 +11,13 @@ result                                      outcome   why
 408, 429, 500, 502, 503, 504                retry     the contract; Retry-After carried
 a 4xx the provider's error body calls      retry     e.g. Resend's 409
 transient (``transient``)                             concurrent_idempotent_requests
-any other 4xx                               rejected  the contract: failed + DLQ
+a reply the provider's error body says is   retry     the provider's state (a bad token,
+about our account (``server_stage``)                  sending paused): the breaker
+                                                      counts it, no attempt is spent
+any other 4xx                               rejected  the contract: failed + DLQ (a
+                                                      dialect's definite "no such
+                                                      recipient" also suppresses the
+                                                      address: ``bad_recipient``)
 any other 5xx (501, 505, 507, 511, ...)     retry     a server error, not a verdict on the
                                                       mail; retrying with the same
                                                       Idempotency-Key cannot duplicate
@@ -69,6 +75,10 @@ class ProviderReply:
     error_excerpt: str = ""
     domain_scoped: bool = False  # a 429 for the recipient's domain (X-Throttle-Scope)
     transient: bool = False  # the provider's error body says: the same request again, later
+    bad_recipient: bool = False  # a definite "this address does not exist / is invalid"
+    # the reply is about our account at the provider (a bad token, sending paused), not
+    # this mail: the provider's state, like an SMTP server stage (Classification.server_stage)
+    server_stage: str | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,9 @@ class Classification:
     # MAIL failed, at this stage): the call never reached the recipient, so it feeds the
     # breaker and spends none of the mail's attempts. None: the result is about the mail.
     server_stage: str | None = None
+    # A rejection that says the address itself is bad (SMTP 5.1.1, a dialect's "invalid
+    # recipient"): the address is suppressed as a hard bounce would suppress it.
+    bad_recipient: bool = False
 
     def __post_init__(self) -> None:
         if self.provider_code is None and self.status_code is not None:
@@ -129,6 +142,14 @@ def classify(result: CallResult) -> Classification:
         return Classification(
             Outcome.UNKNOWN, reason=f"http {code} without a valid id", status_code=code
         )
+    if result.server_stage is not None:
+        return Classification(
+            Outcome.RETRY,
+            retry_after_s=_sane_delay(result.retry_after_s),
+            reason=clip_reason(f"provider account, {_with_excerpt(code, result.error_excerpt)}"),
+            status_code=code,
+            server_stage=result.server_stage,
+        )
     if code in RETRYABLE_STATUS_CODES or 500 <= code <= 599 or result.transient:
         return Classification(
             Outcome.RETRY,
@@ -139,7 +160,10 @@ def classify(result: CallResult) -> Classification:
         )
     if 400 <= code <= 499:
         return Classification(
-            Outcome.REJECTED, reason=_with_excerpt(code, result.error_excerpt), status_code=code
+            Outcome.REJECTED,
+            reason=_with_excerpt(code, result.error_excerpt),
+            status_code=code,
+            bad_recipient=result.bad_recipient,
         )
     return Classification(
         Outcome.UNKNOWN, reason=f"http {code} says nothing about acceptance", status_code=code

@@ -21,7 +21,9 @@ reply                                              outcome   why
 any reply at connect, auth or mail; 530 anywhere   retry     the server's state, not the
                                                              mail's (``server_stage``)
 421, 450, 451, 452, any other 4xx (RCPT, DATA)     retry     temporary, RFC 5321 4.2.1
-5xx (RCPT, DATA)                                   rejected  permanent: failed + DLQ
+5xx (RCPT, DATA)                                   rejected  permanent: failed + DLQ; with
+                                                             a bad-address enhanced code
+                                                             (5.1.1 ...) ``bad_recipient``
 anything else (1xx, 3xx, 2xx before the end)       unknown   says nothing about acceptance
 no reply before DATA (refused, reset, timeout)     retry     the server's state (SmtpDown)
 connection lost after DATA, before the final reply unknown   (a TransportFailure, sent)
@@ -45,6 +47,7 @@ from mailbus.consumer.core.outcome import (
 )
 
 __all__ = [
+    "BAD_ADDRESS_CODES",
     "SERVER_STAGES",
     "AnyCallResult",
     "SmtpDown",
@@ -56,6 +59,11 @@ __all__ = [
 
 SERVER_STAGES = frozenset({"connect", "auth", "mail"})  # before the recipient is named
 _SESSION_CODES = frozenset({530})  # authentication required: our account, at any stage
+# Permanent enhanced codes that say the address itself is bad (RFC 3463 3.2: X.1.1 bad
+# destination mailbox, X.1.2 bad destination system, X.1.3 bad mailbox syntax, X.1.6
+# mailbox moved without forwarding address; RFC 7505 3: X.1.10 null MX): a hard bounce
+# at once, so the address is suppressed (docs/providers.md#a-bad-address-is-suppressed).
+BAD_ADDRESS_CODES = frozenset({"5.1.1", "5.1.2", "5.1.3", "5.1.6", "5.1.10"})
 
 _ENHANCED = re.compile(r"\s*([245]\.[0-9]{1,3}\.[0-9]{1,3})\b")
 # "250 2.0.0 Ok: queued as 4B3C21E0F" (Postfix), "250 OK id=1rABCD-000123-AB" (Exim),
@@ -129,7 +137,10 @@ def classify_smtp(reply: SmtpReply | SmtpDown) -> Classification:
     if 400 <= reply.code <= 499:
         return Classification(Outcome.RETRY, reason=reason, provider_code=code)
     if 500 <= reply.code <= 599:
-        return Classification(Outcome.REJECTED, reason=reason, provider_code=code)
+        bad = enhanced_code(reply) in BAD_ADDRESS_CODES
+        return Classification(
+            Outcome.REJECTED, reason=reason, provider_code=code, bad_recipient=bad
+        )
     return Classification(Outcome.UNKNOWN, reason=reason, provider_code=code)
 
 

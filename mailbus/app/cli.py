@@ -42,8 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         register_secret(settings.unsubscribe_secret_previous)
         for secret in settings.kafka_security.secrets:
             register_secret(secret)
-        if not getattr(args, "skips_schema_check", False):
-            from mailbus.app.migrate import check_schema
+        if getattr(args, "checks_schema", False):  # the processes (and status) only: an
+            from mailbus.app.migrate import check_schema  # option error still comes first
 
             check_schema(settings.database_url)  # behind this build: exit 2, run migrate
         return int(args.handler(settings, args))
@@ -84,7 +84,7 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
 
     if args.status or args.dry_run:
         return _migrate_plan(settings, dry_run=args.dry_run, roles=args.roles)
-    applied = apply_migrations(settings.database_url)
+    applied = apply_migrations(settings.database_url, allow_locking=args.allow_locking)
     print(f"schema: applied {applied or 'nothing (up to date)'}")
     if args.roles:
         from mailbus.app.migrate import apply_roles
@@ -115,7 +115,7 @@ def _migrate_plan(settings: Settings, *, dry_run: bool, roles: bool) -> int:
     applied = state.applied
     print(f"schema: database at {state.database_version}, this build at {state.build_version}")
     print(f"applied: {_versions(applied) if applied else 'nothing'}")
-    pending = [f"{m.version:04d}_{m.name}" for m in state.pending]
+    pending = [m.label + (" (locking)" if m.locking else "") for m in state.pending]
     print(f"pending: {', '.join(pending) if pending else 'nothing (up to date)'}")
     if dry_run:
         print(f"would apply: {', '.join(pending) if pending else 'nothing'}")
@@ -261,10 +261,47 @@ def _send(settings: Settings, args: argparse.Namespace) -> int:
     return send_admin.run_change(settings, args.key, "not_sent")
 
 
+def _retention(settings: Settings, args: argparse.Namespace) -> int:
+    from mailbus.consumer import retention
+
+    window = f"{settings.retention / 86400:g}d"
+    if args.dry_run:
+        counts = retention.count_past_retention(settings.database_url, settings.retention)
+        found = ", ".join(f"{table} {n}" for table, n in counts.items())
+        print(f"retention {window}: would delete {found} (nothing was deleted: --dry-run)")
+        return 0
+    results = retention.prune(
+        settings.database_url, settings.retention, args.batch, args.max_batches
+    )
+    for done in results:
+        more = "" if done.complete else " (stopped at --max-batches: more left, run again)"
+        print(f"retention {window}: {done.table} {done.rows} deleted, {done.batches} batches{more}")
+    return 0
+
+
 def _webhooks(settings: Settings, _args: argparse.Namespace) -> int:
     from mailbus.feedback.server import run_webhooks
 
     return run_webhooks(settings)
+
+
+def _console(settings: Settings, args: argparse.Namespace) -> int:
+    if args.console_command == "hash-password":
+        from mailbus.console.access import ROLES, hash_password
+
+        if args.role not in ROLES:
+            raise ConfigError("ROLE", "expected viewer or operator")
+        import getpass
+
+        password = getpass.getpass() if sys.stdin.isatty() else sys.stdin.readline().rstrip("\n")
+        if not password:
+            raise ConfigError("PASSWORD", "must not be empty")
+        print(f"{args.name}:{args.role}:{hash_password(password)}")
+        return 0
+    from mailbus.app.status import collect_status
+    from mailbus.console.server import run_console
+
+    return run_console(settings, collect_status)
 
 
 def _suppress(settings: Settings, args: argparse.Namespace) -> int:
@@ -305,7 +342,6 @@ def _build_parser() -> argparse.ArgumentParser:
         return sub
 
     migrate = command("migrate", _migrate, "create or upgrade the schema and the topics")
-    migrate.set_defaults(skips_schema_check=True)
     migrate.add_argument("--skip-topics", action="store_true", help="only the database schema")
     plan = migrate.add_mutually_exclusive_group()
     plan.add_argument(
@@ -317,13 +353,21 @@ def _build_parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="print what would be applied; apply nothing"
     )
     migrate.add_argument(
+        "--allow-locking",
+        action="store_true",
+        help="apply a migration that stops writes to a table while it runs (marked locking;"
+        " --status names them) on a database that holds sends",
+    )
+    migrate.add_argument(
         "--roles",
         action="store_true",
         help="also create the NOLOGIN group roles mailbus_enqueuer, _relay, _consumer, _intake,"
-        " _webhooks and _operator and set their grants (needs CREATEROLE)",
+        " _webhooks, _operator and _retention and set their grants (needs CREATEROLE)",
     )
-    command("relay", _relay, "publish committed outbox rows to Kafka (long-running)")
+    relay = command("relay", _relay, "publish committed outbox rows to Kafka (long-running)")
+    relay.set_defaults(checks_schema=True)
     consume = command("consume", _consume, "deliver queued mail to the email API (long-running)")
+    consume.set_defaults(checks_schema=True)
     consume.add_argument(
         "--priority",
         type=_priorities,
@@ -331,16 +375,18 @@ def _build_parser() -> argparse.ArgumentParser:
         help="p0, p1, p2 or a comma list (default: all three)",
     )
     status = command("status", _status, "queue depth, oldest pending age, failures")
+    status.set_defaults(checks_schema=True)
     status.add_argument("--json", action="store_true", help="machine-readable output")
     _add_dlq_commands(commands)
     _add_send_commands(commands)
+    _add_retention_commands(commands)
     _add_feedback_commands(commands)
     _add_intake_commands(commands)
+    _add_console_command(commands)
     from mailbus.campaigns.commands import add_campaign_commands
 
     add_campaign_commands(commands)
     sandbox = command("sandbox", _sandbox, "run the fault-injectable sandbox email API")
-    sandbox.set_defaults(skips_schema_check=True)  # no database
     from mailbus.sandbox.server import add_arguments as add_sandbox_arguments
 
     add_sandbox_arguments(sandbox)
@@ -465,6 +511,34 @@ def _add_send_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )
 
 
+def _add_retention_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    text = "delete settled mail older than MAILBUS_RETENTION (docs/retention.md)"
+    group = commands.add_parser(
+        "retention",
+        help=text,
+        description=text,
+        epilog=settings_epilog("retention"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = group.add_subparsers(dest="retention_command", required=True, metavar="ACTION")
+    run_text = (
+        "delete, in batches, settled sends (with their attempts and dead letters), dead"
+        " letters and delivery events past the window; never a row that is not final"
+    )
+    run = actions.add_parser("run", help=run_text, description=run_text)
+    run.set_defaults(handler=_retention)
+    run.add_argument("--dry-run", action="store_true", help="count what would go; delete nothing")
+    run.add_argument(
+        "--batch", type=_positive, default=1000, help="rows per transaction (default 1000)"
+    )
+    run.add_argument(
+        "--max-batches",
+        type=_positive,
+        default=1000,
+        help="batches per table per run, the run's bound (default 1000); run again for more",
+    )
+
+
 def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     text = "receive signed delivery events at POST /webhooks/{provider} (long-running)"
     webhooks = commands.add_parser(
@@ -474,7 +548,7 @@ def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.Argumen
         epilog=settings_epilog("webhooks"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    webhooks.set_defaults(handler=_webhooks)
+    webhooks.set_defaults(handler=_webhooks, checks_schema=True)
     text = "manage email_suppressions (addresses stored lower-cased, compared case-insensitively)"
     epilog = settings_epilog("suppress")
     suppress = commands.add_parser(
@@ -522,6 +596,24 @@ def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.Argumen
     imports.add_argument("--source", default=None, help="who (default: import)")
 
 
+def _add_console_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    text = "serve the operator's web console (long-running; docs/guides/console.md)"
+    console = commands.add_parser(
+        "console",
+        help=text,
+        description=text + "; /healthz and /readyz beside it",
+        epilog=settings_epilog("console"),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    console.set_defaults(handler=_console)
+    actions = console.add_subparsers(dest="console_command", metavar="[hash-password]")
+    text = "print a users-file line NAME:ROLE:argon2 hash for a password read from stdin"
+    hashing = actions.add_parser("hash-password", help=text, description=text)
+    hashing.set_defaults(skips_schema_check=True)
+    hashing.add_argument("name", metavar="NAME")
+    hashing.add_argument("role", metavar="ROLE", help="viewer or operator")
+
+
 def _add_intake_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     help_text = "run the domain-event intake: OrderPlaced and mapped events -> email_sends rows"
@@ -532,7 +624,7 @@ def _add_intake_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         epilog=settings_epilog("intake"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    intake.set_defaults(handler=_intake)
+    intake.set_defaults(handler=_intake, checks_schema=True)
     actions = intake.add_subparsers(dest="intake_command", metavar="[publish-sample]")
     text = "publish sample OrderPlaced events (plus duplicates and malformed ones) to the topic"
     sample = actions.add_parser(
@@ -542,7 +634,7 @@ def _add_intake_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         epilog=settings_epilog("intake"),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sample.set_defaults(handler=_intake_publish_sample)
+    sample.set_defaults(handler=_intake_publish_sample, checks_schema=False)
     sample.add_argument("--count", type=_count, default=10, help="distinct orders (default 10)")
     sample.add_argument(
         "--duplicates", type=_count, default=3, help="events sent twice (default 3)"
@@ -555,6 +647,12 @@ def _add_intake_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
 def _count(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) == 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
     return int(text)
 
 

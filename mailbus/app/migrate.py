@@ -1,8 +1,20 @@
 """`mailbus migrate`: the numbered SQL migrations in ``schemas/sql`` and the Kafka topics;
 with ``--roles`` also the least-privilege group roles of ``schemas/sql/roles/grants.sql``.
 
-Safe to run any number of times and concurrently: every run takes one transaction-level
-advisory lock, then applies only the versions not yet recorded.
+Safe to run any number of times and concurrently: every run takes one session-level
+advisory lock, then applies only the versions not yet recorded, each in its own
+transaction with its version row.
+
+Two marker lines, at the start of a line in a migration's file, change how it is applied
+(docs/runbook.md#upgrades):
+
+- ``-- mailbus: online``: the file is one statement that cannot run inside a transaction
+  (``CREATE INDEX CONCURRENTLY``); it runs alone, and its version is recorded after it.
+  An invalid index (the leftover of an online build that was interrupted) is dropped
+  first, so a rerun builds it again.
+- ``-- mailbus: locking``: it holds a lock that stops writes to a table for as long as it
+  runs. On a database that already holds sends, ``migrate`` refuses to apply it (exit 2,
+  nothing applied) unless ``--allow-locking`` is given; a new database takes it at once.
 
 Every other command first compares the database's recorded versions with the build's
 (:func:`check_schema`): a database behind the build is refused with one line that says to
@@ -13,6 +25,7 @@ only add.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -33,6 +46,9 @@ __all__ = [
 ]
 
 _LOCK_KEY = 0x6D61696C62757301  # "mailbus\x01": one lock for all migrators of a database
+_LOCK_POLL_S = 0.2
+_ONLINE = "-- mailbus: online"
+_LOCKING = "-- mailbus: locking"
 ROLES = (
     "mailbus_enqueuer",
     "mailbus_relay",
@@ -40,6 +56,7 @@ ROLES = (
     "mailbus_intake",
     "mailbus_webhooks",
     "mailbus_operator",
+    "mailbus_retention",
 )
 
 
@@ -48,6 +65,24 @@ class Migration:
     version: int
     name: str
     sql: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.version:04d}_{self.name}"
+
+    @property
+    def online(self) -> bool:
+        """Runs outside a transaction (CREATE INDEX CONCURRENTLY): one statement."""
+        return _marked(self.sql, _ONLINE)
+
+    @property
+    def locking(self) -> bool:
+        """Stops writes to a table while it runs: needs --allow-locking on a live database."""
+        return _marked(self.sql, _LOCKING)
+
+
+def _marked(sql: str, marker: str) -> bool:
+    return any(line.startswith(marker) for line in sql.splitlines())
 
 
 @dataclass(frozen=True)
@@ -96,32 +131,84 @@ def available_migrations(directory: Traversable | None = None) -> list[Migration
     return sorted(found, key=lambda m: m.version)
 
 
-def apply_migrations(database_url: str) -> list[int]:
-    """Apply what is missing; return the versions applied by this call."""
+def apply_migrations(database_url: str, *, allow_locking: bool = False) -> list[int]:
+    """Apply what is missing; return the versions applied by this call. A pending locking
+    migration on a database that holds sends raises ConfigError (``--allow-locking``)
+    before anything is applied."""
     migrations = available_migrations()  # two files with one version: refused before connecting
     try:
-        with psycopg.connect(database_url, autocommit=False) as conn:
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS mailbus_schema_migrations ("
-                " version int PRIMARY KEY, name text NOT NULL,"
-                " applied_at timestamptz NOT NULL DEFAULT now())"
-            )
-            done = {row[0] for row in conn.execute("SELECT version FROM mailbus_schema_migrations")}
-            applied = []
-            for migration in migrations:
-                if migration.version in done:
-                    continue
-                conn.execute(migration.sql.encode())
-                conn.execute(
-                    "INSERT INTO mailbus_schema_migrations (version, name) VALUES (%s, %s)",
-                    (migration.version, migration.name),
-                )
-                applied.append(migration.version)
-            conn.commit()
-            return applied
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            _lock(conn)
+            try:
+                return _apply_pending(conn, migrations, allow_locking)
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_KEY,))
     except psycopg.Error as exc:
         raise StorageError(f"migration failed: {exc}") from exc
+
+
+def _lock(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """Wait for the migrators' lock by polling: a migrator blocked inside one statement
+    would hold a snapshot that an online index build of the lock's holder waits for."""
+    while conn.execute("SELECT pg_try_advisory_lock(%s)", (_LOCK_KEY,)).fetchone() != (True,):
+        time.sleep(_LOCK_POLL_S)
+
+
+def _apply_pending(
+    conn: psycopg.Connection[tuple[object, ...]], migrations: list[Migration], allow_locking: bool
+) -> list[int]:
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS mailbus_schema_migrations ("
+        " version int PRIMARY KEY, name text NOT NULL,"
+        " applied_at timestamptz NOT NULL DEFAULT now())"
+    )
+    done = {row[0] for row in conn.execute("SELECT version FROM mailbus_schema_migrations")}
+    pending = [m for m in migrations if m.version not in done]
+    locking = [m.label for m in pending if m.locking]
+    if locking and not allow_locking and _holds_sends(conn):
+        raise ConfigError(
+            "--allow-locking",
+            f"{', '.join(locking)} stops writes to its table while it runs, and this database"
+            " holds sends: run it when writes may wait, with --allow-locking"
+            " (nothing was applied)",
+        )
+    applied = []
+    for migration in pending:
+        if migration.online:
+            _drop_invalid_indexes(conn)
+            conn.execute(migration.sql.encode())
+            _record(conn, migration)
+        else:
+            with conn.transaction():
+                conn.execute(migration.sql.encode())
+                _record(conn, migration)
+        applied.append(migration.version)
+    return applied
+
+
+def _record(conn: psycopg.Connection[tuple[object, ...]], migration: Migration) -> None:
+    conn.execute(
+        "INSERT INTO mailbus_schema_migrations (version, name) VALUES (%s, %s)",
+        (migration.version, migration.name),
+    )
+
+
+def _holds_sends(conn: psycopg.Connection[tuple[object, ...]]) -> bool:
+    if conn.execute("SELECT to_regclass('email_sends')").fetchone() == (None,):
+        return False
+    return conn.execute("SELECT EXISTS (SELECT FROM email_sends)").fetchone() == (True,)
+
+
+def _drop_invalid_indexes(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """An online build that was interrupted leaves its index invalid (never used, still
+    maintained); under the migrators' lock no other build is running, so drop it."""
+    rows = conn.execute(
+        "SELECT format('%I', c.relname) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE NOT i.indisvalid AND n.nspname = current_schema()"
+    ).fetchall()
+    for (name,) in rows:
+        conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}".encode())
 
 
 def schema_state(database_url: str, connect_timeout: float = 10) -> SchemaState:
@@ -164,10 +251,13 @@ def apply_roles(database_url: str) -> tuple[str, ...]:
     exactly those of ``grants.sql``; return the role names. Run after the migrations."""
     sql = resources.files("mailbus.schemas").joinpath("sql", "roles", "grants.sql").read_text()
     try:
-        with psycopg.connect(database_url, autocommit=False) as conn:
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-            conn.execute(sql.encode())
-            conn.commit()
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            _lock(conn)
+            try:
+                with conn.transaction():
+                    conn.execute(sql.encode())
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_KEY,))
     except psycopg.Error as exc:
         raise StorageError(f"roles not applied: {exc}") from exc
     return ROLES

@@ -1,6 +1,7 @@
 """`mailbus status`: what is waiting, how old the oldest is, what is not yet on Kafka
 (sends and outcome events), what failed, how the provider is answering (failure and 429
-rates, breaker state per consumer process), and each campaign's recipients by state."""
+rates, breaker state per consumer process), each campaign's recipients by state, and
+the size of the tables that grow (what `mailbus retention run` keeps in check)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,19 @@ _DEAD_LETTERS = """
 SELECT reason, count(*) FROM email_dead_letters WHERE replayed_at IS NULL
 GROUP BY reason ORDER BY count(*) DESC, reason
 """
+# Tables that grow with the mail: estimated rows (pg_class.reltuples, kept by ANALYZE; -1
+# before the first) and bytes with indexes and TOAST. No count(*) over millions of rows.
+GROWING_TABLES = (
+    "email_sends",
+    "email_attempts",
+    "email_dead_letters",
+    "delivery_events",
+    "email_send_events",
+)
+_TABLE_SIZES = """
+SELECT c.relname, greatest(c.reltuples, 0)::bigint, pg_total_relation_size(c.oid)
+FROM pg_class c WHERE c.oid = ANY(%(tables)s::regclass[]) ORDER BY c.relname
+"""
 _HAS_PROVIDER_HEALTH = "SELECT to_regclass('provider_health') IS NOT NULL"
 _BREAKERS = """
 SELECT process, provider, state,
@@ -80,6 +94,12 @@ def collect_status(database_url: str) -> dict[str, Any]:
             breakers = _breakers(conn)
             delivery_events = delivery_figures(conn)
             campaigns = collect_overview(conn)
+            sizes = {
+                table: {"rows_estimate": rows, "bytes": size}
+                for table, rows, size in conn.execute(
+                    _TABLE_SIZES, {"tables": list(GROWING_TABLES)}
+                )
+            }
     except psycopg.Error as exc:
         raise StorageError(f"cannot read status: {exc}") from exc
     five = attempts_row[0:3] if attempts_row else (0, 0, 0)
@@ -99,6 +119,7 @@ def collect_status(database_url: str) -> dict[str, Any]:
         "breakers": breakers,
         "delivery_events": delivery_events,
         "campaigns": campaigns,
+        "table_sizes": sizes,
     }
 
 
@@ -184,6 +205,8 @@ def render_status(status: dict[str, Any]) -> list[str]:
                 f"   process {b['process']} (reported {_age(b['updated_s_ago'])} ago)"
             )
     lines.append("")
+    lines.append("table sizes (rows estimated): " + _sizes(status["table_sizes"]))
+    lines.append("")
     lines.extend(render_delivery_figures(status.get("delivery_events")))
     lines.append("")
     lines.extend(render_overview(status.get("campaigns", [])))
@@ -202,3 +225,18 @@ def _age(seconds: float | None) -> str:
 
 def _percent(rate: float | None) -> str:
     return "-" if rate is None else f"{rate * 100:.1f}%"
+
+
+def _sizes(sizes: dict[str, dict[str, int]]) -> str:
+    return ", ".join(
+        f"{table} {figures['rows_estimate']} rows {_bytes(figures['bytes'])}"
+        for table, figures in sizes.items()
+    )
+
+
+def _bytes(size: int) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}"
+        size //= 1024
+    return f"{size} TB"

@@ -76,9 +76,16 @@ class Settings:
     campaign_daily_quota: int | None = None  # recipients per UTC day, all campaigns; None: any
     campaign_import_part: int = 50_000  # audience lines per import transaction
     kafka_security: KafkaSecurity = _PLAINTEXT  # TLS/SASL: see kafka_client_config
-    provider: str = "http"  # http | smtp | resend
+    provider: str = "http"  # http | smtp | resend | postmark | sendgrid | mailgun | ses
     mail_from: str = ""  # MAILBUS_MAIL_FROM: the sender of a named provider's mail
+    mailgun_domain: str = ""  # MAILBUS_MAILGUN_DOMAIN: the sending domain (mailgun)
+    mailgun_region: str = "us"  # MAILBUS_MAILGUN_REGION: us | eu, the API's base URL
     idempotency_window: float | None = None  # None: the provider's documented window
+    ses_region: str | None = None  # None: the SDK's (AWS_REGION, the profile)
+    ses_endpoint_url: str | None = None  # an SES endpoint override (tests: moto)
+    ses_access_key_id: str = ""  # empty: the SDK's default credential chain
+    ses_secret_access_key: str = ""
+    ses_configuration_set: str | None = None  # where SES publishes its events (SNS)
     smtp_url: str = ""  # smtp://host:port, smtp+starttls://user@host:587, smtps://...
     smtp_password: str = ""
     smtp_from: str = ""
@@ -91,6 +98,11 @@ class Settings:
     recovery_rate: float | None = 100 / 60  # sends/s after an outage; None: no recovery cap
     recovery_ramp: float = 600.0  # seconds until the recovery cap lifts (doubling 4 times)
     recovery_after: float = 30.0  # the shortest outage that starts a recovery ramp
+    retention: float = 90 * 86400.0  # settled mail kept this long: also the dedupe window
+    # `mailbus console` (docs/guides/console.md)
+    console_listen: tuple[str, int] = ("127.0.0.1", 8027)
+    console_users_file: str | None = None  # name:role:argon2 hash, one a line
+    console_proxy_header: str = ""  # trusted reverse-proxy header naming the user; "": off
 
     def __repr__(self) -> str:  # never print the API key
         return f"Settings(database={_redact_url(self.database_url)}, kafka={self.kafka_bootstrap})"
@@ -187,6 +199,9 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         queue_cap_shares=parse_cap_shares(env.get("MAILBUS_QUEUE_CAP_SHARES")),
         webhook_secret=reader.secret("MAILBUS_WEBHOOK_SECRET"),
         webhook_listen=reader.listen("MAILBUS_WEBHOOK_LISTEN", Settings.webhook_listen),
+        console_listen=reader.listen("MAILBUS_CONSOLE_LISTEN", Settings.console_listen),
+        console_users_file=reader.existing_file("MAILBUS_CONSOLE_USERS_FILE"),
+        console_proxy_header=_header_name(env.get("MAILBUS_CONSOLE_PROXY_HEADER")),
         unsubscribe_secret=reader.secret("MAILBUS_UNSUBSCRIBE_SECRET"),
         ses_topic_arns=reader.names("MAILBUS_SES_TOPIC_ARNS"),
         ses_cert_hosts=reader.names("MAILBUS_SES_CERT_HOSTS"),
@@ -204,7 +219,14 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         kafka_security=parse_kafka_security(env),
         provider=_provider_kind(env.get("MAILBUS_PROVIDER")),
         mail_from=reader._raw("MAILBUS_MAIL_FROM") or "",
+        mailgun_domain=(reader._raw("MAILBUS_MAILGUN_DOMAIN") or "").strip(),
+        mailgun_region=_mailgun_region(env.get("MAILBUS_MAILGUN_REGION")),
         idempotency_window=reader.optional_number("MAILBUS_IDEMPOTENCY_WINDOW"),
+        ses_region=reader._raw("MAILBUS_SES_REGION"),
+        ses_endpoint_url=reader.optional_url("MAILBUS_SES_ENDPOINT_URL", ("http", "https")),
+        ses_access_key_id=reader.secret("MAILBUS_SES_ACCESS_KEY_ID"),
+        ses_secret_access_key=reader.secret("MAILBUS_SES_SECRET_ACCESS_KEY"),
+        ses_configuration_set=reader._raw("MAILBUS_SES_CONFIGURATION_SET"),
         smtp_url=reader._raw("MAILBUS_SMTP_URL") or "",
         smtp_password=reader.secret("MAILBUS_SMTP_PASSWORD"),
         smtp_from=reader._raw("MAILBUS_SMTP_FROM") or "",
@@ -218,6 +240,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         recovery_ramp=_duration("MAILBUS_RECOVERY_RAMP", env.get("MAILBUS_RECOVERY_RAMP"))
         or Settings.recovery_ramp,
         recovery_after=_recovery_after(env.get("MAILBUS_RECOVERY_AFTER")),
+        retention=_retention(env.get("MAILBUS_RETENTION")),
         attempt_warning=reader.integer(
             "MAILBUS_ATTEMPT_WARNING", Settings.attempt_warning, 1, 1000
         ),
@@ -232,8 +255,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise ConfigError("MAILBUS_SMTP_FROM", "required with MAILBUS_PROVIDER=smtp: an address")
     if settings.postmark_webhook_auth and ":" not in settings.postmark_webhook_auth:
         raise ConfigError("MAILBUS_POSTMARK_WEBHOOK_AUTH", "expected user:password")
+    if settings.provider == "mailgun" and not settings.mailgun_domain:
+        raise ConfigError("MAILBUS_MAILGUN_DOMAIN", "required with MAILBUS_PROVIDER=mailgun")
     named_url = _NAMED_PROVIDER_URLS.get(settings.provider)
-    if named_url is not None and "@" not in settings.mail_from:
+    if settings.provider == "mailgun":
+        named_url = _MAILGUN_REGIONS[settings.mailgun_region]
+    if (named_url is not None or settings.provider == "ses") and "@" not in settings.mail_from:
         raise ConfigError(
             "MAILBUS_MAIL_FROM", f"required with MAILBUS_PROVIDER={settings.provider}: an address"
         )
@@ -246,8 +273,22 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
 
 # MAILBUS_PROVIDER's named providers and their APIs (MAILBUS_PROVIDER_URL overrides, e.g.
 # the sandbox's dialect of it in tests)
-_NAMED_PROVIDER_URLS = {"resend": "https://api.resend.com"}
-_PROVIDER_KINDS = ("http", "smtp", *_NAMED_PROVIDER_URLS)
+_NAMED_PROVIDER_URLS = {
+    "resend": "https://api.resend.com",
+    "postmark": "https://api.postmarkapp.com",
+    "sendgrid": "https://api.sendgrid.com",  # an EU subuser: https://api.eu.sendgrid.com
+    "mailgun": "https://api.mailgun.net",  # per MAILBUS_MAILGUN_REGION, below
+}
+# https://documentation.mailgun.com/docs/mailgun/api-reference/api-overview
+_MAILGUN_REGIONS = {"us": "https://api.mailgun.net", "eu": "https://api.eu.mailgun.net"}
+_PROVIDER_KINDS = ("http", "smtp", "ses", *_NAMED_PROVIDER_URLS)  # ses: through the AWS SDK
+
+
+def _mailgun_region(raw: str | None) -> str:
+    region = (raw or "us").strip().lower() or "us"
+    if region not in _MAILGUN_REGIONS:
+        raise ConfigError("MAILBUS_MAILGUN_REGION", f"expected us or eu, got {raw!r}")
+    return region
 
 
 def _provider_kind(raw: str | None) -> str:
@@ -267,6 +308,14 @@ def _unknown_outcome(env: Mapping[str, str]) -> str:
     if policy not in ("at_most_once", "at_least_once"):
         raise ConfigError(name, f"expected at_most_once or at_least_once, got {raw!r}")
     return policy
+
+
+def _header_name(raw: str | None) -> str:
+    """An HTTP header's name (a token), or "" when unset."""
+    name = (raw or "").strip()
+    if name and not all(ch.isalnum() or ch == "-" for ch in name):
+        raise ConfigError("MAILBUS_CONSOLE_PROXY_HEADER", f"not an HTTP header name: {raw!r}")
+    return name
 
 
 def _flag(name: str, raw: str | None) -> bool:
@@ -305,6 +354,19 @@ def _recovery_after(raw: str | None) -> float:
     if raw is not None and raw.strip() in ("0", "0s"):
         return 0.0
     return _duration("MAILBUS_RECOVERY_AFTER", raw) or Settings.recovery_after
+
+
+_MIN_RETENTION_S = 86400.0  # "90m" for "90d" would shrink the dedupe window to minutes
+
+
+def _retention(raw: str | None) -> float:
+    """MAILBUS_RETENTION: a duration of at least a day (``90d``, the default)."""
+    seconds = _duration("MAILBUS_RETENTION", raw) or Settings.retention
+    if seconds < _MIN_RETENTION_S:
+        raise ConfigError(
+            "MAILBUS_RETENTION", f"must be at least 1d (it is the dedupe window), got {raw!r}"
+        )
+    return seconds
 
 
 def _recovery_rate(raw: str | None) -> float | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 __all__ = ["SETTINGS", "Setting", "epilog", "markdown", "names"]
 
 # Commands grouped by what they touch.
-_LONG_RUNNING = frozenset({"relay", "consume", "intake", "webhooks"})
+_LONG_RUNNING = frozenset({"relay", "consume", "intake", "webhooks", "console"})
 _KAFKA = frozenset({"migrate", "relay", "consume", "intake", "dlq", "campaign"})
 _ENQUEUE = frozenset({"relay", "consume", "intake", "campaign"})
 ALL: frozenset[str] = frozenset()  # every command
@@ -106,6 +106,14 @@ SETTINGS: tuple[Setting, ...] = (
         {"consume"},
     ),
     _s(
+        "RETENTION",
+        "90d",
+        "settled mail (and its attempts, dead letters, delivery events) older than this is"
+        " deleted by `mailbus retention run`; also the dedupe window: inside it the same"
+        " dedupe key is never enqueued twice; at least 1d",
+        {"retention"},
+    ),
+    _s(
         "RECOVERY_AFTER",
         "30s",
         "the shortest outage (breaker not closed) that starts a recovery ramp",
@@ -114,15 +122,49 @@ SETTINGS: tuple[Setting, ...] = (
     _s(
         "PROVIDER",
         "http",
-        "which provider the consumer calls: http (the sandbox's API), smtp, resend"
-        " (docs/providers.md)",
+        "which provider the consumer calls: http (the sandbox's API), smtp, resend,"
+        " postmark, sendgrid, mailgun, ses (docs/providers.md)",
         {"consume"},
     ),
-    _s("MAIL_FROM", "-", "sender address of a named provider's mail (resend)", {"consume"}),
+    _s(
+        "MAIL_FROM",
+        "-",
+        "sender address of a named provider's mail (resend, postmark, sendgrid, mailgun, ses)",
+        {"consume"},
+    ),
+    _s("MAILGUN_DOMAIN", "-", "Mailgun's sending domain (required with mailgun)", {"consume"}),
+    _s(
+        "MAILGUN_REGION",
+        "us",
+        "Mailgun's region: us (api.mailgun.net) or eu (api.eu.mailgun.net)",
+        {"consume"},
+    ),
     _s(
         "IDEMPOTENCY_WINDOW",
         "the provider's",
         "seconds a named provider keeps an idempotency key (resend: 86400); for tests",
+        {"consume"},
+    ),
+    _s("SES_REGION", "the SDK's", "AWS region of SES (provider ses)", {"consume"}),
+    _s("SES_ENDPOINT_URL", "AWS's", "SES endpoint override, e.g. moto in tests", {"consume"}),
+    _s(
+        "SES_ACCESS_KEY_ID",
+        "the SDK's chain",
+        "AWS access key id for SES; unset: the SDK's default credential chain",
+        {"consume"},
+        from_file=True,
+    ),
+    _s(
+        "SES_SECRET_ACCESS_KEY",
+        "-",
+        "the secret of MAILBUS_SES_ACCESS_KEY_ID",
+        {"consume"},
+        from_file=True,
+    ),
+    _s(
+        "SES_CONFIGURATION_SET",
+        "-",
+        "SES configuration set a mail is sent with (its SNS event destination)",
         {"consume"},
     ),
     _s(
@@ -181,6 +223,27 @@ SETTINGS: tuple[Setting, ...] = (
         "127.0.0.1:8026",
         "host:port of the webhooks receiver ([::1]:8026 for IPv6; port 0: any free one)",
         {"webhooks"},
+    ),
+    _s(
+        "CONSOLE_LISTEN",
+        "127.0.0.1:8027",
+        "host:port of the operator's web console (it serves whoever reaches it: keep it"
+        " on loopback or behind a proxy)",
+        {"console"},
+    ),
+    _s(
+        "CONSOLE_USERS_FILE",
+        "-",
+        "the console's users, one `name:role:argon2 hash` a line (role viewer or operator;"
+        " `mailbus console hash-password` prints a line)",
+        {"console"},
+    ),
+    _s(
+        "CONSOLE_PROXY_HEADER",
+        "off",
+        "a header set by a trusted reverse proxy naming the signed-in user (e.g."
+        " X-Forwarded-User); its role comes from the users file, else viewer",
+        {"console"},
     ),
     _s(
         "SES_TOPIC_ARNS",

@@ -7,7 +7,7 @@ DO $$
 DECLARE
     workload text;
 BEGIN
-    FOREACH workload IN ARRAY ARRAY['relay', 'consumer', 'intake', 'webhooks'] LOOP
+    FOREACH workload IN ARRAY ARRAY['relay', 'consumer', 'intake', 'webhooks', 'operator'] LOOP
         IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'mailbus_' || workload) THEN
             EXECUTE format('CREATE ROLE %I NOLOGIN', 'mailbus_' || workload);
         END IF;

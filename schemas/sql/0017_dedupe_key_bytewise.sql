@@ -1,3 +1,4 @@
+-- mailbus: locking (rebuilds email_sends' dedupe-key index under ACCESS EXCLUSIVE: enqueues wait)
 -- Dedupe keys are printable ASCII (send_request.py), compared only for equality: the
 -- UNIQUE index on them needs no linguistic order. Under the database's collation every
 -- comparison of an index descent went through strcoll (a tenth of a campaign fan-out's

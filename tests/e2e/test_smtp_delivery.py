@@ -98,7 +98,7 @@ def test_smtp_rows_are_accepted_once_rejected_with_codes_and_unknown_never_resen
         "SELECT status, attempts, last_error FROM email_sends WHERE dedupe_key = %s", dropped
     )
     assert (state, attempts) == ("unknown", 1)
-    assert "SMTP has no look-up" in error
+    assert "no look-up at this provider" in error  # SMTP: neither key nor look-up
     assert server.data_seen[message_id_for(dropped, SENDER_DOMAIN)] == 1
     assert stack.terminate("consumer") == 0
 

@@ -14,7 +14,7 @@ import yaml
 from test_alert_rules import exported_names
 
 REPO = Path(__file__).resolve().parents[2]
-MAILBUS = {"relay", "consumer-p0", "consumer-p1", "consumer-p2", "intake", "webhooks"}
+MAILBUS = {"relay", "consumer-p0", "consumer-p1", "consumer-p2", "intake", "webhooks", "console"}
 
 
 def services() -> dict[str, Any]:

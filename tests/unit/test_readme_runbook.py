@@ -18,10 +18,11 @@ TOPICS = (
     "Pausing a campaign",
     "Adding partitions",
     "Rotating the provider API key",
+    "Upgrades",
+    "Table growth and retention",
     "Kafka is down",
     "PostgreSQL failover",
     "Rows in unknown",
-    "Table growth and retention",
     "Intake lag or poison",
 )
 

@@ -81,7 +81,7 @@ def test_committed_configuration_reference_is_generated() -> None:
 def test_table_has_no_duplicates_and_names_real_commands() -> None:
     assert len({s.name for s in SETTINGS}) == len(SETTINGS)
     known = {"migrate", "relay", "consume", "intake", "webhooks", "status", "dlq", "sandbox"}
-    known |= {"campaign", "suppress", "send"}
+    known |= {"campaign", "suppress", "send", "retention", "console"}
     for setting in SETTINGS:
         assert setting.commands <= known, setting.name
 

@@ -11,7 +11,8 @@ DECLARE
     name text;
 BEGIN
     FOREACH name IN ARRAY ARRAY['mailbus_enqueuer', 'mailbus_relay', 'mailbus_consumer',
-                                'mailbus_intake', 'mailbus_webhooks', 'mailbus_operator'] LOOP
+                                'mailbus_intake', 'mailbus_webhooks', 'mailbus_operator',
+                                'mailbus_retention'] LOOP
         IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = name) THEN
             BEGIN
                 EXECUTE format('CREATE ROLE %I NOLOGIN', name);
@@ -23,7 +24,7 @@ BEGIN
 END $$;
 
 REVOKE ALL ON ALL TABLES IN SCHEMA public FROM mailbus_enqueuer, mailbus_relay,
-    mailbus_consumer, mailbus_intake, mailbus_webhooks, mailbus_operator;
+    mailbus_consumer, mailbus_intake, mailbus_webhooks, mailbus_operator, mailbus_retention;
 DO $$
 DECLARE
     col record;
@@ -39,10 +40,10 @@ BEGIN  -- column grants survive a table-level REVOKE ALL
     END LOOP;
 END $$;
 GRANT USAGE ON SCHEMA public TO mailbus_enqueuer, mailbus_relay, mailbus_consumer,
-    mailbus_intake, mailbus_webhooks, mailbus_operator;
+    mailbus_intake, mailbus_webhooks, mailbus_operator, mailbus_retention;
 -- Every process compares the recorded schema versions with its build at start.
 GRANT SELECT ON mailbus_schema_migrations TO mailbus_relay, mailbus_consumer, mailbus_intake,
-    mailbus_webhooks;
+    mailbus_webhooks, mailbus_retention;
 
 -- A domain service enqueuing in its own transaction (mailbus_client.enqueue): insert a
 -- send; read back the id of a duplicate and count open rows for the queue cap. It cannot
@@ -64,6 +65,10 @@ GRANT SELECT, UPDATE, DELETE ON email_send_events TO mailbus_relay;
 -- shares rate limits and provider health with the other consumers.
 GRANT SELECT, UPDATE ON email_sends TO mailbus_consumer;
 GRANT SELECT ON email_suppressions TO mailbus_consumer;
+-- ... and a synchronous "no such address" (SMTP 550 5.1.1) suppresses it, as a webhook
+-- hard bounce does (widening an unsubscribe or complaint to all mail), never unsuppresses.
+GRANT INSERT (address, reason, source), UPDATE (reason, source) ON email_suppressions
+    TO mailbus_consumer;
 GRANT SELECT, INSERT ON email_attempts, email_dead_letters TO mailbus_consumer;
 GRANT SELECT, INSERT, UPDATE ON rate_limits, provider_health, recovery_pacing
     TO mailbus_consumer;
@@ -103,3 +108,17 @@ GRANT INSERT, UPDATE, DELETE ON email_suppressions TO mailbus_operator;
 GRANT INSERT, UPDATE ON campaigns TO mailbus_operator;
 GRANT INSERT, UPDATE, DELETE ON campaign_recipients TO mailbus_operator;
 GRANT INSERT ON email_sends TO mailbus_operator;
+
+-- `mailbus retention run` (docs/retention.md): deletes what the *_past_retention views name,
+-- nothing else. It locks their rows through the views (FOR UPDATE needs an UPDATE grant
+-- on a column: their key columns are read-only expressions), and deletes by key; a send's
+-- attempts and resolutions go by ON DELETE CASCADE. It inserts and updates nothing.
+GRANT SELECT, UPDATE (id) ON email_sends_past_retention, email_dead_letters_past_retention
+    TO mailbus_retention;
+GRANT SELECT, UPDATE (provider) ON delivery_events_past_retention TO mailbus_retention;
+GRANT SELECT (id), DELETE ON email_sends TO mailbus_retention;
+GRANT SELECT (id, send_id), DELETE ON email_dead_letters TO mailbus_retention;
+GRANT SELECT (dead_letter_id), DELETE ON email_replays TO mailbus_retention;
+GRANT SELECT (provider, event_id), DELETE ON delivery_events TO mailbus_retention;
+-- `mailbus console` writes its audit (docs/guides/console.md); SELECT comes with ALL TABLES.
+GRANT INSERT ON console_audit TO mailbus_operator;

@@ -1,0 +1,91 @@
+"""`mailbus console`: serve the console until SIGTERM/SIGINT.
+
+It listens on ``MAILBUS_CONSOLE_LISTEN`` (127.0.0.1:8027: only this machine, unless told
+otherwise) and serves ``/healthz`` and ``/readyz`` there; with ``MAILBUS_METRICS_PORT``,
+also beside ``/metrics`` as the other processes do (the Kubernetes probes and the compose
+healthcheck use that port). On a signal it stops listening, lets requests finish (5 s),
+stops replays between two letters, and exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from mailbus.console.access import load_users
+from mailbus.console.actions import add_actions
+from mailbus.console.pages import add_pages
+from mailbus.console.web import CONSOLE, Console, add_routes, guard
+from mailbus.consumer.dead_letter_views import DEFAULT_REPLAY_RATE
+from mailbus.kernel import health, metrics
+from mailbus.kernel.durations import parse_rate
+from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.settings import Settings
+
+__all__ = ["console_from_settings", "make_app", "run_console"]
+
+MAX_UPLOAD = 4 * 1024**3  # a CSV is streamed, not held: this only bounds a runaway client
+
+
+def make_app(console: Console) -> web.Application:
+    app = web.Application(middlewares=[guard], client_max_size=MAX_UPLOAD)
+    app[CONSOLE] = console
+    add_routes(app)
+    add_pages(app)
+    add_actions(app)
+    return app
+
+
+def console_from_settings(settings: Settings, overview: Callable[[str], dict[str, Any]]) -> Console:
+    if not settings.console_users_file and not settings.console_proxy_header:
+        raise ConfigError(
+            "MAILBUS_CONSOLE_USERS_FILE",
+            "must be set (or MAILBUS_CONSOLE_PROXY_HEADER): the console has no users",
+        )
+    return Console(
+        database_url=settings.database_url,
+        users=load_users(settings.console_users_file),
+        overview=overview,
+        proxy_header=settings.console_proxy_header,
+        replay_rate=parse_rate(DEFAULT_REPLAY_RATE),
+        import_part=settings.campaign_import_part,
+    )
+
+
+def run_console(settings: Settings, overview: Callable[[str], dict[str, Any]]) -> int:
+    """Serve until SIGTERM/SIGINT; 0 after a clean stop."""
+    return asyncio.run(_serve(settings, console_from_settings(settings, overview)))
+
+
+async def _serve(settings: Settings, console: Console) -> int:
+    runner = web.AppRunner(make_app(console), access_log=None, shutdown_timeout=5.0)
+    await runner.setup()
+    host, port = settings.console_listen
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ConfigError(
+            "MAILBUS_CONSOLE_LISTEN", f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+        ) from None
+    if settings.metrics_port is not None:
+        metrics.start_metrics_server(settings.metrics_port)
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    bound = runner.addresses[0]
+    try:
+        health.mark("console", True)
+        print(f"mailbus console listening on http://{bound[0]}:{bound[1]}", flush=True)
+        await stopping.wait()
+    finally:
+        health.mark("console", False, "draining")
+        console.replays.stop.set()
+        await runner.cleanup()
+    print("mailbus console stopped", flush=True)
+    return 0

@@ -1,0 +1,148 @@
+"""Postmark's email API as a dialect of :class:`~mailbus.consumer.provider.HttpProvider`.
+
+``POST {base}/email`` with ``X-Postmark-Server-Token: <server token>``; ``200 {"To",
+"SubmittedAt", "MessageID", "ErrorCode": 0, "Message": "OK"}``
+(https://postmarkapp.com/developer/api/email-api). ``MessageID`` is what Postmark's
+webhooks carry back (:mod:`mailbus.feedback.native.postmark_events`), so it is the id stored.
+
+Postmark has no idempotency key, but it keeps what mailbus sends with a mail as custom
+``Metadata`` and finds it again: ``GET {base}/messages/outbound?count=..&offset=0&
+metadata_<name>=<value>`` answers ``{"TotalCount", "Messages": [{"MessageID", "Metadata",
+...}]}`` (https://postmarkapp.com/developer/api/messages-api,
+https://postmarkapp.com/support/article/1125-custom-metadata-faq). So every mail carries its
+dedupe key as the metadata field ``mailbus_key`` (a key longer than the 80 characters a
+metadata value may hold travels as ``sha256:<hex>``), and a call in doubt is looked up by
+it: a *look-up* capability (:mod:`mailbus.consumer.core.capability`), exactly once.
+
+Replies (https://postmarkapp.com/developer/api/overview#response-codes and #error-codes):
+errors are ``{"ErrorCode", "Message"}``. ``422`` carries the ErrorCode that says why:
+``406`` inactive recipient (a hard bounce, complaint or manual suppression at Postmark)
+and ``300`` invalid request are about the mail (``failed``); ``405`` not allowed to send,
+``412`` account pending and ``413`` account may not send are about our account, so are a
+``401`` (bad or missing token, ErrorCode 10): the provider's state (retried, the breaker
+counts them), never a recipient's ``failed``. ``429``, ``500`` and ``503`` are retried.
+Postmark documents no rate-limit header; a ``Retry-After`` is honoured if one comes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from mailbus.consumer.core.capability import Capability
+from mailbus.consumer.core.outcome import ProviderReply, parse_retry_after
+from mailbus.consumer.provider import LookupResult, OutgoingMail, WireRequest, json_body, valid_id
+from mailbus.consumer.providers.smtp import render_mail
+from mailbus_client.send_request import mail_headers
+
+__all__ = ["METADATA_FIELD", "PostmarkDialect", "metadata_value"]
+
+METADATA_FIELD = "mailbus_key"
+_MAX_METADATA_CHARS = 80  # a metadata value's limit (the custom metadata FAQ)
+_ACCOUNT_CODES = frozenset({405, 412, 413})  # not allowed to send, pending, may not send
+_SEARCH_COUNT = "50"  # more than one match is already a duplicate; the first settles it
+
+
+def metadata_value(dedupe_key: str) -> str:
+    """What a mail carries (and is looked up by) as ``Metadata.mailbus_key``: the key, or
+    ``sha256:<hex>`` of it when it is longer than a metadata value may be."""
+    if len(dedupe_key) <= _MAX_METADATA_CHARS:
+        return dedupe_key
+    return "sha256:" + hashlib.sha256(dedupe_key.encode()).hexdigest()
+
+
+class PostmarkDialect:
+    """Postmark, sending as ``sender`` on the ``message_stream`` (``outbound``: the default
+    transactional stream)."""
+
+    capability = Capability(
+        look_up=True, source="https://postmarkapp.com/developer/api/messages-api"
+    )
+
+    def __init__(self, sender: str, message_stream: str = "outbound") -> None:
+        self.sender = sender
+        self.message_stream = message_stream
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"X-Postmark-Server-Token": api_key}
+
+    def encode(self, mail: OutgoingMail) -> WireRequest:
+        subject, text, html = render_mail(mail.template, mail.variables)
+        document: dict[str, Any] = {
+            "From": self.sender,
+            "To": mail.to_address,
+            "Subject": subject,
+            "TextBody": text,
+            "MessageStream": self.message_stream,
+            "Metadata": {METADATA_FIELD: metadata_value(mail.dedupe_key)},
+        }
+        if html is not None:
+            document["HtmlBody"] = html
+        headers = mail.variables.get("headers")
+        if headers is not None:
+            document["Headers"] = [
+                {"Name": name, "Value": value} for name, value in mail_headers(headers).items()
+            ]
+        return WireRequest(
+            "POST", "email", {"Content-Type": "application/json"}, body=json_body(document)
+        )
+
+    def reply(
+        self, status: int, headers: Mapping[str, str], body: bytes, now: datetime
+    ) -> ProviderReply:
+        retry_after = parse_retry_after(headers.get("Retry-After"), now)
+        doc = _document(body)
+        code = doc.get("ErrorCode") if doc is not None else None
+        if 200 <= status <= 299:
+            message_id = valid_id(doc.get("MessageID")) if doc is not None and code == 0 else None
+            return ProviderReply(status, message_id, retry_after)
+        message = str(doc.get("Message") or "") if doc is not None else ""
+        if not message:
+            message = body[:2000].decode("utf-8", "replace")
+        excerpt = f"ErrorCode {code}: {message}" if isinstance(code, int) else message
+        account = status == 401 or (status == 422 and code in _ACCOUNT_CODES)
+        return ProviderReply(
+            status,
+            None,
+            retry_after,
+            excerpt,
+            transient=status == 422 and code == 429,
+            server_stage="account" if account else None,
+        )
+
+    def lookup_request(self, dedupe_key: str) -> WireRequest:
+        params = {
+            "count": _SEARCH_COUNT,
+            "offset": "0",
+            f"metadata_{METADATA_FIELD}": metadata_value(dedupe_key),
+        }
+        return WireRequest("GET", "messages/outbound", {}, params=params)
+
+    def lookup_reply(self, status: int, body: bytes) -> LookupResult:
+        """The search filtered by the key's metadata: any message in it was sent under the
+        key (the newest first)."""
+        if status != 200:
+            excerpt = body[:2000].decode("utf-8", "replace")
+            return LookupResult(
+                None, True, f"http {status}: {excerpt}" if excerpt else f"http {status}"
+            )
+        doc = _document(body)
+        messages = doc.get("Messages") if doc is not None else None
+        if not isinstance(messages, list):
+            return LookupResult(None, True, "http 200 without a Messages list")
+        for message in messages:
+            message_id = valid_id(message.get("MessageID")) if isinstance(message, dict) else None
+            if message_id is not None:
+                return LookupResult(message_id, False)
+        return LookupResult(None, False)  # nothing sent under this key
+
+
+def _document(body: bytes) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None

@@ -1,0 +1,131 @@
+"""SendGrid's v3 Mail Send API as a dialect of :class:`~mailbus.consumer.provider.HttpProvider`.
+
+``POST {base}/v3/mail/send`` with ``Authorization: Bearer <key>`` and a JSON body of
+``personalizations``, ``from``, ``subject`` and ``content``; ``202 Accepted`` with an empty
+body and the message id in the ``X-Message-Id`` header
+(https://www.twilio.com/docs/sendgrid/api-reference/mail-send/mail-send). That id is what
+the Event Webhook's ``sg_message_id`` starts with, which ``feedback/native/sendgrid_events``
+matches (docs/providers.md#delivery-events).
+
+**What it offers against doubt: neither.** Mail Send takes no idempotency key (the request
+body has none, and no header is documented), so a second request is a second mail. A
+look-up by something mailbus chose exists only on paper for this purpose: the Email
+Activity API can filter by ``unique_args`` (``custom_args``), but it is a paid add-on and
+its index is filled after the send, so "not found" may mean "not yet indexed"
+(https://www.twilio.com/docs/sendgrid/for-developers/sending-email/getting-started-email-activity-api);
+resending on such an answer would duplicate mail. A call in doubt therefore stays
+``unknown`` for an operator (at most once), or is resent with
+``MAILBUS_UNKNOWN_OUTCOME=at_least_once``. The dedupe key still travels as
+``custom_args.dedupe_key``, so the operator finds the mail in Email Activity and every
+Event Webhook post carries it.
+
+Errors are ``{"errors": [{"message", "field", "help"}]}``; a 429 carries
+``X-RateLimit-Reset``, the Unix time at which the limit resets
+(https://www.twilio.com/docs/sendgrid/api-reference/how-to-use-the-sendgrid-v3-api/rate-limits),
+which becomes the Retry-After minimum. 400 (a bad request), 401/403 (the key), 413 (too
+large) are ``rejected``; 429 and 5xx are retried (:mod:`mailbus.consumer.core.outcome`). A
+400 naming the recipient's address (``field`` ``personalizations.0.to.0.email``: "Does not
+contain a valid address.") is SendGrid's definite "invalid recipient": ``bad_recipient``,
+and the address is suppressed (docs/providers.md#a-bad-address-is-suppressed).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from mailbus.consumer.core.capability import Capability
+from mailbus.consumer.core.outcome import ProviderReply, parse_retry_after
+from mailbus.consumer.provider import LookupResult, OutgoingMail, WireRequest, json_body, valid_id
+from mailbus.consumer.providers.smtp import render_mail
+from mailbus_client.send_request import mail_headers
+
+__all__ = ["DEDUPE_ARG", "SendGridDialect"]
+
+DEDUPE_ARG = "dedupe_key"  # custom_args name carrying the row's dedupe key
+_EXCERPT_CHARS = 2000
+_RECIPIENT_FIELD = re.compile(r"personalizations\.\d+\.to\.\d+\.email")
+
+
+class SendGridDialect:
+    """SendGrid v3, sending as ``sender``."""
+
+    capability = Capability(
+        source="https://www.twilio.com/docs/sendgrid/api-reference/mail-send/mail-send"
+    )
+
+    def __init__(self, sender: str) -> None:
+        self.sender = sender
+
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"}
+
+    def encode(self, mail: OutgoingMail) -> WireRequest:
+        subject, text, html = render_mail(mail.template, mail.variables)
+        content = [{"type": "text/plain", "value": text}]
+        if html is not None:
+            content.append({"type": "text/html", "value": html})
+        document: dict[str, Any] = {
+            "personalizations": [{"to": [{"email": mail.to_address}]}],
+            "from": {"email": self.sender},
+            "subject": subject,
+            "content": content,
+            "custom_args": {DEDUPE_ARG: mail.dedupe_key},
+        }
+        headers = mail.variables.get("headers")
+        if headers is not None:
+            document["headers"] = mail_headers(headers)
+        return WireRequest(
+            "POST", "v3/mail/send", {"Content-Type": "application/json"}, body=json_body(document)
+        )
+
+    def reply(
+        self, status: int, headers: Mapping[str, str], body: bytes, now: datetime
+    ) -> ProviderReply:
+        retry_after = parse_retry_after(headers.get("Retry-After"), now)
+        if retry_after is None and status == 429:
+            retry_after = _reset_in(headers.get("X-RateLimit-Reset"), now)
+        if 200 <= status <= 299:
+            return ProviderReply(status, valid_id(headers.get("X-Message-Id")), retry_after)
+        bad_recipient = status == 400 and any(
+            _RECIPIENT_FIELD.fullmatch(str(e.get("field"))) for e in errors_of(body)
+        )
+        return ProviderReply(status, None, retry_after, _excerpt(body), bad_recipient=bad_recipient)
+
+    def lookup_request(self, dedupe_key: str) -> WireRequest:
+        raise NotImplementedError("SendGrid has no look-up mailbus can trust (see the module)")
+
+    def lookup_reply(self, status: int, body: bytes) -> LookupResult:
+        raise NotImplementedError("SendGrid has no look-up mailbus can trust (see the module)")
+
+
+def _reset_in(value: str | None, now: datetime) -> float | None:
+    """Seconds until ``X-RateLimit-Reset`` (Unix seconds); None if absent or malformed."""
+    try:
+        reset = float((value or "").strip())
+    except ValueError:
+        return None
+    return parse_retry_after(f"{max(reset - now.timestamp(), 0.0):.3f}", now)
+
+
+def errors_of(body: bytes) -> list[dict[str, Any]]:
+    """The ``errors`` of a SendGrid error body; [] if it is not one."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return []
+    errors = doc.get("errors") if isinstance(doc, dict) else None
+    return [e for e in errors if isinstance(e, dict)] if isinstance(errors, list) else []
+
+
+def _excerpt(body: bytes) -> str:
+    errors = errors_of(body)
+    if not errors:
+        return body[:_EXCERPT_CHARS].decode("utf-8", "replace")
+    return "; ".join(
+        f"{e.get('field')}: {e.get('message')}" if e.get("field") else str(e.get("message"))
+        for e in errors
+    )

@@ -1,0 +1,102 @@
+"""`mailbus migrate` and its marked migrations (docs/runbook.md#upgrades): a locking one is
+refused on a database that holds sends until `--allow-locking`, with nothing applied; an
+online one builds its index outside a transaction and rebuilds an interrupted build."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from services import StackServices, database_url_for, run_mailbus
+
+from mailbus.app.migrate import apply_migrations, available_migrations
+from mailbus.app.scratch_database import drop_database
+
+pytestmark = pytest.mark.stack
+
+BUILD = available_migrations()[-1].version
+
+
+def apply_until(url: str, last: int) -> None:
+    """The schema as a previous release left it: the shipped migrations up to ``last``."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE mailbus_schema_migrations (version int PRIMARY KEY,"
+            " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for migration in available_migrations():
+            if migration.version <= last:
+                conn.execute(migration.sql.encode())
+                conn.execute(
+                    "INSERT INTO mailbus_schema_migrations VALUES (%s, %s)",
+                    (migration.version, migration.name),
+                )
+
+
+def recorded(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT max(version) FROM mailbus_schema_migrations").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.fixture
+def scratch(services: StackServices) -> Iterator[str]:
+    name = f"mailbus_locking_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(services.database_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield database_url_for(services.database_url, name)
+    drop_database(services.database_url, name)
+
+
+def test_a_locking_migration_waits_for_allow_locking_on_a_database_with_sends(
+    scratch: str,
+) -> None:
+    apply_until(scratch, 16)  # 0017 rebuilds the dedupe key's index under ACCESS EXCLUSIVE
+    with psycopg.connect(scratch) as conn:
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template)"
+            " VALUES ('k', 'a@x.org', 't')"
+        )
+    env = {"MAILBUS_DATABASE_URL": scratch}
+    status = run_mailbus("migrate", "--status", env=env)
+    assert "0017_dedupe_key_bytewise (locking)" in status.stdout
+
+    refused = run_mailbus("migrate", "--skip-topics", env=env)
+    assert refused.returncode == 2, refused.stderr
+    [line] = refused.stderr.strip().splitlines()
+    assert "--allow-locking: 0017_dedupe_key_bytewise stops writes" in line
+    assert "(nothing was applied)" in line
+    assert recorded(scratch) == 16  # nothing applied, not even the migrations before it
+
+    allowed = run_mailbus("migrate", "--skip-topics", "--allow-locking", env=env)
+    assert allowed.returncode == 0, allowed.stderr
+    assert recorded(scratch) == BUILD
+
+
+def test_an_online_migration_rebuilds_an_interrupted_index(scratch: str) -> None:
+    apply_migrations(scratch)
+    with psycopg.connect(scratch, autocommit=True) as conn:
+        for key in ("a", "b"):
+            conn.execute(
+                "INSERT INTO email_sends (dedupe_key, to_address, template)"
+                " VALUES (%s, 'a@x.org', 't')",
+                (key,),
+            )
+        # an online build interrupted: its index left invalid, its version not recorded
+        conn.execute("DROP INDEX email_sends_settled_idx")
+        conn.execute("DELETE FROM mailbus_schema_migrations WHERE version = 27")
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            conn.execute(
+                "CREATE UNIQUE INDEX CONCURRENTLY email_sends_settled_idx ON email_sends (template)"
+            )
+    assert apply_migrations(scratch) == [27]  # no --allow-locking needed: it is online
+    with psycopg.connect(scratch) as conn:
+        [(valid, definition)] = conn.execute(
+            "SELECT i.indisvalid, pg_get_indexdef(i.indexrelid) FROM pg_index i"
+            " WHERE i.indexrelid = 'email_sends_settled_idx'::regclass"
+        ).fetchall()
+    assert valid
+    assert "(updated_at, id) WHERE (status = ANY" in definition

@@ -1,0 +1,202 @@
+"""`mailbus retention run` (docs/retention.md) on the real PostgreSQL, as the least-privilege
+role mailbus_retention: a settled send past MAILBUS_RETENTION goes with its history, a send
+that is not final never does, and inside the window the contract's enqueue
+(`INSERT ... ON CONFLICT (dedupe_key) DO NOTHING`) stays idempotent."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg.errors import InsufficientPrivilege, ObjectNotInPrerequisiteState
+from services import run_mailbus
+from transport_security import login_as
+
+from mailbus.app.migrate import apply_roles
+
+pytestmark = pytest.mark.stack
+
+OLD = "now() - interval '91 days'"  # past the default window of 90 days
+INSIDE = "now() - interval '89 days'"
+ENQUEUE = (  # docs/reference/contract.md#database, as a domain service writes it
+    "INSERT INTO email_sends (dedupe_key, to_address, template, payload_json, priority)"
+    " VALUES (%s, 'a@x.org', 't', '{}', 'p1') ON CONFLICT (dedupe_key) DO NOTHING"
+)
+
+
+@pytest.fixture
+def retention_url(database_url: str) -> Iterator[str]:
+    apply_roles(database_url)
+    with login_as(database_url, "mailbus_retention") as url:
+        yield url
+
+
+def send(conn: psycopg.Connection, key: str, status: str, updated_at: str, **extra: object) -> int:
+    columns = ", ".join(extra)
+    values = "".join(", %s" for _ in extra)
+    row = conn.execute(
+        f"INSERT INTO email_sends (dedupe_key, to_address, template, status, attempts,"
+        f" created_at, updated_at{', ' + columns if extra else ''})"
+        f" VALUES (%s, 'a@x.org', 't', %s, 1, {updated_at}, {updated_at}{values}) RETURNING id",
+        (key, status, *extra.values()),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def letter(conn: psycopg.Connection, send_id: int | None, published: bool, at: str) -> int:
+    row = conn.execute(
+        f"INSERT INTO email_dead_letters (send_id, reason, created_at, published_at)"
+        f" VALUES (%s, 'rejected', {at}, {at if published else 'NULL'}) RETURNING id",
+        (send_id,),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def retention(url: str, *args: str, **env: str) -> str:
+    run = run_mailbus("retention", "run", *args, env={"MAILBUS_DATABASE_URL": url, **env})
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def keys(database_url: str) -> set[str]:
+    with psycopg.connect(database_url) as conn:
+        return {key for (key,) in conn.execute("SELECT dedupe_key FROM email_sends")}
+
+
+def test_settled_mail_past_the_window_goes_with_its_history_and_open_mail_never(
+    database_url: str, retention_url: str
+) -> None:
+    with psycopg.connect(database_url) as conn:
+        gone = {
+            status: send(conn, f"old-{status}", status, OLD)
+            for status in ("accepted", "failed", "expired", "suppressed")
+        }
+        conn.execute(
+            "INSERT INTO email_attempts (send_id, attempt, outcome) VALUES (%s, 1, 'accepted')",
+            (gone["accepted"],),
+        )
+        replayed = letter(conn, gone["failed"], published=True, at=OLD)
+        conn.execute(
+            "INSERT INTO email_replays (dead_letter_id, send_id, replayed_by, reason)"
+            " VALUES (%s, %s, 'op', 'why')",
+            (replayed, gone["failed"]),
+        )
+        conn.execute(
+            "INSERT INTO email_send_resolutions (send_id, action, from_status, resolved_by)"
+            " VALUES (%s, 'accepted', 'unknown', 'op')",
+            (gone["accepted"],),
+        )
+        for status in ("pending", "sending", "unknown"):  # not final: kept, however old
+            send(conn, f"old-{status}", status, OLD)
+        send(conn, "recent-accepted", "accepted", INSIDE)
+        # its dead letter is not on Kafka yet: the send waits for it
+        letter(conn, send(conn, "old-failed-letter-unpublished", "failed", OLD), False, OLD)
+        campaign = conn.execute(
+            "INSERT INTO campaigns (name, template, state, rate_per_min)"
+            " VALUES ('c', 't', 'running', 60) RETURNING id"
+        ).fetchone()
+        assert campaign is not None
+        send(conn, "old-accepted-running-campaign", "accepted", OLD, campaign_id=campaign[0])
+        intake_gone = letter(conn, None, published=True, at=OLD)
+        intake_kept = letter(conn, None, published=False, at=OLD)
+        for event_id, at in (("e-old", OLD), ("e-new", INSIDE)):
+            conn.execute(
+                f"INSERT INTO delivery_events (provider, event_id, type, message_id,"
+                f" occurred_at, matched, received_at)"
+                f" VALUES ('sandbox', %s, 'delivered', 'm', {at}, true, {at})",
+                (event_id,),
+            )
+
+    out = retention(retention_url, "--batch", "2")
+    assert "sends 4 deleted, 3 batches" in out  # 2 + 2 + an empty one that ends it
+    assert "dead letters 1 deleted" in out and "delivery events 1 deleted" in out
+
+    assert keys(database_url) == {
+        "old-pending",
+        "old-sending",
+        "old-unknown",
+        "recent-accepted",
+        "old-failed-letter-unpublished",
+        "old-accepted-running-campaign",
+    }
+    with psycopg.connect(database_url) as conn:
+        ids = list(gone.values())
+        for table in ("email_attempts", "email_dead_letters", "email_send_resolutions"):
+            [(n,)] = conn.execute(f"SELECT count(*) FROM {table} WHERE send_id = ANY(%s)", (ids,))
+            assert n == 0, table
+        assert conn.execute("SELECT count(*) FROM email_replays").fetchone() == (0,)
+        letters = {i for (i,) in conn.execute("SELECT id FROM email_dead_letters")}
+        assert intake_kept in letters and intake_gone not in letters
+        events = {e for (e,) in conn.execute("SELECT event_id FROM delivery_events")}
+        assert events == {"e-new"}
+
+    again = retention(retention_url)  # idempotent: a second run finds nothing
+    assert "sends 0 deleted, 1 batches" in again
+    assert len(keys(database_url)) == 6
+
+
+def test_enqueue_inside_the_window_stays_idempotent(database_url: str, retention_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        send(conn, "order-1-confirmation", "accepted", INSIDE)
+        send(conn, "order-2-confirmation", "accepted", OLD)
+    retention(retention_url)
+    with psycopg.connect(database_url) as conn:
+        inside = conn.execute(ENQUEUE, ("order-1-confirmation",)).rowcount
+        past = conn.execute(ENQUEUE, ("order-2-confirmation",)).rowcount
+        rows = conn.execute(
+            "SELECT dedupe_key, status FROM email_sends ORDER BY dedupe_key"
+        ).fetchall()
+    assert inside == 0  # inside the window: the duplicate is refused, nothing is sent again
+    assert past == 1  # past it the key is forgotten: the window is the dedupe window
+    assert rows == [("order-1-confirmation", "accepted"), ("order-2-confirmation", "pending")]
+
+
+def test_a_run_is_bounded_and_dry_run_deletes_nothing(
+    database_url: str, retention_url: str
+) -> None:
+    with psycopg.connect(database_url) as conn:
+        for n in range(5):
+            send(conn, f"k{n}", "accepted", OLD)
+    dry = retention(retention_url, "--dry-run")
+    assert "would delete sends 5, dead letters 0, delivery events 0" in dry
+    assert len(keys(database_url)) == 5
+    out = retention(retention_url, "--batch", "2", "--max-batches", "1")
+    assert "sends 2 deleted, 1 batches (stopped at --max-batches: more left" in out
+    assert "would delete sends 3," in retention(retention_url, "--dry-run")
+
+
+def test_bad_input_exits_2_with_one_line_and_deletes_nothing(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        send(conn, "k", "accepted", OLD)
+    env = {"MAILBUS_DATABASE_URL": database_url}
+    for args, extra, says in (
+        (["--batch", "0"], {}, "expected a whole number >= 1"),
+        ([], {"MAILBUS_RETENTION": "90m"}, "MAILBUS_RETENTION: must be at least 1d"),
+        ([], {"MAILBUS_RETENTION": "ninety"}, "MAILBUS_RETENTION"),
+    ):
+        run = run_mailbus("retention", "run", *args, env={**env, **extra})
+        assert run.returncode == 2, run.stderr
+        assert says in run.stderr.strip().splitlines()[-1]  # the line naming what is wrong
+    assert keys(database_url) == {"k"}
+
+
+def test_the_retention_role_deletes_and_nothing_else(database_url: str, retention_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        send(conn, "k", "accepted", OLD)
+    for statement, error in (
+        ("SELECT to_address FROM email_sends", InsufficientPrivilege),
+        ("UPDATE email_sends SET status = 'pending'", InsufficientPrivilege),
+        (ENQUEUE.replace("%s", "'x'"), InsufficientPrivilege),
+        ("TRUNCATE email_attempts", InsufficientPrivilege),
+        ("DELETE FROM email_suppressions", InsufficientPrivilege),
+        ("SELECT * FROM email_send_events", InsufficientPrivilege),
+    ):
+        with psycopg.connect(retention_url) as conn, pytest.raises(error):
+            conn.execute(statement)
+    with psycopg.connect(retention_url) as conn:  # the UPDATE grant on a view changes nothing
+        conn.execute("SELECT set_config('mailbus.retention_s', '7776000', true)")
+        with pytest.raises((ObjectNotInPrerequisiteState, psycopg.errors.FeatureNotSupported)):
+            conn.execute("UPDATE email_sends_past_retention SET id = 1")
