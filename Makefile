@@ -9,12 +9,17 @@ DOCS_SITE := NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
 export MAILBUS_DATABASE_URL ?= postgresql://mailbus:mailbus@127.0.0.1:5432/mailbus
 export MAILBUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:9092
 
-.PHONY: install stack-up stack-down stack-status demo test test-unit lint validate bench bench-report docs docs-site
+.PHONY: install constraints stack-up stack-down stack-status demo test test-unit lint validate bench bench-report docs docs-site
 
 install:
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e ./client -e '.[test]'
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -c constraints.txt \
+		-e ./client -e '.[test]'
 	@# Debian's Chromium for the console's browser test (Playwright drives it; no download)
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+
+## constraints.txt (the image's exact versions) from pyproject.toml and what is installed.
+constraints:
+	$(PYTHON) stack/constraints.py --write
 
 stack-up:
 	$(STACK) up
@@ -35,6 +40,7 @@ test: install stack-up
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m mypy client/mailbus_client mailbus
 	$(LINT_IMPORTS)  # the layers of pyproject.toml [tool.importlinter]
+	$(PYTHON) stack/constraints.py --check  # constraints.txt in step with pyproject.toml
 	$(DOCS_SITE)
 	PYTHON=$(PYTHON) bash stack/validate.sh
 	$(PYTHON) -m pytest -n 2 --dist loadfile -m "not serial"

@@ -8,6 +8,12 @@ nothing the transaction is rolled back and the letter counted as skipped, so two
 run at once replay each letter once, and a send that is not failed (an accepted one above
 all) is never reset: a replay cannot cause a second send of an accepted key.
 
+An intake dead letter has no send row but keeps the event: its replay, in the same
+transaction after the claim, maps the event again through the intake
+(:class:`IntakeRemap`, handed in by the composition root: ``mailbus.intake.replay``), links
+the row it inserts (or the key's existing row) to the letter and audits it; when the
+intake refuses the event again, the transaction is rolled back and the letter stays.
+
 This module is the PostgreSQL adapter, whose psycopg errors become :class:`StorageError`,
 and the commands; option parsing, replay order and tables are in
 :mod:`mailbus.consumer.dead_letter_views`.
@@ -51,6 +57,7 @@ from mailbus_client.sqlfiles import load_queries
 __all__ = [
     "DeadLetterNotFound",
     "DeadLetterStore",
+    "IntakeRemap",
     "connect_store",
     "operator_name",
     "print_list",
@@ -61,6 +68,11 @@ __all__ = [
 ]
 
 
+IntakeRemap = Callable[[psycopg.Connection[Any], bytes | None], int | str]
+"""Maps an intake dead letter's stored event again and inserts its row in the connection's
+transaction: the send's id, or why the intake refuses the event still."""
+
+
 class DeadLetterNotFound(MailbusError):
     """`dlq show` was given an id that names no dead letter."""
 
@@ -68,8 +80,9 @@ class DeadLetterNotFound(MailbusError):
 class DeadLetterStore:
     """The PostgreSQL side: filtered reads, one dead letter's story, guarded replays."""
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], intake: IntakeRemap | None = None) -> None:
         self._conn = conn
+        self._intake = intake
         self._q = load_queries("mailbus.consumer", "dead_letters.sql")
 
     def _all(self, query: str, **params: Any) -> list[tuple[Any, ...]]:
@@ -105,13 +118,17 @@ class DeadLetterStore:
             claimed = self._conn.execute(self._q["mark_replayed"], {"id": letter_id}).fetchone()
             if claimed is None:
                 skipped = "already replayed"
+            elif claimed[0] is None and claimed[1] is not None and self._intake is not None:
+                send = self._intake(self._conn, claimed[1])
+                if isinstance(send, int):
+                    self._conn.execute(self._q["link_send"], {"id": letter_id, "send_id": send})
+                    self._audit(letter_id, send, who, why, wake)
+                    return None
+                skipped = send
             elif claimed[0] is None:
                 skipped = "no send row (undecodable message)"
             elif self._conn.execute(self._q["reset_send"], {"send_id": claimed[0]}).fetchone():
-                params = {"id": letter_id, "send_id": claimed[0], "who": who, "why": why}
-                self._conn.execute(self._q["insert_replay"], params)
-                if wake:
-                    self._conn.execute(self._q["wake_relay"])
+                self._audit(letter_id, claimed[0], who, why, wake)
                 return None
             else:
                 status = self._all("send_status", send_id=claimed[0])
@@ -119,16 +136,25 @@ class DeadLetterStore:
             raise psycopg.Rollback()
         return skipped
 
+    def _audit(self, letter_id: int, send_id: int, who: str, why: str, wake: bool) -> None:
+        params = {"id": letter_id, "send_id": send_id, "who": who, "why": why}
+        self._conn.execute(self._q["insert_replay"], params)
+        if wake:
+            self._conn.execute(self._q["wake_relay"])
+
     def wake_relay(self) -> None:
         self._conn.execute(self._q["wake_relay"])
 
 
 @contextmanager
-def connect_store(database_url: str) -> Iterator[DeadLetterStore]:
-    """A store on its own autocommit connection; psycopg errors become StorageError."""
+def connect_store(
+    database_url: str, intake: IntakeRemap | None = None
+) -> Iterator[DeadLetterStore]:
+    """A store on its own autocommit connection; psycopg errors become StorageError.
+    ``intake`` maps intake dead letters' events again (else they are skipped)."""
     try:
         with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
-            yield DeadLetterStore(conn)
+            yield DeadLetterStore(conn, intake)
     except psycopg.Error as exc:
         raise StorageError(f"dead letters: {exc}") from exc
 
@@ -260,12 +286,15 @@ def run_replay(
     dry_run: bool = False,
     limit: int | None = None,
     stop: threading.Event | None = None,
+    intake: IntakeRemap | None = None,
 ) -> int:
-    """Replay the matching dead letters not yet replayed, P0 first; print a summary."""
+    """Replay the matching dead letters not yet replayed, P0 first; print a summary.
+    ``intake`` maps an intake dead letter's event again (without it, such a letter is
+    skipped as having no send row)."""
     if not why.strip():
         raise ConfigError("--why", "must not be empty: it is recorded in the audit")
     stop = stop or threading.Event()
-    with connect_store(settings.database_url) as store:
+    with connect_store(settings.database_url, intake) as store:
         if dry_run:
             chosen, skipped = replay_candidates(store, where, limit)
             if chosen:

@@ -132,6 +132,8 @@ def skip_reason(letter: Letter) -> str | None:
     """Why a replay would skip this letter (the guards' verdict, predicted); None: replay it."""
     if letter.replayed_at is not None:
         return "already replayed"
+    if letter.send_id is None and letter.reason.startswith("intake_"):
+        return None  # the event is mapped again; whether the intake takes it, the replay says
     if letter.send_id is None:
         return "no send row (undecodable message)"
     if letter.send_status != "failed":

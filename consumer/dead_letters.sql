@@ -43,9 +43,16 @@ ORDER BY at, id
 
 -- name: mark_replayed
 -- Step 1 of a replay: claim the dead letter; nothing if another replay got there first.
+-- An intake dead letter (no send row) returns its stored event, to be mapped again.
 UPDATE email_dead_letters SET replayed_at = now()
 WHERE id = %(id)s AND replayed_at IS NULL
-RETURNING send_id
+RETURNING send_id,
+          CASE WHEN reason IN ('intake_undecodable', 'intake_invalid') THEN original_value END
+
+-- name: link_send
+-- Step 2 of an intake dead letter's replay: the row its event became.
+UPDATE email_dead_letters SET send_id = %(send_id)s
+WHERE id = %(id)s AND send_id IS NULL
 
 -- name: reset_send
 -- Step 2: failed -> pending with a fresh attempt budget, the one edge reserved for replay.

@@ -48,6 +48,7 @@ from mailbus.consumer.core.suppression import stops
 from mailbus.consumer.doubt import Doubt
 from mailbus.consumer.gate import Admission, ProviderGate
 from mailbus.consumer.ledger import Claim, LoadedSend, MessageOrigin, SendLedger, dead_letter_reason
+from mailbus.consumer.outcome_log import log_outcome
 from mailbus.consumer.provider import OutgoingMail
 from mailbus.consumer.providers import Provider
 from mailbus.consumer.routing import FALLBACK, Routing
@@ -164,6 +165,8 @@ class DeliveryService:
         metrics.observe_call(
             row.priority, decision.next_status.value, attempt.latency_s, attempt.status_code
         )
+        if settled:
+            log_outcome(row, decision, route, attempt.latency_s)
         if settled and decision.dead_letter:
             metrics.observe_dead_letter(dead_letter_reason(decision))
         if settled and row.attempts == self.attempt_warning and not decision.uncounted:
@@ -207,6 +210,7 @@ class DeliveryService:
             verdict = await self.doubt.confirm(row, verdict, loaded.provider)
         if await self._durably(lambda: self.ledger.settle_gate(row, verdict, origin)):
             metrics.observe_call(row.priority, verdict.next_status.value, 0.0, None)
+            log_outcome(row, verdict, loaded.provider, None)
             if verdict.dead_letter:
                 metrics.observe_dead_letter(dead_letter_reason(verdict))
 
@@ -333,7 +337,8 @@ class DeliveryService:
     async def resolve(self, loaded: LoadedSend, token: uuid.UUID) -> None:
         """Settle a row whose last call has no known outcome, by looking its key up."""
         decision = await self.doubt.decide(loaded.view, loaded.provider)
-        await self._durably(lambda: self.ledger.settle_call(loaded.view, token, decision, None))
+        if await self._durably(lambda: self.ledger.settle_call(loaded.view, token, decision, None)):
+            log_outcome(loaded.view, decision, loaded.provider, None)
 
     async def _call(
         self,

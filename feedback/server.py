@@ -295,7 +295,7 @@ async def _serve(settings: Settings) -> int:
         loop.add_signal_handler(signum, stopping.set)
     try:
         health.mark("webhooks", True)
-        print(f"mailbus webhooks listening on {receiver.url}", flush=True)
+        log.info("mailbus webhooks listening on %s", receiver.url, extra={"url": receiver.url})
         await stopping.wait()
     finally:
         health.mark("webhooks", False, "draining")
@@ -305,5 +305,5 @@ async def _serve(settings: Settings) -> int:
         await store.close()
         if certificates is not None:
             await certificates.close()
-    print("mailbus webhooks stopped", flush=True)
+    log.info("mailbus webhooks stopped")
     return 0

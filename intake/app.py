@@ -33,6 +33,7 @@ from mode import CrashingSupervisor
 from mailbus.kernel import health
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.kafka_security import KafkaSecurity, kafka_client_config
+from mailbus.kernel.metrics import observe_intake_lag
 from mailbus.kernel.settings import Settings
 from mailbus.kernel.topics import create_topics
 from mailbus.schemas.registry import RegistryWriters, settings_registry_client
@@ -82,6 +83,9 @@ def build_app(settings: Settings, config: IntakeConfig, service: IntakeService) 
         await service.apply(prepared)
         for event in events:  # only now: the rows are committed, the dead letters on Kafka
             await stream.ack(event)
+        last = {event.message.tp: event.message.offset for event in events}
+        for tp, offset in last.items():  # mailbus_intake_lag: what is left to read
+            observe_intake_lag(tp.partition, app.consumer.highwater(tp) - offset - 1)
 
     async def intake(stream: Any) -> None:
         # One batch is written while the next is read and prepared: the loop body returns
@@ -199,10 +203,20 @@ def run_intake(settings: Settings, config: IntakeConfig, log_level: str = "WARNI
     finally:
         dlq.close()
     stats = service.stats
-    print(
-        f"intake stopped: {stats.events} events in {stats.batches} batches,"
-        f" {stats.inserted} rows inserted, {stats.too_old} too old (recorded expired),"
-        f" {stats.dead_letters} dead letters",
-        flush=True,
+    log.info(
+        "intake stopped: %d events in %d batches, %d rows inserted,"
+        " %d too old (recorded expired), %d dead letters",
+        stats.events,
+        stats.batches,
+        stats.inserted,
+        stats.too_old,
+        stats.dead_letters,
+        extra={
+            "events": stats.events,
+            "batches": stats.batches,
+            "inserted": stats.inserted,
+            "too_old": stats.too_old,
+            "dead_letters": stats.dead_letters,
+        },
     )
     return code if isinstance(code, int) else 1

@@ -23,7 +23,11 @@ FROM (
 ) AS r
 ORDER BY r.dedupe_key
 ON CONFLICT (dedupe_key) DO NOTHING
-RETURNING status
+RETURNING status, id
+
+-- name: send_id_by_key
+-- `dlq replay` of an intake dead letter whose key was enqueued meanwhile (intake/replay.py).
+SELECT id FROM email_sends WHERE dedupe_key = %(dedupe_key)s
 
 -- name: insert_dead_letters
 -- The batch's rejected events, in the same transaction as its rows (keys and values come

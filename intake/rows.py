@@ -107,14 +107,14 @@ class RowWriter:
             if self._conn is None or self._conn.closed:
                 self._conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
             async with self._conn.transaction():
-                statuses: list[tuple[str]] = []
+                statuses: list[tuple[str, int]] = []
                 if rows is not None:
                     params = {"rows": rows, "max_age_s": self._max_age_s}
                     cursor = await self._conn.execute(self._rows_sql, params)
                     statuses = await cursor.fetchall()
                 for document in letters:
                     await self._conn.execute(self._letters_sql, {"letters": document})
-                too_old = sum(1 for (status,) in statuses if status == "expired")
+                too_old = sum(1 for status, _ in statuses if status == "expired")
                 return len(statuses) - too_old, too_old
         except psycopg.Error as exc:
             await self.close()

@@ -114,4 +114,7 @@ main() {
   log "all deployment files valid"
 }
 
-main "$@"
+# Sourced (tests/unit/test_role_secrets.py asks for kustomize_path), it only defines.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  main "$@"
+fi

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import threading
@@ -158,9 +159,18 @@ def _relay(settings: Settings, _args: argparse.Namespace) -> int:
     events_thread.join(timeout=60)  # a pass cut short is published again by the next relay
     pacer.join(timeout=10)
     stats = relay.stats
-    print(
-        f"relay stopped: {stats.published} published in {stats.batches} batches,"
-        f" {stats.dead_letters} dead letters, {events.stats.send_events} outcome events"
+    logging.getLogger("mailbus.relay").info(
+        "relay stopped: %d published in %d batches, %d dead letters, %d outcome events",
+        stats.published,
+        stats.batches,
+        stats.dead_letters,
+        events.stats.send_events,
+        extra={
+            "published": stats.published,
+            "batches": stats.batches,
+            "dead_letters": stats.dead_letters,
+            "outcome_events": events.stats.send_events,
+        },
     )
     return 0
 
@@ -222,6 +232,8 @@ def _dlq_show(settings: Settings, args: argparse.Namespace) -> int:
 def _dlq_replay(settings: Settings, args: argparse.Namespace) -> int:
     from mailbus.consumer.dead_letter_admin import run_replay
     from mailbus.consumer.dead_letter_views import LetterFilter
+    from mailbus.intake.config import IntakeConfig
+    from mailbus.intake.replay import EventReplayer
     from mailbus.kernel.durations import parse_rate
 
     where = LetterFilter.from_options(args.reason, args.priority, args.template, args.since)
@@ -234,6 +246,7 @@ def _dlq_replay(settings: Settings, args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         limit=args.limit,
         stop=stop_on_signals(),
+        intake=EventReplayer.from_settings(settings, IntakeConfig.from_environ(settings)),
     )
 
 

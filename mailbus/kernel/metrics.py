@@ -121,6 +121,12 @@ INTAKE_EVENTS = Counter(
     " too_old: older than MAILBUS_INTAKE_MAX_AGE, recorded expired, not mailed).",
     ["outcome"],
 )
+INTAKE_LAG = Gauge(
+    "mailbus_intake_lag",
+    "Events of the intake topic's partition after the last one the intake committed"
+    " (the partition's high watermark minus the next offset to read), by partition.",
+    ["partition"],
+)
 PROVIDER_LATENCY = Histogram(
     "mailbus_provider_latency_seconds",
     "Duration of provider send calls, from request to classified answer.",
@@ -275,6 +281,11 @@ def observe_webhook_ignored(provider: str, reason: str, n: int = 1) -> None:
 
 def observe_webhook_rejected(reason: str) -> None:
     WEBHOOK_REJECTED.labels(reason).inc()
+
+
+def observe_intake_lag(partition: int, lag: int) -> None:
+    """After a batch: how far the intake is behind on ``partition``."""
+    INTAKE_LAG.labels(str(partition)).set(max(0, lag))
 
 
 def observe_intake(inserted: int, duplicates: int, dead_letters: int, too_old: int = 0) -> None:

@@ -50,6 +50,7 @@ def start_relay_process(settings: Settings, batch_size: int = 500) -> subprocess
         cwd=REPO,
         env=settings_env(settings, MAILBUS_RELAY_BATCH_SIZE=str(batch_size)),
         stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,  # its log lines, "relay stopped: N published ..." among them
     )
 
 
@@ -133,7 +134,7 @@ def test_two_relays_share_a_backlog(settings: Settings) -> None:
             relay.send_signal(signal.SIGTERM)
         outputs = [relay.communicate(timeout=60) for relay in relays]
     assert [relay.returncode for relay in relays] == [0, 0], outputs
-    counts = [int(out.split(b"relay stopped: ")[1].split()[0]) for out, _ in outputs]
+    counts = [int(err.split(b"relay stopped: ")[1].split()[0]) for _, err in outputs]  # a log line
     assert sum(counts) >= total
     seen = read_pointers(settings.kafka_bootstrap, send_topics(settings), total, timeout=120)
     assert len(seen) == total

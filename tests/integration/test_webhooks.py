@@ -385,6 +385,7 @@ def test_the_command_serves_until_sigterm_and_refuses_bad_configuration(
     assert bad_listen.returncode == 2 and "MAILBUS_WEBHOOK_LISTEN" in bad_listen.stderr
 
     env.update(MAILBUS_WEBHOOK_SECRET=SECRET, MAILBUS_WEBHOOK_LISTEN="127.0.0.1:0")
+    env.update(MAILBUS_LOG_LEVEL="INFO")  # where it listens is an INFO log line
     process = subprocess.Popen(
         [sys.executable, "-m", "mailbus", "webhooks"],
         cwd=REPO,
@@ -394,10 +395,13 @@ def test_the_command_serves_until_sigterm_and_refuses_bad_configuration(
         text=True,
     )
     try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.startswith("mailbus webhooks listening on http://127.0.0.1:"), line
-        url = line.split()[-1]
+        assert process.stderr is not None
+        for line in process.stderr:  # JSON log lines; the one saying where it listens
+            listening = json.loads(line)
+            if listening["msg"].startswith("mailbus webhooks listening on "):
+                break
+        assert listening["msg"].startswith("mailbus webhooks listening on http://127.0.0.1:")
+        url = listening["url"]
 
         async def post() -> int:
             body = event("evt-1", "delivered", "msg-1", T0)
@@ -413,7 +417,7 @@ def test_the_command_serves_until_sigterm_and_refuses_bad_configuration(
         assert asyncio.run(post()) == 200
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0
-        assert "mailbus webhooks stopped" in process.stdout.read()
+        assert '"msg": "mailbus webhooks stopped"' in process.stderr.read()
     finally:
         if process.poll() is None:
             process.kill()

@@ -173,6 +173,7 @@ def test_replay_order_never_puts_a_lower_priority_first(letters: list[Letter]) -
         ({}, None),
         ({"replayed_at": NOW}, "already replayed"),
         ({"send_id": None, "send_status": None}, "no send row (undecodable message)"),
+        ({"send_id": None, "send_status": None, "reason": "intake_invalid"}, None),
         ({"send_status": "accepted"}, "send accepted, not failed"),
         ({"send_status": "pending"}, "send pending, not failed"),
     ],

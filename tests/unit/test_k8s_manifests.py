@@ -129,5 +129,4 @@ def test_every_priority_has_a_consumer_pdb_and_scaler() -> None:
             priority,
         ]
         assert name in pdbs
-        assert topics[name]["topic"] == f"mailbus.send.{priority}"
-        assert topics[name]["consumerGroup"] == f"mailbus.delivery.{priority}"
+        assert f'mailbus_consumer_lag{{topic="mailbus.send.{priority}"}}' in topics[name]["query"]

@@ -20,6 +20,10 @@ TOPICS = (
     "Rotating the provider API key",
     "Upgrades",
     "Table growth and retention",
+    "Kafka is down",
+    "PostgreSQL failover",
+    "Rows in unknown",
+    "Intake lag or poison",
 )
 
 
