@@ -12,6 +12,7 @@ import random
 import time
 from pathlib import Path
 
+import pytest
 from conftest import Stack
 from relay_runner import wait_until
 
@@ -41,6 +42,7 @@ def import_position(stack: Stack) -> tuple[int, bool, int]:
     return rows[0] if rows else (0, True, 0)  # type: ignore[return-value]
 
 
+@pytest.mark.timeout(600)  # 99,000 mails to settle under SIGKILLs, on two shared cores
 def test_sigkills_during_fan_out_and_delivery_lose_and_double_nothing(
     stack: Stack, tmp_path: Path
 ) -> None:

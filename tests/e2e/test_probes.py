@@ -27,6 +27,7 @@ from mailbus.kernel.topics import create_topics
 pytestmark = pytest.mark.stack
 
 REPO = Path(__file__).resolve().parents[2]
+CONSOLE_USERS = REPO / "ops" / "compose" / "console-users"
 _URL = re.compile(r"https?://[^/'\" ]+:(\d+)(/[^'\" ]*)")
 
 
@@ -124,6 +125,8 @@ def test_every_process_answers_every_probe_of_the_manifests(stack: Stack) -> Non
             MAILBUS_WEBHOOK_LISTEN=f"127.0.0.1:{local['MAILBUS_WEBHOOK_LISTEN']}",
             MAILBUS_WEBHOOK_SECRET="probe-test-secret",
             MAILBUS_INTAKE_TOPIC=topic,
+            MAILBUS_CONSOLE_LISTEN=f"127.0.0.1:{_free_port()}",
+            MAILBUS_CONSOLE_USERS_FILE=str(CONSOLE_USERS),  # compose's own users file
         )
         running[command] = {
             manifest[name]: local[name]

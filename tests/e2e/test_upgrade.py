@@ -24,7 +24,7 @@ from mailbus.sandbox.server import start_in_thread
 
 pytestmark = pytest.mark.stack
 
-PREVIOUS = 23  # the last migration of the release before retention (0027, 0028)
+PREVIOUS = 23  # the last migration of the release before retention (0027, 0028) and later
 
 
 def previous_release_database(services: StackServices, name: str) -> str:
@@ -89,7 +89,8 @@ def test_mail_in_flight_across_an_upgrade_is_accepted_once(
 
         migrated = run_mailbus("migrate", "--skip-topics", env=stack.env(), timeout=120)
         assert migrated.returncode == 0, migrated.stderr
-        assert "applied [27, 28]" in migrated.stdout
+        newer = [m.version for m in available_migrations() if m.version > PREVIOUS]
+        assert f"applied {newer}" in migrated.stdout
 
         stack.start_relay()
         stack.start_consumer()
