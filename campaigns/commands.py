@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from mailbus.campaigns.errors import CampaignError
-from mailbus.kernel.settings_doc import epilog as settings_epilog
+from mailbus.kernel.settings_doc import add_command
 
 if TYPE_CHECKING:
     from mailbus.campaigns.audience import Rejected
@@ -216,23 +216,11 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
 
 def add_campaign_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     help_text = "bulk campaigns: a CSV audience, paced, pausable, each recipient mailed once"
-    group = commands.add_parser(
-        "campaign",
-        help=help_text,
-        description=help_text,
-        epilog=settings_epilog("campaign"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    group = add_command(commands, "campaign", help_text)
     actions = group.add_subparsers(dest="campaign_command", required=True, metavar="ACTION")
 
     def action(name: str, handler: Callable[..., int], text: str) -> argparse.ArgumentParser:
-        sub = actions.add_parser(
-            name,
-            help=text,
-            description=text,
-            epilog=settings_epilog("campaign"),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
+        sub = add_command(actions, name, text, settings_of="campaign")
         sub.set_defaults(handler=handler)
         return sub
 

@@ -32,6 +32,7 @@ __all__ = [
     "sign",
     "sign_legacy",
     "signature_header",
+    "timely",
     "verify",
 ]
 
@@ -129,3 +130,15 @@ def _parse(header: str) -> tuple[int, list[str], list[str]] | None:
     if timestamp is None or not (digests or legacy):
         return None
     return timestamp, digests, legacy
+
+
+def timely(stamp: str, now: float, tolerance_s: float) -> Verdict:
+    """For a request whose signature already holds: ``ok`` when its unix-seconds ``stamp``
+    is within ``tolerance_s`` of ``now``, else ``stale`` (``malformed``: not a number)."""
+    try:
+        moment = float(stamp)
+    except ValueError:
+        return Verdict(False, "malformed")
+    if abs(now - moment) > tolerance_s:
+        return Verdict(False, "stale")
+    return Verdict(True)

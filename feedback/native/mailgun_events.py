@@ -21,7 +21,7 @@ from typing import Any
 
 from mailbus.feedback.events import InvalidEventError, make_event
 from mailbus.feedback.native.inbound import Inbound, json_document, unix_instant
-from mailbus.feedback.signature import Verdict
+from mailbus.feedback.signature import Verdict, timely
 
 __all__ = ["TOLERANCE_S", "parse", "sign", "verify"]
 
@@ -47,13 +47,7 @@ def verify(body: bytes, key: str, now: float) -> Verdict:
     assert isinstance(timestamp, str) and isinstance(token, str) and isinstance(digest, str)
     if not hmac.compare_digest(sign(key, timestamp, token).encode(), digest.lower().encode()):
         return Verdict(False, "mismatch")
-    try:
-        moment = float(timestamp)
-    except ValueError:
-        return Verdict(False, "malformed")
-    if abs(now - moment) > TOLERANCE_S:
-        return Verdict(False, "stale")
-    return Verdict(True)
+    return timely(timestamp, now, TOLERANCE_S)
 
 
 def parse(body: bytes) -> Inbound:

@@ -27,7 +27,7 @@ from sendgrid.helpers.eventwebhook import EventWebhook, EventWebhookHeader
 
 from mailbus.feedback.events import DeliveryEvent, InvalidEventError, make_event
 from mailbus.feedback.native.inbound import Inbound, json_document, unix_instant
-from mailbus.feedback.signature import Verdict
+from mailbus.feedback.signature import Verdict, timely
 
 __all__ = ["MAX_EVENTS", "TOLERANCE_S", "Verifier", "parse"]
 
@@ -56,13 +56,7 @@ class Verifier:
             return Verdict(False, "malformed")
         if not valid:
             return Verdict(False, "mismatch")
-        try:
-            moment = float(stamp)
-        except ValueError:
-            return Verdict(False, "malformed")
-        if abs(now - moment) > TOLERANCE_S:
-            return Verdict(False, "stale")
-        return Verdict(True)
+        return timely(stamp, now, TOLERANCE_S)
 
 
 def parse(body: bytes) -> Inbound:

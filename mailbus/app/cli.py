@@ -14,6 +14,7 @@ from pathlib import Path
 from mailbus.kernel.errors import ConfigError, MailbusError
 from mailbus.kernel.logs import configure_logging, redact, register_secret
 from mailbus.kernel.settings import Settings, load_env_file, load_settings
+from mailbus.kernel.settings_doc import add_command
 from mailbus.kernel.settings_doc import epilog as settings_epilog
 from mailbus.kernel.signals import stop_on_signals
 from mailbus.kernel.unknown_settings import check_names
@@ -332,13 +333,7 @@ def _build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, handler: Callable[..., int], help_text: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(
-            name,
-            help=help_text,
-            description=help_text,
-            epilog=settings_epilog(name),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
+        sub = add_command(commands, name, help_text)
         sub.set_defaults(handler=handler)
         return sub
 
@@ -409,23 +404,11 @@ def _add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     )
 
     help_text = "inspect and replay dead letters"
-    dlq = commands.add_parser(
-        "dlq",
-        help=help_text,
-        description=help_text,
-        epilog=settings_epilog("dlq"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    dlq = add_command(commands, "dlq", help_text)
     actions = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
 
     def action(name: str, handler: Callable[..., int], text: str) -> argparse.ArgumentParser:
-        sub = actions.add_parser(
-            name,
-            help=text,
-            description=text,
-            epilog=settings_epilog("dlq"),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
+        sub = add_command(actions, name, text, settings_of="dlq")
         sub.set_defaults(handler=handler)
         return sub
 
@@ -474,13 +457,7 @@ def _add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
 
 def _add_send_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     text = "one mail by its dedupe key: its story, settle it when unknown, stop it when pending"
-    send = commands.add_parser(
-        "send",
-        help=text,
-        description=text,
-        epilog=settings_epilog("send"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    send = add_command(commands, "send", text)
     actions = send.add_subparsers(dest="send_command", required=True, metavar="ACTION")
 
     def action(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -514,13 +491,7 @@ def _add_send_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
 
 def _add_retention_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     text = "delete settled mail older than MAILBUS_RETENTION (docs/retention.md)"
-    group = commands.add_parser(
-        "retention",
-        help=text,
-        description=text,
-        epilog=settings_epilog("retention"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    group = add_command(commands, "retention", text)
     actions = group.add_subparsers(dest="retention_command", required=True, metavar="ACTION")
     run_text = (
         "delete, in batches, settled sends (with their attempts and dead letters), dead"
@@ -542,33 +513,16 @@ def _add_retention_commands(commands: argparse._SubParsersAction[argparse.Argume
 
 def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     text = "receive signed delivery events at POST /webhooks/{provider} (long-running)"
-    webhooks = commands.add_parser(
-        "webhooks",
-        help=text,
-        description=text + "; /healthz and /readyz beside it",
-        epilog=settings_epilog("webhooks"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    webhooks = add_command(
+        commands, "webhooks", text, description=text + "; /healthz and /readyz beside it"
     )
     webhooks.set_defaults(handler=_webhooks, checks_schema=True)
     text = "manage email_suppressions (addresses stored lower-cased, compared case-insensitively)"
-    epilog = settings_epilog("suppress")
-    suppress = commands.add_parser(
-        "suppress",
-        help=text,
-        description=text,
-        epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    suppress = add_command(commands, "suppress", text)
     actions = suppress.add_subparsers(dest="suppress_command", required=True, metavar="ACTION")
 
     def action(name: str, help_text: str) -> argparse.ArgumentParser:
-        sub = actions.add_parser(
-            name,
-            help=help_text,
-            description=help_text,
-            epilog=epilog,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
+        sub = add_command(actions, name, help_text, settings_of="suppress")
         sub.set_defaults(handler=_suppress)
         return sub
 
@@ -599,12 +553,8 @@ def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.Argumen
 
 def _add_console_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     text = "serve the operator's web console (long-running; docs/guides/console.md)"
-    console = commands.add_parser(
-        "console",
-        help=text,
-        description=text + "; /healthz and /readyz beside it",
-        epilog=settings_epilog("console"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    console = add_command(
+        commands, "console", text, description=text + "; /healthz and /readyz beside it"
     )
     console.set_defaults(handler=_console)
     actions = console.add_subparsers(dest="console_command", metavar="[hash-password]")
@@ -618,23 +568,16 @@ def _add_console_command(commands: argparse._SubParsersAction[argparse.ArgumentP
 def _add_intake_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     help_text = "run the domain-event intake: OrderPlaced and mapped events -> email_sends rows"
-    intake = commands.add_parser(
+    intake = add_command(
+        commands,
         "intake",
-        help=help_text,
+        help_text,
         description=help_text + " (long-running; stops cleanly on SIGTERM/SIGINT)",
-        epilog=settings_epilog("intake"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     intake.set_defaults(handler=_intake, checks_schema=True)
     actions = intake.add_subparsers(dest="intake_command", metavar="[publish-sample]")
     text = "publish sample OrderPlaced events (plus duplicates and malformed ones) to the topic"
-    sample = actions.add_parser(
-        "publish-sample",
-        help=text,
-        description=text,
-        epilog=settings_epilog("intake"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    sample = add_command(actions, "publish-sample", text, settings_of="intake")
     sample.set_defaults(handler=_intake_publish_sample, checks_schema=False)
     sample.add_argument("--count", type=_count, default=10, help="distinct orders (default 10)")
     sample.add_argument(

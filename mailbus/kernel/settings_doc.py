@@ -9,9 +9,17 @@ reference of :func:`markdown`; a test keeps the committed file equal to it.
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 
-__all__ = ["SETTINGS", "Setting", "epilog", "markdown", "names"]
+__all__ = [
+    "SETTINGS",
+    "Setting",
+    "add_command",
+    "epilog",
+    "markdown",
+    "names",
+]
 
 # Commands grouped by what they touch.
 _LONG_RUNNING = frozenset({"relay", "consume", "intake", "webhooks", "console"})
@@ -452,3 +460,22 @@ def _cell(text: str) -> str:
 
 if __name__ == "__main__":
     print(markdown(), end="")
+
+
+def add_command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    text: str,
+    *,
+    description: str | None = None,
+    settings_of: str | None = None,
+) -> argparse.ArgumentParser:
+    """A (sub)command's parser: ``text`` as its help and description, and the settings that
+    ``settings_of`` (default: ``name``) reads as its ``--help`` epilog."""
+    return commands.add_parser(
+        name,
+        help=text,
+        description=description if description is not None else text,
+        epilog=epilog(settings_of or name),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
