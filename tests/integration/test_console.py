@@ -259,7 +259,8 @@ def test_dead_letters_dry_run_then_two_confirms_replay_each_once(
         statuses = conn.execute("SELECT DISTINCT status FROM email_sends").fetchall()
     assert replays == (3,) and statuses == [("pending",)]
     replayed = sorted(r[4] for r in audit_rows(operator_url) if r[2] == "dlq_replay")
-    assert replayed == [0, 3]  # the second confirm found them replayed
+    # two confirms at once: each mail replayed by exactly one of them, however they interleave
+    assert len(replayed) == 2 and sum(replayed) == 3
 
 
 def test_a_mails_story_by_message_id_hides_its_variables(
