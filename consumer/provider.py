@@ -54,6 +54,7 @@ from mailbus.consumer.core.outcome import (
     clip_reason,
     parse_retry_after,
 )
+from mailbus.consumer.templates import ProviderTemplate, Rendered
 from mailbus.kernel.errors import ConfigError, InvalidSendError
 from mailbus_client.send_request import mail_headers
 
@@ -86,6 +87,8 @@ class OutgoingMail:
     to_address: str
     template: str
     variables: Mapping[str, Any]
+    # decided by mailbus.consumer.content before encoding: None renders from the variables
+    content: Rendered | ProviderTemplate | None = None
 
 
 @dataclass(frozen=True)
@@ -156,7 +159,9 @@ class MailbusDialect:
         dedupe key that is not printable ASCII cannot be an HTTP header; a number JSON cannot
         carry, such as ``1e400`` stored in jsonb, cannot be a body; a ``headers`` variable
         must be an object of valid names to values without CR/LF, and is also sent as the
-        body's top-level ``"headers"`` field, the mail headers the provider adds."""
+        body's top-level ``"headers"`` field, the mail headers the provider adds. A mail
+        rendered from a local template also carries ``"subject"``, ``"text"`` and
+        ``"html"``."""
         key = mail.dedupe_key
         if not (key.isascii() and key.isprintable() and key.strip()):
             raise InvalidSendError(
@@ -170,6 +175,13 @@ class MailbusDialect:
         headers = mail.variables.get("headers")
         if headers is not None:  # e.g. List-Unsubscribe of a campaign: a top-level field
             document["headers"] = mail_headers(headers)
+        if isinstance(mail.content, Rendered):  # a local template: sent rendered
+            document["subject"] = mail.content.subject
+            document["text"] = mail.content.text
+            if mail.content.html is not None:
+                document["html"] = mail.content.html
+        elif mail.content is not None:
+            raise InvalidSendError("template", "the http provider keeps no templates of its own")
         return WireRequest(
             "POST",
             "v1/send",

@@ -88,6 +88,9 @@ class Settings:
     ses_access_key_id: str = ""  # empty: the SDK's default credential chain
     ses_secret_access_key: str = ""
     ses_configuration_set: str | None = None  # where SES publishes its events (SNS)
+    templates_dir: str | None = None  # local templates (docs/providers.md#templates)
+    # mailbus template -> the provider's own template (ses, postmark, sendgrid)
+    provider_templates: tuple[tuple[str, str], ...] = ()
     smtp_url: str = ""  # smtp://host:port, smtp+starttls://user@host:587, smtps://...
     smtp_password: str = ""
     smtp_from: str = ""
@@ -231,6 +234,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         ses_access_key_id=reader.secret("MAILBUS_SES_ACCESS_KEY_ID"),
         ses_secret_access_key=reader.secret("MAILBUS_SES_SECRET_ACCESS_KEY"),
         ses_configuration_set=reader._raw("MAILBUS_SES_CONFIGURATION_SET"),
+        templates_dir=_templates_dir(reader._raw("MAILBUS_TEMPLATES_DIR")),
+        provider_templates=parse_provider_templates(reader._raw("MAILBUS_PROVIDER_TEMPLATES")),
         smtp_url=reader._raw("MAILBUS_SMTP_URL") or "",
         smtp_password=reader.secret("MAILBUS_SMTP_PASSWORD"),
         smtp_from=reader._raw("MAILBUS_SMTP_FROM") or "",
@@ -261,6 +266,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise ConfigError("MAILBUS_POSTMARK_WEBHOOK_AUTH", "expected user:password")
     if settings.provider == "mailgun" and not settings.mailgun_domain:
         raise ConfigError("MAILBUS_MAILGUN_DOMAIN", "required with MAILBUS_PROVIDER=mailgun")
+    if settings.provider_templates and settings.provider not in _TEMPLATE_PROVIDERS:
+        raise ConfigError(
+            "MAILBUS_PROVIDER_TEMPLATES",
+            f"MAILBUS_PROVIDER={settings.provider} keeps no templates of its own:"
+            f" only {', '.join(_TEMPLATE_PROVIDERS)} do",
+        )
     named_url = _NAMED_PROVIDER_URLS.get(settings.provider)
     if settings.provider == "mailgun":
         named_url = _MAILGUN_REGIONS[settings.mailgun_region]
@@ -286,6 +297,38 @@ _NAMED_PROVIDER_URLS = {
 # https://documentation.mailgun.com/docs/mailgun/api-reference/api-overview
 _MAILGUN_REGIONS = {"us": "https://api.mailgun.net", "eu": "https://api.eu.mailgun.net"}
 _PROVIDER_KINDS = ("http", "smtp", "ses", *_NAMED_PROVIDER_URLS)  # ses: through the AWS SDK
+
+
+_TEMPLATE_PROVIDERS = ("ses", "postmark", "sendgrid")  # providers with templates of their own
+
+
+def _templates_dir(raw: str | None) -> str | None:
+    if raw is not None and not Path(raw).is_dir():
+        raise ConfigError("MAILBUS_TEMPLATES_DIR", f"no such directory: {raw}")
+    return raw
+
+
+def parse_provider_templates(raw: str | None) -> tuple[tuple[str, str], ...]:
+    """``name=provider_template[,name=provider_template...]`` as pairs; a malformed entry,
+    an empty side, whitespace inside a name or a template named twice is a
+    :class:`ConfigError`."""
+    if raw is None or not raw.strip():
+        return ()
+    pairs: dict[str, str] = {}
+    for entry in raw.split(","):
+        name, sep, reference = (part.strip() for part in entry.partition("="))
+        if not sep or not name or not reference:
+            raise ConfigError(
+                "MAILBUS_PROVIDER_TEMPLATES", f"expected template=provider_template, got {entry!r}"
+            )
+        if any(ch.isspace() or ch == "=" for ch in name + reference):
+            raise ConfigError(
+                "MAILBUS_PROVIDER_TEMPLATES", f"no whitespace or '=' in a name: {entry.strip()!r}"
+            )
+        if name in pairs:
+            raise ConfigError("MAILBUS_PROVIDER_TEMPLATES", f"template {name!r} mapped twice")
+        pairs[name] = reference
+    return tuple(pairs.items())
 
 
 def _mailgun_region(raw: str | None) -> str:

@@ -153,6 +153,20 @@ SETTINGS: tuple[Setting, ...] = (
         "seconds a named provider keeps an idempotency key (resend: 86400); for tests",
         {"consume"},
     ),
+    _s(
+        "TEMPLATES_DIR",
+        "-",
+        "directory of local templates, a folder per template: subject.txt, text.txt,"
+        " optional html.html (Jinja2, sandboxed, html autoescaped); read once per process",
+        {"consume"},
+    ),
+    _s(
+        "PROVIDER_TEMPLATES",
+        "-",
+        "templates sent by the provider's own template (ses, postmark, sendgrid):"
+        " name=provider_template[,...], e.g. order_confirmation=d-abc123",
+        {"consume"},
+    ),
     _s("SES_REGION", "the SDK's", "AWS region of SES (provider ses)", {"consume"}),
     _s("SES_ENDPOINT_URL", "AWS's", "SES endpoint override, e.g. moto in tests", {"consume"}),
     _s(
