@@ -25,6 +25,7 @@ from mailbus.consumer.providers.resend import ResendDialect
 from mailbus.consumer.providers.sendgrid import SendGridDialect
 from mailbus.consumer.providers.ses import SesProvider
 from mailbus.consumer.providers.smtp import SmtpProvider
+from mailbus.consumer.runner import _process_provider
 from mailbus.consumer.templates import ProviderTemplate, Rendered, TemplateStore
 from mailbus.kernel.errors import ConfigError, InvalidSendError
 from mailbus.kernel.settings import load_settings, parse_provider_templates
@@ -255,3 +256,21 @@ def test_a_malformed_mapping_exits_2_with_one_line() -> None:
         "mailbus: configuration error: MAILBUS_PROVIDER_TEMPLATES: expected"
         " template=provider_template, got 'order_confirmation'"
     ]
+
+
+def test_the_consumer_wires_templates_only_when_configured(tmp_path: Path) -> None:
+    """No template setting: the provider itself, content as before; a directory: every
+    provider of the process renders; a mapping: the primary provider sends by reference."""
+    _name, plain, _url = _process_provider(load_settings({}), ["p1"])
+    assert isinstance(plain, HttpProvider)
+    env = {
+        "MAILBUS_PROVIDER": "postmark",
+        "MAILBUS_MAIL_FROM": "shop@example.com",
+        "MAILBUS_PROVIDER_TEMPLATES": "order_confirmation=order-v2",
+        "MAILBUS_TEMPLATES_DIR": str(tmp_path),
+    }
+    _name, templated, _url = _process_provider(load_settings(env), ["p1"])
+    assert isinstance(templated, TemplatedProvider)
+    assert templated.content(MAIL) == ProviderTemplate("order-v2")
+    with pytest.raises(InvalidSendError, match="template_missing: password_reset"):
+        templated.content(OutgoingMail("k", "a@example.com", "password_reset", {}))
