@@ -150,29 +150,24 @@ class SesProvider:
         """SendEmail's arguments: ``Content.Simple`` spelled out, or ``Content.Template``
         (``TemplateName`` and the variables as the JSON ``TemplateData``) for a mail sent by
         an SES template."""
-        headers = mail.variables.get("headers")
-        header_list = (
-            None
-            if headers is None
-            else [{"Name": name, "Value": value} for name, value in mail_headers(headers).items()]
-        )
         if isinstance(mail.content, ProviderTemplate):
+            form = "Template"
             content: dict[str, Any] = {
                 "TemplateName": mail.content.template_id,
                 "TemplateData": json_body(template_data(mail)).decode(),
             }
-            if header_list is not None:
-                content["Headers"] = header_list
-            form = "Template"
         else:
+            form = "Simple"
             subject, text, html = mail_parts(mail)
             body: dict[str, Any] = {"Text": {"Data": text, "Charset": "UTF-8"}}
             if html is not None:
                 body["Html"] = {"Data": html, "Charset": "UTF-8"}
             content = {"Subject": {"Data": subject, "Charset": "UTF-8"}, "Body": body}
-            if header_list is not None:
-                content["Headers"] = header_list
-            form = "Simple"
+        headers = mail.variables.get("headers")
+        if headers is not None:  # Simple and Template both carry Headers
+            content["Headers"] = [
+                {"Name": name, "Value": value} for name, value in mail_headers(headers).items()
+            ]
         if not mail.to_address or "@" not in mail.to_address:
             raise InvalidSendError("to_address", "must be an email address")
         arguments: dict[str, Any] = {
