@@ -14,7 +14,9 @@ sends, then ``VACUUM ANALYZE``. On the large table, each of ``--cycles`` cycles:
    WAL bytes (the cluster's, so an upper bound on a shared server), and the share of a
    batch's time its cascades to the attempts take (one batch under EXPLAIN ANALYZE, rolled
    back);
-2. ``VACUUM`` of both tables (what autovacuum does between runs; timed);
+2. ``VACUUM`` of both tables (what autovacuum does between runs; timed), or with
+   ``--no-vacuum`` nothing: autovacuum as the cluster's settings run it (their default
+   thresholds wait for 20 % of a table to be dead);
 3. a new month of settled sends and attempts inserted (the month that replaces it);
 4. enqueue p99 and claim p99 (bench/retention.py), and table and index sizes after each step.
 
@@ -149,20 +151,31 @@ def cascade_share(conn: psycopg.Connection[Any], window_s: float, batch: int) ->
     return float(triggers / plan[0]["Execution Time"])
 
 
+def autovacuums(conn: psycopg.Connection[Any]) -> int:
+    """How many times autovacuum has vacuumed the two tables."""
+    [[count]] = conn.execute(
+        "SELECT sum(autovacuum_count) FROM pg_stat_user_tables WHERE relname = ANY(%(tables)s)",
+        {"tables": list(TABLES)},
+    ).fetchall()
+    return int(count)
+
+
 def wal_lsn(conn: psycopg.Connection[Any]) -> int:
     [[lsn]] = conn.execute("SELECT pg_current_wal_lsn() - '0/0'").fetchall()
     return int(lsn)
 
 
 def cycles(
-    url: str, rows: int, months: int, count: int, batch: int, samples: int
+    url: str, rows: int, months: int, count: int, batch: int, samples: int, vacuum: bool
 ) -> tuple[list[dict[str, float]], list[tuple[str, dict[str, int]]]]:
-    """``count`` cycles of drop-the-oldest-month, VACUUM, insert a new month."""
+    """``count`` cycles of drop-the-oldest-month, VACUUM (unless not ``vacuum``), insert a
+    new month."""
     month = rows // months
     figures, trajectory = [], []
     next_key = rows + 1
     with psycopg.connect(url, autocommit=True) as conn:
         trajectory.append(("built", sizes(conn)))
+        autovacuums_before = autovacuums(conn)
         for k in range(1, count + 1):
             window_s = (months - k) * 30 * DAY_S  # month months-k is now past it
             share = cascade_share(conn, window_s, batch)
@@ -173,9 +186,10 @@ def cycles(
             wal = wal_lsn(conn) - wal
             trajectory.append((f"cycle {k}: month deleted", sizes(conn)))
             started = time.perf_counter()
-            conn.execute("VACUUM email_sends, email_attempts")
+            if vacuum:
+                conn.execute("VACUUM email_sends, email_attempts")
+                trajectory.append((f"cycle {k}: vacuumed", sizes(conn)))
             vacuum_s = time.perf_counter() - started
-            trajectory.append((f"cycle {k}: vacuumed", sizes(conn)))
             insert_s = add_months(conn, next_key, month, 0, 30)
             next_key += month
             conn.execute("ANALYZE email_sends, email_attempts")
@@ -189,11 +203,17 @@ def cycles(
                     "cascade_share": share,
                     "vacuum_s": vacuum_s,
                     "insert_month_s": insert_s,
+                    "autovacuums_so_far": autovacuums(conn) - autovacuums_before,
                 }
                 | enqueue_and_claim_p99(conn, rows, samples, tag=f"c{k}")
             )
             print(f"large cycle {k}: {figures[-1]}", flush=True)
+            print("\n".join(f"{step}: {sized(measured)}" for step, measured in trajectory))
     return figures, trajectory
+
+
+def sized(measured: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v / 2**20:.0f} MB" for k, v in measured.items())
 
 
 def spread(label: str, runs: list[dict[str, float]]) -> list[str]:
@@ -221,6 +241,7 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=3)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=2000)
+    parser.add_argument("--no-vacuum", action="store_true", help="leave it to autovacuum")
     args = parser.parse_args()
     base = os.environ.get("MAILBUS_DATABASE_URL", "postgresql://localhost/mailbus")
     report = []
@@ -242,16 +263,20 @@ def main() -> None:
         build_s = build(url, args.large, args.months)
         print(f"large: built in {build_s:.0f} s", flush=True)
         large, trajectory = cycles(
-            url, args.large, args.months, args.cycles, args.batch, args.samples
+            url,
+            args.large,
+            args.months,
+            args.cycles,
+            args.batch,
+            args.samples,
+            not args.no_vacuum,
         )
     finally:
         drop_database(base, name)
     report += spread(f"large ({args.large})", large)
     report.append(f"large: built in {build_s:.0f} s")
     for step, measured in trajectory:
-        report.append(
-            f"{step}: " + ", ".join(f"{k} {v / 2**20:.0f} MB" for k, v in measured.items())
-        )
+        report.append(f"{step}: {sized(measured)}")
     print("\n".join(report))
 
 
