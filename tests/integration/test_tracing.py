@@ -2,12 +2,14 @@
 least-privilege enqueuer) → the real relay → the pointer's Kafka headers → the real Kafka
 source and DeliveryService → the HTTP provider's request; with OpenTelemetry's in-memory
 exporter, the claim, call and settle spans are in the enqueuer's trace. A malformed
-traceparent is ignored and counted, and the mail goes out all the same."""
+traceparent is ignored and counted, and the mail goes out all the same. The intake gives
+an OrderPlaced event's trace context to its row."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -27,11 +29,17 @@ from mailbus.consumer.core import RetryPolicy
 from mailbus.consumer.kafka_source import KafkaSource
 from mailbus.consumer.ledger import SendLedger
 from mailbus.consumer.provider import HttpProvider
+from mailbus.intake.events import EventReader
+from mailbus.intake.mappings import load_mappings
+from mailbus.intake.rows import RowWriter
+from mailbus.intake.service import Incoming, IntakeService
 from mailbus.kernel.kafka_security import kafka_client_config
 from mailbus.kernel.otel import OtelTracer
 from mailbus.kernel.settings import Settings
 from mailbus.kernel.tracing import NOOP, Tracer
 from mailbus.relay.relay import Relay
+from mailbus.schemas.codec import order_placed_codec
+from mailbus_client.policies import configured_policy_book
 
 pytestmark = pytest.mark.stack
 
@@ -186,3 +194,44 @@ def test_without_an_exporter_the_context_is_passed_on_and_a_malformed_one_ignore
     assert recording.requests[traced]["traceparent"] == TRACEPARENT  # the enqueuer's, as is
     assert "traceparent" not in recording.requests[broken]
     assert "traceparent" not in recording.requests[plain]
+
+
+def _order(order_id: str) -> bytes:
+    return order_placed_codec().encode(
+        {
+            "event_id": f"evt-{order_id}",
+            "order_id": order_id,
+            "customer_email": "buyer@example.com",
+            "occurred_at": int(time.time() * 1000),
+        }
+    )
+
+
+def test_the_intake_gives_the_row_the_trace_context_of_its_event(database_url: str) -> None:
+    traced = (("traceparent", TRACEPARENT.encode()), ("tracestate", b"shop=1"))
+    events = {"T1": traced, "T2": (("traceparent", b"00-zz-01"),), "T3": ()}
+    batch = [
+        Incoming("orders.events", 0, n, b"k", _order(order), headers)
+        for n, (order, headers) in enumerate(events.items())
+    ]
+    reader = EventReader(load_mappings(None), configured_policy_book())
+    apply_roles(database_url)
+    before = malformed("intake")
+    with login_as(database_url, "mailbus_intake") as url:
+        writer = RowWriter(url, 3 * 24 * 3600)
+        prepared = IntakeService(reader, writer, None).prepare(batch)  # type: ignore[arg-type]
+        asyncio.run(writer.insert(prepared.document, []))
+        asyncio.run(writer.close())
+    assert malformed("intake") == before + 1
+    with psycopg.connect(database_url) as conn:
+        rows = dict(
+            conn.execute(
+                "SELECT dedupe_key, (traceparent, tracestate)::text FROM email_sends"
+                " WHERE dedupe_key LIKE 'order-T%'"
+            ).fetchall()
+        )
+    assert rows == {
+        "order-T1-confirmation": f"({TRACEPARENT},shop=1)",
+        "order-T2-confirmation": "(,)",
+        "order-T3-confirmation": "(,)",
+    }

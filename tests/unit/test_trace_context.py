@@ -155,3 +155,26 @@ def test_the_delivery_path_imports_no_opentelemetry_unless_configured() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_configured_exporter_loads_opentelemetry() -> None:
+    from mailbus.consumer.runner import _tracer
+    from mailbus.kernel.otel import OtelTracer, span_exporter
+
+    assert isinstance(_tracer("console"), OtelTracer)
+    assert type(span_exporter("otlp")).__name__ == "OTLPSpanExporter"
+
+
+def test_an_exporter_without_opentelemetry_installed_is_bad_configuration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mailbus.consumer.runner import _tracer
+    from mailbus.kernel import otel
+
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)  # as if not installed
+    monkeypatch.delitem(sys.modules, otel.__name__)
+    monkeypatch.delattr(sys.modules["mailbus.kernel"], "otel")
+    with pytest.raises(ConfigError) as raised:
+        _tracer("otlp")
+    assert raised.value.setting == "MAILBUS_OTEL_EXPORTER"
+    assert "[tracing]" in raised.value.problem
