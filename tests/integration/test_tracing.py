@@ -11,11 +11,12 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import psycopg
 import pytest
+from confluent_kafka import Producer
 from delivery_support import service_for
 from kafka_reader import Landed, read_messages
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -89,8 +90,11 @@ def relay_once(settings: Settings, expect: int) -> dict[str, Landed]:
     return {message.key.decode(): message for message in landed if message.key}
 
 
-def deliver(settings: Settings, tracer: Tracer, keys: list[str]) -> RecordingProvider:
-    """The consumer's Kafka source and delivery service, until every key is accepted."""
+def deliver(
+    settings: Settings, tracer: Tracer, keys: list[str], also: Callable[[], bool] = lambda: True
+) -> RecordingProvider:
+    """The consumer's Kafka source and delivery service, until every key is accepted (and
+    ``also`` holds)."""
     recording = RecordingProvider()
     provider = HttpProvider(
         "http://provider.test", "key", 2.0, 5.0, 4, transport=httpx.MockTransport(recording)
@@ -114,7 +118,7 @@ def deliver(settings: Settings, tracer: Tracer, keys: list[str]) -> RecordingPro
         source.start()
         try:
             for _ in range(300):
-                if accepted(settings.database_url) >= len(keys):
+                if accepted(settings.database_url) >= len(keys) and also():
                     break
                 await asyncio.sleep(0.1)
         finally:
@@ -189,8 +193,21 @@ def test_without_an_exporter_the_context_is_passed_on_and_a_malformed_one_ignore
     assert pointers[traced].headers == (("traceparent", TRACEPARENT.encode()),)
     assert pointers[broken].headers == ()
     assert pointers[plain].headers == ()
+    # a duplicate of a pointer, its header malformed on the way: counted, then harmless
+    producer = Producer(kafka_client_config(settings))
+    producer.produce(
+        settings.topic("p1"),
+        key=plain.encode(),
+        value=pointers[plain].value,
+        headers=[("traceparent", b"00-bogus")],
+    )
+    assert producer.flush(10) == 0
+    before = malformed("consumer")
 
-    recording = deliver(settings, NOOP, [traced, broken, plain])
+    recording = deliver(
+        settings, NOOP, [traced, broken, plain], lambda: malformed("consumer") > before
+    )
+    assert malformed("consumer") == before + 1
     assert recording.requests[traced]["traceparent"] == TRACEPARENT  # the enqueuer's, as is
     assert "traceparent" not in recording.requests[broken]
     assert "traceparent" not in recording.requests[plain]
