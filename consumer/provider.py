@@ -19,6 +19,8 @@ call deadline                                              of it: the safe readi
 httpx's read timeout is per chunk, so every call is also bounded as a whole by
 ``request_timeout``; keep ``connect_timeout`` below it, or a slow connect counts as sent.
 The API key travels only in the ``Authorization`` header and is masked in every detail.
+A send made inside a traced mail's span carries the W3C ``traceparent`` (and ``tracestate``)
+header of that span (docs/guides/tracing.md).
 
 What goes on the wire is the provider's *dialect* (:class:`Dialect`): the sandbox's own
 (:class:`MailbusDialect`, docs/reference/contract.md#email-api) by default, or a named provider's
@@ -55,6 +57,7 @@ from mailbus.consumer.core.outcome import (
     parse_retry_after,
 )
 from mailbus.consumer.templates import ProviderTemplate, Rendered
+from mailbus.kernel import tracing
 from mailbus.kernel.errors import ConfigError, InvalidSendError
 from mailbus_client.send_request import mail_headers
 
@@ -296,6 +299,11 @@ class HttpProvider:
         """POST the mail under its dedupe key; a reply or a transport failure, never raises
         for network or HTTP problems (``InvalidSendError`` from :meth:`prepare`)."""
         request = (mail if isinstance(mail, PreparedMail) else self.prepare(mail)).request
+        trace = tracing.current()
+        if trace is not None:  # the mail's trace, continued at the provider (harmless if not)
+            request.headers["traceparent"] = trace.traceparent
+            if trace.tracestate:
+                request.headers["tracestate"] = trace.tracestate
         try:
             async with asyncio.timeout(self._request_timeout):
                 response = await self._exchange(request)

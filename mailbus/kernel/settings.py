@@ -108,6 +108,8 @@ class Settings:
     console_listen: tuple[str, int] = ("127.0.0.1", 8027)
     console_users_file: str | None = None  # name:role:argon2 hash, one a line
     console_proxy_header: str = ""  # trusted reverse-proxy header naming the user; "": off
+    # where spans go (docs/guides/tracing.md): otlp | console; None: no OpenTelemetry at all
+    otel_exporter: str | None = None
 
     def __repr__(self) -> str:  # never print the API key
         return f"Settings(database={_redact_url(self.database_url)}, kafka={self.kafka_bootstrap})"
@@ -240,6 +242,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         smtp_password=reader.secret("MAILBUS_SMTP_PASSWORD"),
         smtp_from=reader._raw("MAILBUS_SMTP_FROM") or "",
         unknown_outcome=_unknown_outcome(env),
+        otel_exporter=_otel_exporter(env),
         smtp_allow_plaintext_auth=_flag(
             "MAILBUS_SMTP_ALLOW_PLAINTEXT_AUTH", env.get("MAILBUS_SMTP_ALLOW_PLAINTEXT_AUTH")
         ),
@@ -355,6 +358,19 @@ def _unknown_outcome(env: Mapping[str, str]) -> str:
     if policy not in ("at_most_once", "at_least_once"):
         raise ConfigError(name, f"expected at_most_once or at_least_once, got {raw!r}")
     return policy
+
+
+def _otel_exporter(env: Mapping[str, str]) -> str | None:
+    """MAILBUS_OTEL_EXPORTER (otlp, console, none); unset, OpenTelemetry's own
+    OTEL_EXPORTER_OTLP_ENDPOINT (or its _TRACES_ form) turns OTLP on."""
+    raw = env.get("MAILBUS_OTEL_EXPORTER")
+    if raw is None or not raw.strip():
+        otlp = "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+        return "otlp" if any(env.get(name, "").strip() for name in otlp) else None
+    exporter = raw.strip().lower()
+    if exporter not in ("otlp", "console", "none"):
+        raise ConfigError("MAILBUS_OTEL_EXPORTER", f"expected otlp, console or none, got {raw!r}")
+    return None if exporter == "none" else exporter
 
 
 def _header_name(raw: str | None) -> str:

@@ -222,6 +222,13 @@ SETTINGS: tuple[Setting, ...] = (
     _s("REPLICATION_FACTOR", "1", "replication factor of the topics migrate creates", {"migrate"}),
     _s("METRICS_PORT", "off", "port of /metrics, /healthz, /readyz", _LONG_RUNNING),
     _s("METRICS_ADDR", "127.0.0.1", "address the metrics port binds", _LONG_RUNNING),
+    _s(
+        "OTEL_EXPORTER",
+        "off (otlp if OTEL_EXPORTER_OTLP_ENDPOINT is set)",
+        "where the consumer's delivery spans go: otlp (the OTEL_EXPORTER_OTLP_* variables)"
+        ", console, or none; needs the extra mailbus[tracing] (docs/guides/tracing.md)",
+        {"consume"},
+    ),
     _s("SCHEMA_REGISTRY_URL", "off", "Confluent-compatible schema registry", _KAFKA),
     _s(
         "SCHEMA_REGISTRY_AUTH",
