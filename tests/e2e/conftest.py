@@ -46,11 +46,14 @@ class Stack:
         }
         return settings_env(self.settings, **{**defaults, **extra})
 
-    def start(self, name: str, *args: str, **env: str) -> subprocess.Popen[bytes]:
+    def start(
+        self, name: str, *args: str, build: Path = REPO, **env: str
+    ) -> subprocess.Popen[bytes]:
+        """``python -m mailbus ARGS`` of the checkout ``build`` (this one unless told)."""
         log = (self.logs / f"{name}.log").open("ab")
         process = subprocess.Popen(
             [sys.executable, "-m", "mailbus", *args],
-            cwd=REPO,
+            cwd=build,
             env=self.env(**env),
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -1,12 +1,17 @@
-"""An upgrade with mail in flight (docs/runbook.md#upgrades): rows left by the previous
-release's processes on the previous release's schema — pending, one `sending` whose holder
-died after the provider accepted it, one `unknown` — then `mailbus migrate`, then this
-build's relay and consumer finish them: each key accepted once, and the table agrees with
-the provider."""
+"""An upgrade with mail in flight (docs/runbook.md#upgrades).
+
+- The previous release itself, from this repository's history: its `migrate`, relay and
+  consumer deliver until SIGKILLed mid-flight; this build's `migrate` and processes finish
+  the rest.
+- Rows as the release before retention left them on its schema — pending, one `sending`
+  whose holder died after the provider accepted it, one `unknown` — finished the same way.
+
+Each ends with every key accepted once and the table agreeing with the provider."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import urllib.request
 import uuid
 from dataclasses import replace
@@ -15,7 +20,8 @@ from pathlib import Path
 import psycopg
 import pytest
 from conftest import API_KEY, Stack
-from services import StackServices, database_url_for, run_mailbus
+from relay_runner import wait_until
+from services import REPO, StackServices, database_url_for, run_mailbus
 
 from mailbus.app.migrate import available_migrations
 from mailbus.app.scratch_database import drop_database
@@ -25,6 +31,8 @@ from mailbus.sandbox.server import start_in_thread
 pytestmark = pytest.mark.stack
 
 PREVIOUS = 23  # the last migration of the release before retention (0027, 0028) and later
+# The previous release: main as stop 24 landed it (CI passed), migrations up to 0031.
+PREVIOUS_RELEASE = "b2ec55d591f7e78091244d5121f21dca39ade7b4"
 
 
 def previous_release_database(services: StackServices, name: str) -> str:
@@ -99,6 +107,72 @@ def test_mail_in_flight_across_an_upgrade_is_accepted_once(
         assert stack.query("SELECT message_id FROM email_sends WHERE dedupe_key = 'in-call'") == [
             (taken_id,)
         ]
+        assert stack.accepted_twice() == []
+        stack.assert_table_agrees_with_providers()
+    finally:
+        stack.stop_all()
+        sandbox.stop()
+        drop_database(services.database_url, name)
+
+
+def previous_release_build(tmp_path: Path) -> tuple[Path, int]:
+    """The previous release's tree from this repository's history, and its last migration."""
+    tree = tmp_path / "previous-release"
+    tree.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", PREVIOUS_RELEASE],
+        capture_output=True,
+        check=False,
+    )
+    assert archive.returncode == 0, (
+        f"the previous release {PREVIOUS_RELEASE[:7]} is not in this clone's history:"
+        f" {archive.stderr.decode().strip()}"
+    )
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    last = max(int(path.name[:4]) for path in (tree / "schemas" / "sql").glob("[0-9]*.sql"))
+    return tree, last
+
+
+def test_the_previous_release_killed_mid_flight_is_finished_by_this_build(
+    services: StackServices, settings: Settings, tmp_path: Path
+) -> None:
+    previous, previous_version = previous_release_build(tmp_path)
+    newer = [m.version for m in available_migrations() if m.version > previous_version]
+    assert newer, "this build adds no migration: point PREVIOUS_RELEASE at the last release"
+    name = f"mailbus_upgrade_{uuid.uuid4().hex[:8]}"
+    sandbox = start_in_thread(port=0, api_key=API_KEY, seed=1)
+    stack = Stack(
+        replace(settings, database_url=database_url_for(settings.database_url, name)),
+        sandbox,
+        tmp_path,
+    )
+    try:
+        with psycopg.connect(services.database_url, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        old_migrate = run_mailbus("migrate", env=stack.env(), timeout=120, build=previous)
+        assert old_migrate.returncode == 0, old_migrate.stderr
+        keys = stack.seed(400)
+        stack.set_faults(latency_ms=100)  # calls in flight when the SIGKILLs come
+        stack.start("old-relay", "relay", build=previous)
+        stack.start("old-consumer", "consume", "--priority", "p0,p1,p2", build=previous)
+        wait_until(lambda: stack.statuses()["accepted"] >= 50, 60, "the old release delivering")
+        stack.kill("old-consumer")
+        stack.kill("old-relay")
+        left = stack.statuses()
+        assert left["accepted"] < len(keys), "the previous release finished before the SIGKILL"
+
+        behind = run_mailbus("relay", env=stack.env(), timeout=60)
+        assert behind.returncode == 2 and "run `mailbus migrate`" in behind.stderr
+        migrated = run_mailbus("migrate", env=stack.env(), timeout=120)
+        assert migrated.returncode == 0, migrated.stderr
+        assert f"applied {newer}" in migrated.stdout
+
+        stack.set_faults()
+        stack.start_relay()
+        stack.start_consumer()
+        assert stack.wait_settled(90) == {"accepted": len(keys)}
+        stack.stop_all()
+        print(f"the previous release left {dict(left)}; this build finished them")
         assert stack.accepted_twice() == []
         stack.assert_table_agrees_with_providers()
     finally:
