@@ -19,14 +19,11 @@ def _q() -> dict[str, str]:
     return load_queries("mailbus.console", "console.sql")
 
 
-def rates(database_url: str) -> dict[str, list[tuple[str, int]]]:
-    """Accepted calls per minute of the last hour, dead letters per hour of the last day."""
-    try:
-        with psycopg.connect(database_url, connect_timeout=5) as conn:
-            accepted = conn.execute(_q()["accepted_per_minute"]).fetchall()
-            dead = conn.execute(_q()["dead_letters_per_hour"]).fetchall()
-    except psycopg.Error as exc:
-        raise StorageError(f"console figures not read: {exc}") from exc
+def rates(conn: psycopg.Connection[Any]) -> dict[str, list[tuple[str, int]]]:
+    """Accepted calls per minute of the last hour, dead letters per hour of the last day
+    (read on the overview's connection: :func:`mailbus.app.overview.collect_overview`)."""
+    accepted = conn.execute(_q()["accepted_per_minute"]).fetchall()
+    dead = conn.execute(_q()["dead_letters_per_hour"]).fetchall()
     return {
         "accepted_per_minute": [(f"{m:%H:%M}", int(n)) for m, n in accepted],
         "dead_letters_per_hour": [(f"{h:%d %H}h", int(n)) for h, n in dead],

@@ -24,12 +24,11 @@ LIST_LIMIT = 200
 
 async def overview(request: web.Request) -> web.Response:
     status = await run(request, console_of(request).overview)
-    rates = await run(request, figures.rates)
     return render(
         request,
         "overview.html",
         status=status,
-        rates=rates,
+        rates=status["rates"],
         states=STATES,
         open_states=OPEN_STATES,
         priorities=PRIORITIES,

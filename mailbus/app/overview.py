@@ -18,6 +18,7 @@ import psycopg
 from psycopg import sql
 
 from mailbus.app.status import _DEAD_LETTERS, _OLDEST_PENDING, _UNPUBLISHED, PRIORITIES, _breakers
+from mailbus.console import figures
 from mailbus.kernel.errors import StorageError
 
 __all__ = ["EXACT_BELOW", "SETTLED", "collect_overview"]
@@ -42,8 +43,9 @@ _ESTIMATE = "EXPLAIN (FORMAT JSON) SELECT FROM email_sends WHERE priority = {} A
 def collect_overview(database_url: str, exact_below: int = EXACT_BELOW) -> dict[str, Any]:
     """Rows by priority and status (settled ones estimated on a large table), the oldest
     open row's age per priority, rows not yet on Kafka, failed rows, dead letters not
-    replayed, and the breakers: the keys of :func:`mailbus.app.status.collect_status`
-    that the overview page shows, plus ``estimated``."""
+    replayed, the breakers (the keys of :func:`mailbus.app.status.collect_status` that the
+    overview page shows, plus ``estimated``) and the recent rates
+    (:func:`mailbus.console.figures.rates`): one connection for the whole page."""
     try:
         with psycopg.connect(database_url, connect_timeout=5) as conn:
             counts: dict[str, dict[str, int]] = {p: {} for p in PRIORITIES}
@@ -58,6 +60,7 @@ def collect_overview(database_url: str, exact_below: int = EXACT_BELOW) -> dict[
             unpublished = conn.execute(_UNPUBLISHED).fetchone()
             dead_letters = sum(n for _reason, n in conn.execute(_DEAD_LETTERS))
             breakers = _breakers(conn)
+            rates = figures.rates(conn)
     except psycopg.Error as exc:
         raise StorageError(f"cannot read the overview: {exc}") from exc
     return {
@@ -68,6 +71,7 @@ def collect_overview(database_url: str, exact_below: int = EXACT_BELOW) -> dict[
         "failed": sum(c.get("failed", 0) for c in counts.values()),
         "dead_letters": {"not_replayed": dead_letters},
         "breakers": breakers,
+        "rates": rates,
     }
 
 
