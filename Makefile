@@ -9,7 +9,7 @@ DOCS_SITE := NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
 export MAILBUS_DATABASE_URL ?= postgresql://mailbus:mailbus@127.0.0.1:5432/mailbus
 export MAILBUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:9092
 
-.PHONY: install constraints stack-up stack-down stack-status demo test test-unit lint validate bench bench-report docs docs-site
+.PHONY: install constraints stack-up stack-down stack-status demo test test-unit checks lint validate bench bench-report docs docs-site
 
 install:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -c constraints.txt \
@@ -35,14 +35,18 @@ demo: install stack-up
 	$(PYTHON) -m mailbus migrate
 	$(PYTHON) demo/run_demo.py
 
-## The whole test suite against the real broker and database.
-test: install stack-up
-	$(PYTHON) -m ruff check .
-	$(PYTHON) -m mypy client/mailbus_client mailbus
-	$(LINT_IMPORTS)  # the layers of pyproject.toml [tool.importlinter]
+## Everything but the tests: lint, import contracts, constraints, the docs site, the
+## deployment files.
+checks: lint
 	$(PYTHON) stack/constraints.py --check  # constraints.txt in step with pyproject.toml
 	$(DOCS_SITE)
 	PYTHON=$(PYTHON) bash stack/validate.sh
+
+## The whole test suite against the real broker and database. The checks run while the
+## stack starts (mostly waiting for its JVMs); then two lanes, then the tests that stop a
+## service, alone.
+test: install
+	$(MAKE) --no-print-directory -j2 --output-sync=target checks stack-up
 	$(PYTHON) -m pytest -n 2 --dist loadfile -m "not serial"
 	$(PYTHON) -m pytest -m serial
 

@@ -24,6 +24,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -67,29 +68,38 @@ def scratch(base_url: str) -> tuple[str, str]:
     return name, f"{parts[0]}/{name}"
 
 
+def enqueue_and_claim_p99(
+    conn: psycopg.Connection[Any], settled: int, samples: int, tag: str = ""
+) -> dict[str, float]:
+    """Enqueue p99 (half new keys ``new-<tag>-<i>``, half duplicates of ``settled-<n>``) and
+    claim p99 (``claim_due`` of 100, rolled back) on an autocommit connection."""
+    enqueue = []
+    for i in range(samples):
+        key = f"new-{tag}-{i}" if i % 2 else f"settled-{(i * 7919) % settled + 1}"
+        started = time.perf_counter()
+        conn.execute(ENQUEUE, (key,))
+        enqueue.append(time.perf_counter() - started)
+    claim_due = load_queries("mailbus.relay", "queries.sql")["claim_due"]
+    claim = []
+    for _ in range(samples // 10):
+        started = time.perf_counter()
+        with conn.transaction(force_rollback=True):
+            conn.execute(claim_due, {"limit": 100}).fetchall()
+        claim.append(time.perf_counter() - started)
+    return {"enqueue_p99_ms": p99(enqueue), "claim_p99_ms": p99(claim)}
+
+
 def hot_path(url: str, settled: int, samples: int) -> dict[str, float]:
     apply_migrations(url)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(SETTLED, {"n": settled})
         conn.execute(PENDING)
         conn.execute("VACUUM ANALYZE email_sends")
-        enqueue = []
-        for i in range(samples):
-            key = f"new-{i}" if i % 2 else f"settled-{(i * 7919) % settled + 1}"
-            started = time.perf_counter()
-            conn.execute(ENQUEUE, (key,))
-            enqueue.append(time.perf_counter() - started)
-        claim_due = load_queries("mailbus.relay", "queries.sql")["claim_due"]
-        claim = []
-        for _ in range(samples // 10):
-            started = time.perf_counter()
-            with conn.transaction(force_rollback=True):
-                conn.execute(claim_due, {"limit": 100}).fetchall()
-            claim.append(time.perf_counter() - started)
+        figures = enqueue_and_claim_p99(conn, settled, samples)
     started = time.perf_counter()
     [sends, *_] = prune(url, WINDOW_S, batch=1000, max_batches=5)
     batch_s = (time.perf_counter() - started) / max(sends.batches, 1)
-    return {"enqueue_p99_ms": p99(enqueue), "claim_p99_ms": p99(claim), "batch_s": batch_s}
+    return figures | {"batch_s": batch_s}
 
 
 def month_drop(url: str, rows: int) -> dict[str, float]:

@@ -10,7 +10,8 @@ does it pause the assignment, because a resume refetches what the pause discarde
 stalls the flow for a few hundred milliseconds.
 On revoke the thread waits for the partitions' in-flight work (up to ``drain_s``), commits
 what is done, and lets go; anything unfinished is redelivered to the new owner and made
-harmless by the guarded claim.
+harmless by the guarded claim. A message's ``traceparent`` header (docs/guides/tracing.md)
+comes along as ``MessageOrigin.trace``; a malformed one is counted and ignored.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from mailbus.consumer.core.offsets import PartitionProgress
 from mailbus.consumer.ledger import MessageOrigin
 from mailbus.kernel import health, metrics
+from mailbus.kernel.tracecontext import from_headers
 
 __all__ = ["KafkaSource"]
 
@@ -144,7 +146,12 @@ class KafkaSource(threading.Thread):
                 return None
             progress.started(offset)
             self._outstanding += 1
-        return MessageOrigin(topic, partition, offset, message.key(), message.value())
+        carried = from_headers(message.headers())
+        if carried.malformed:
+            metrics.observe_malformed_trace("consumer")
+        return MessageOrigin(
+            topic, partition, offset, message.key(), message.value(), carried.context
+        )
 
     def _start_deliveries(self, origins: list[MessageOrigin]) -> None:
         """On the event loop: one task per message."""

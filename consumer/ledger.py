@@ -27,6 +27,7 @@ from mailbus.consumer.core.suppression import Scope
 from mailbus.consumer.db_clock import DatabaseClock
 from mailbus.kernel.coalescer import Coalescer
 from mailbus.kernel.errors import StorageError
+from mailbus.kernel.tracecontext import TraceContext
 from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["Claim", "LoadedSend", "MessageOrigin", "SendLedger", "dead_letter_reason"]
@@ -45,13 +46,14 @@ class LoadedSend:
 
 @dataclass(frozen=True)
 class MessageOrigin:
-    """Where a Kafka message came from, for dead letters."""
+    """Where a Kafka message came from, for dead letters, and the trace it continues."""
 
     topic: str
     partition: int
     offset: int
     key: bytes | None = None
     value: bytes | None = None
+    trace: TraceContext | None = None  # its traceparent header (docs/guides/tracing.md)
 
 
 @dataclass(frozen=True)

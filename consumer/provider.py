@@ -19,6 +19,8 @@ call deadline                                              of it: the safe readi
 httpx's read timeout is per chunk, so every call is also bounded as a whole by
 ``request_timeout``; keep ``connect_timeout`` below it, or a slow connect counts as sent.
 The API key travels only in the ``Authorization`` header and is masked in every detail.
+A send made inside a traced mail's span carries the W3C ``traceparent`` (and ``tracestate``)
+header of that span (docs/guides/tracing.md).
 
 What goes on the wire is the provider's *dialect* (:class:`Dialect`): the sandbox's own
 (:class:`MailbusDialect`, docs/reference/contract.md#email-api) by default, or a named provider's
@@ -54,6 +56,8 @@ from mailbus.consumer.core.outcome import (
     clip_reason,
     parse_retry_after,
 )
+from mailbus.consumer.templates import ProviderTemplate, Rendered
+from mailbus.kernel import tracing
 from mailbus.kernel.errors import ConfigError, InvalidSendError
 from mailbus_client.send_request import mail_headers
 
@@ -86,6 +90,8 @@ class OutgoingMail:
     to_address: str
     template: str
     variables: Mapping[str, Any]
+    # decided by mailbus.consumer.content before encoding: None renders from the variables
+    content: Rendered | ProviderTemplate | None = None
 
 
 @dataclass(frozen=True)
@@ -156,7 +162,9 @@ class MailbusDialect:
         dedupe key that is not printable ASCII cannot be an HTTP header; a number JSON cannot
         carry, such as ``1e400`` stored in jsonb, cannot be a body; a ``headers`` variable
         must be an object of valid names to values without CR/LF, and is also sent as the
-        body's top-level ``"headers"`` field, the mail headers the provider adds."""
+        body's top-level ``"headers"`` field, the mail headers the provider adds. A mail
+        rendered from a local template also carries ``"subject"``, ``"text"`` and
+        ``"html"``."""
         key = mail.dedupe_key
         if not (key.isascii() and key.isprintable() and key.strip()):
             raise InvalidSendError(
@@ -170,6 +178,13 @@ class MailbusDialect:
         headers = mail.variables.get("headers")
         if headers is not None:  # e.g. List-Unsubscribe of a campaign: a top-level field
             document["headers"] = mail_headers(headers)
+        if isinstance(mail.content, Rendered):  # a local template: sent rendered
+            document["subject"] = mail.content.subject
+            document["text"] = mail.content.text
+            if mail.content.html is not None:
+                document["html"] = mail.content.html
+        elif mail.content is not None:
+            raise InvalidSendError("template", "the http provider keeps no templates of its own")
         return WireRequest(
             "POST",
             "v1/send",
@@ -284,6 +299,11 @@ class HttpProvider:
         """POST the mail under its dedupe key; a reply or a transport failure, never raises
         for network or HTTP problems (``InvalidSendError`` from :meth:`prepare`)."""
         request = (mail if isinstance(mail, PreparedMail) else self.prepare(mail)).request
+        trace = tracing.current()
+        if trace is not None:  # the mail's trace, continued at the provider (harmless if not)
+            request.headers["traceparent"] = trace.traceparent
+            if trace.tracestate:
+                request.headers["tracestate"] = trace.tracestate
         try:
             async with asyncio.timeout(self._request_timeout):
                 response = await self._exchange(request)

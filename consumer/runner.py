@@ -17,6 +17,7 @@ import socket
 import threading
 from collections.abc import Sequence
 
+from mailbus.consumer.content import TemplatedProvider
 from mailbus.consumer.core import RetryPolicy
 from mailbus.consumer.core.backoff import with_schedule
 from mailbus.consumer.core.breaker import BreakerPolicy, BreakerState
@@ -36,10 +37,12 @@ from mailbus.consumer.rate_limit import GlobalRateLimiter
 from mailbus.consumer.reconciler import Reconciler
 from mailbus.consumer.recovery_pacer import RecoveryPacer
 from mailbus.consumer.service import DeliveryService, Stopping
+from mailbus.consumer.templates import TemplateStore
 from mailbus.kernel import health, metrics
 from mailbus.kernel.errors import ConfigError, StorageError
 from mailbus.kernel.kafka_security import kafka_client_config
 from mailbus.kernel.settings import Settings
+from mailbus.kernel.tracing import NOOP, Tracer
 from mailbus.schemas.registry import pointer_codec
 from mailbus_client.policies import configured_policy_book
 
@@ -63,6 +66,19 @@ def lease_seconds(settings: Settings) -> float:
 
 def run_consumer(settings: Settings, priorities: Sequence[str]) -> int:
     return asyncio.run(_serve(settings, priorities))
+
+
+def _tracer(exporter: str | None) -> Tracer:
+    """No OpenTelemetry at all unless an exporter is configured (docs/guides/tracing.md)."""
+    if exporter is None:
+        return NOOP
+    try:
+        from mailbus.kernel import otel  # the extra mailbus[tracing]
+    except ImportError:
+        raise ConfigError(
+            "MAILBUS_OTEL_EXPORTER", "needs OpenTelemetry: install mailbus with the extra [tracing]"
+        ) from None
+    return otel.exporting_tracer(exporter, "mailbus-consumer")
 
 
 async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
@@ -109,8 +125,11 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
     )
     fallback = None
     if settings.fallback_provider_url:
-        fallback = _http_provider(
-            settings, settings.fallback_provider_url, settings.fallback_provider_api_key
+        fallback = _templated(
+            settings,
+            _http_provider(
+                settings, settings.fallback_provider_url, settings.fallback_provider_api_key
+            ),
         )
     service = DeliveryService(
         ledger,
@@ -128,6 +147,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         reach_s=settings.connect_timeout,
         # a priority's own provider (MAILBUS_PROVIDER_P0_URL, ...) speaks the HTTP API
         provider_kind=settings.provider if own is None else "http",
+        tracer=_tracer(settings.otel_exporter),
     )
     await ledger.open()
     if settings.metrics_port is not None:
@@ -208,11 +228,23 @@ def _process_provider(
     chosen = own.pop()
     if chosen is not None:
         priority, url, api_key = chosen
-        return priority, _http_provider(settings, url, api_key), url
+        return priority, _templated(settings, _http_provider(settings, url, api_key)), url
     url = settings.smtp_url if settings.provider == "smtp" else settings.provider_url
     if settings.provider == "ses":
         url = settings.ses_endpoint_url or f"ses:{settings.ses_region or 'default'}"
-    return None, _primary_provider(settings), url
+    primary = _templated(settings, _primary_provider(settings), dict(settings.provider_templates))
+    return None, primary, url
+
+
+def _templated(
+    settings: Settings, provider: Provider, references: dict[str, str] | None = None
+) -> Provider:
+    """``provider`` with its mails' content from the local templates (MAILBUS_TEMPLATES_DIR)
+    and, for the primary one, the provider's own (MAILBUS_PROVIDER_TEMPLATES)."""
+    if settings.templates_dir is None and not references:
+        return provider  # today's content: the variables' subject/text/html
+    store = TemplateStore(settings.templates_dir) if settings.templates_dir else None
+    return TemplatedProvider(provider, store, references)
 
 
 def _primary_provider(settings: Settings) -> Provider:

@@ -54,6 +54,7 @@ from mailbus.consumer.providers import Provider
 from mailbus.consumer.routing import FALLBACK, Routing
 from mailbus.kernel import metrics
 from mailbus.kernel.errors import CodecError, InvalidSendError, StorageError
+from mailbus.kernel.tracing import NOOP, Attributes, Tracer
 from mailbus.schemas.codec import send_pointer_codec
 from mailbus.schemas.registry import ValueCodec
 from mailbus_client.policies import PolicyBook
@@ -99,6 +100,7 @@ class DeliveryService:
         at_least_once: bool = False,
         reach_s: float = 0.0,
         provider_kind: str = "http",
+        tracer: Tracer = NOOP,
     ) -> None:
         self.ledger = ledger
         self.routing = Routing(provider, provider_name, fallback, policies, gate)
@@ -115,6 +117,7 @@ class DeliveryService:
         self.at_least_once = at_least_once  # MAILBUS_UNKNOWN_OUTCOME=at_least_once
         self.reach_s = reach_s  # a resend must reach the provider this long before a key expires
         self.provider_kind = provider_kind  # MAILBUS_PROVIDER of the primary: `sync:<kind>`
+        self.tracer = tracer  # MAILBUS_OTEL_EXPORTER: spans of claim, call, settle
         self.doubt = Doubt(
             self.routing,
             gate,
@@ -126,7 +129,12 @@ class DeliveryService:
         )
 
     async def handle(self, origin: MessageOrigin) -> None:
-        """Deliver the mail one Kafka message points at; return once the outcome is recorded."""
+        """Deliver the mail one Kafka message points at; return once the outcome is recorded.
+        One span, under the message's trace context, holds its claim, call and settle."""
+        with self.tracer.span("mailbus.deliver", origin.trace, {"mailbus.topic": origin.topic}):
+            await self._deliver(origin)
+
+    async def _deliver(self, origin: MessageOrigin) -> None:
         try:
             pointer = self._codec.decode(origin.value)
         except CodecError as exc:
@@ -157,11 +165,12 @@ class DeliveryService:
         if attempt is None:
             return
         row, decision = attempt.row, attempt.decision
-        settled = await self._durably(
-            lambda: self.ledger.settle_call(
-                row, attempt.token, decision, origin, int(attempt.latency_s * 1000)
+        with self.tracer.span("mailbus.settle", attributes=_settling(row, decision)):
+            settled = await self._durably(
+                lambda: self.ledger.settle_call(
+                    row, attempt.token, decision, origin, int(attempt.latency_s * 1000)
+                )
             )
-        )
         metrics.observe_call(
             row.priority, decision.next_status.value, attempt.latency_s, attempt.status_code
         )
@@ -208,7 +217,9 @@ class DeliveryService:
         row = loaded.view
         if self.doubt.must_confirm(verdict, row.attempts, row, loaded.provider):
             verdict = await self.doubt.confirm(row, verdict, loaded.provider)
-        if await self._durably(lambda: self.ledger.settle_gate(row, verdict, origin)):
+        with self.tracer.span("mailbus.settle", attributes=_settling(row, verdict)):
+            settled = await self._durably(lambda: self.ledger.settle_gate(row, verdict, origin))
+        if settled:
             metrics.observe_call(row.priority, verdict.next_status.value, 0.0, None)
             log_outcome(row, verdict, loaded.provider, None)
             if verdict.dead_letter:
@@ -270,16 +281,18 @@ class DeliveryService:
         capability = provider.capability
         guarantee = guarantee_of(capability, self.at_least_once).value
         window_s = resend_window_s(capability, self.at_least_once, self.reach_s)
-        claim = await self._durably(
-            lambda: self.ledger.claim_for_send(
-                row.id,
-                row.attempts,
-                route,
-                token,
-                guarantee=guarantee,
-                resend_window_s=window_s,
+        with self.tracer.span("mailbus.claim", attributes={"mailbus.send_id": row.id}) as span:
+            claim = await self._durably(
+                lambda: self.ledger.claim_for_send(
+                    row.id,
+                    row.attempts,
+                    route,
+                    token,
+                    guarantee=guarantee,
+                    resend_window_s=window_s,
+                )
             )
-        )
+            span.set("mailbus.claimed", claim is not None)
         if claim is not None and row.attempts == 0:
             metrics.observe_guarantee(guarantee)
         return claim
@@ -360,11 +373,15 @@ class DeliveryService:
         log.debug("sending %s to %s, attempt %d", row.dedupe_key, row.to_address, row.attempts)
         called_at = self.clock()
         started = time.monotonic()
-        try:
-            result = without_cover(provider.capability, classify_call(await provider.send(mail)))
-        except Exception as exc:  # a bug, not an outage: the request may have left
-            log.exception("send %d: the call failed unexpectedly", row.id)
-            result = classify(TransportFailure(True, f"internal error: {type(exc).__name__}"))
+        with self.tracer.span("mailbus.provider_call", attributes=_calling(row, route)) as span:
+            try:
+                sent = await provider.send(mail)  # an HTTP provider carries the span's traceparent
+                result = without_cover(provider.capability, classify_call(sent))
+            except Exception as exc:  # a bug, not an outage: the request may have left
+                log.exception("send %d: the call failed unexpectedly", row.id)
+                result = classify(TransportFailure(True, f"internal error: {type(exc).__name__}"))
+            if result.status_code is not None:
+                span.set("mailbus.status_code", result.status_code)
         latency_s = time.monotonic() - started
         if result.server_stage is not None:
             log.warning("the provider's server failed (%s): %s", result.server_stage, result.reason)
@@ -393,3 +410,15 @@ class DeliveryService:
                 raise Stopping()
             except TimeoutError:
                 delay = min(delay * 2, 5.0)
+
+
+def _settling(row: SendView, decision: Decision) -> Attributes:
+    return {"mailbus.send_id": row.id, "mailbus.status": decision.next_status.value}
+
+
+def _calling(row: SendView, route: str | None) -> Attributes:
+    return {
+        "mailbus.send_id": row.id,
+        "mailbus.attempt": row.attempts,
+        "mailbus.provider": route or "default",
+    }

@@ -45,6 +45,8 @@ class NewRow:
     expire_after_s: float | None  # expires_at = occurred_at (else the insert's now()) + this
     event: str  # the event type, for logs and counts
     occurred_at: str | None = None  # ISO-8601, when the event happened; None: unknown
+    traceparent: str | None = None  # the event's W3C trace context (docs/guides/tracing.md)
+    tracestate: str | None = None
 
 
 @dataclass(frozen=True)

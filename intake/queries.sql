@@ -5,20 +5,22 @@
 -- Expiry counts from the event's occurred_at (else from now()), on the database clock. An
 -- event older than MAILBUS_INTAKE_MAX_AGE (%(max_age_s)s) is recorded, not mailed: its row
 -- is inserted already expired, which also keeps its key from ever being mailed later.
+-- The event's W3C trace context (its traceparent header, validated) goes with its row.
 INSERT INTO email_sends (dedupe_key, to_address, template, payload_json, priority, expires_at,
-                         status, last_error)
+                         status, last_error, traceparent, tracestate)
 SELECT r.dedupe_key, r.to_address, r.template, r.payload_json, r.priority,
        CASE WHEN r.too_old THEN r.since + %(max_age_s)s * interval '1 second'
             ELSE r.since + r.expire_after_s * interval '1 second' END,
        CASE WHEN r.too_old THEN 'expired' ELSE 'pending' END,
-       CASE WHEN r.too_old THEN 'event older than MAILBUS_INTAKE_MAX_AGE: not mailed' END
+       CASE WHEN r.too_old THEN 'event older than MAILBUS_INTAKE_MAX_AGE: not mailed' END,
+       r.traceparent, r.tracestate
 FROM (
     SELECT j.*, coalesce(j.occurred_at, now()) AS since,
            coalesce(j.occurred_at < now() - %(max_age_s)s * interval '1 second', false)
                AS too_old
     FROM jsonb_to_recordset(%(rows)s::jsonb) AS j (
         dedupe_key text, to_address text, template text, payload_json jsonb, priority text,
-        expire_after_s float8, occurred_at timestamptz
+        expire_after_s float8, occurred_at timestamptz, traceparent text, tracestate text
     )
 ) AS r
 ORDER BY r.dedupe_key

@@ -51,6 +51,8 @@ def rows_document(rows: Sequence[NewRow]) -> str:
                 "priority": row.priority,
                 "expire_after_s": row.expire_after_s,
                 "occurred_at": row.occurred_at,
+                "traceparent": row.traceparent,
+                "tracestate": row.tracestate,
             },
             separators=(",", ":"),
         )

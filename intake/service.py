@@ -18,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from mailbus.kernel import health
 from mailbus.kernel.errors import MailbusError, UnstorableError
-from mailbus.kernel.metrics import observe_intake
+from mailbus.kernel.metrics import observe_intake, observe_malformed_trace
+from mailbus.kernel.tracecontext import from_headers
 
 from .dead_letters import DeadLetterProducer, IntakeDeadLetter
 from .events import EventReader, NewRow, Rejected, Waiting
@@ -58,6 +59,7 @@ class Sorted:
     rows: list[tuple[Incoming, NewRow]]
     letters: list[IntakeDeadLetter]
     waiting: str | None
+    malformed_traces: int = 0  # events whose traceparent header was ignored
 
 
 @dataclass(frozen=True)
@@ -96,15 +98,24 @@ def dead_letter(event: Incoming, reason: str, error: str) -> IntakeDeadLetter:
 def sort_batch(reader: EventReader, batch: Sequence[Incoming]) -> Sorted:
     rows: list[tuple[Incoming, NewRow]] = []
     letters: list[IntakeDeadLetter] = []
+    malformed = 0
     for event in batch:
         decision = reader.read(event.value)
         if isinstance(decision, Waiting):
             return Sorted([], [], decision.error)
         if isinstance(decision, Rejected):
             letters.append(dead_letter(event, f"intake_{decision.reason}", decision.error))
-        else:
-            rows.append((event, decision))
-    return Sorted(rows, letters, None)
+            continue
+        carried = from_headers(event.headers)  # the row continues the event's trace
+        malformed += carried.malformed
+        if carried.context is not None:
+            decision = replace(
+                decision,
+                traceparent=carried.context.traceparent,
+                tracestate=carried.context.tracestate,
+            )
+        rows.append((event, decision))
+    return Sorted(rows, letters, None, malformed)
 
 
 class IntakeService:
@@ -120,6 +131,8 @@ class IntakeService:
     def prepare(self, batch: Sequence[Incoming]) -> PreparedBatch:
         """The CPU part: decode and validate, build the statement's document (no I/O)."""
         found = sort_batch(self._reader, batch)
+        for _ in range(found.malformed_traces):
+            observe_malformed_trace("intake")
         for letter in found.letters:
             log.warning(
                 "event to %s: %s at %s[%d]@%d",

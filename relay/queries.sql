@@ -10,7 +10,7 @@ WHERE id IN (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
-RETURNING id, dedupe_key, priority, attempts, created_at
+RETURNING id, dedupe_key, priority, attempts, created_at, traceparent, tracestate
 
 -- name: unclaim
 UPDATE email_sends SET published_at = NULL WHERE id = ANY(%(ids)s)

@@ -19,6 +19,8 @@ topic) never slow the pointers down; a ``Relay`` built with both lanes drains al
 A crash anywhere before a commit rolls that batch's marks back, so the rows are claimed
 again: at-least-once onto Kafka, made harmless by the consumer's guarded claim. Several
 relays can run at once; SKIP LOCKED hands each its own rows (no leader election needed).
+A send's W3C trace context (``traceparent``, ``tracestate``), when its row has one, travels as
+the pointer's Kafka headers of the same names (docs/guides/tracing.md).
 Between passes the relay sleeps until a NOTIFY on its lanes' channels (inserts of sends and
 dead letters; recorded outcome events), the next row's ``next_try_at``, or the polling
 interval, whichever comes first.
@@ -38,6 +40,7 @@ from psycopg.rows import TupleRow, tuple_row
 from mailbus.kernel import health, metrics
 from mailbus.kernel.kafka_security import kafka_client_config
 from mailbus.kernel.settings import Settings
+from mailbus.kernel.tracecontext import parse
 from mailbus.relay.batch import BatchResult, Outbox, publish_claimed
 from mailbus.relay.dead_letters import dead_letter_outbox
 from mailbus.relay.events import RETENTION_S, prune_due, send_event_outbox
@@ -179,13 +182,14 @@ class Relay:
         return result
 
     def _pointer_message(self, row: TupleRow) -> OutgoingMessage:
-        send_id, dedupe_key, priority, attempts, created_at = row
+        send_id, dedupe_key, priority, attempts, created_at, traceparent, tracestate = row
         return OutgoingMessage(
             topic=self.settings.topic(priority),
             key=dedupe_key.encode(),
             value=self._codec.encode(
                 SendPointer.of(send_id, dedupe_key, priority, attempts, created_at)
             ),
+            headers=_trace_headers(traceparent, tracestate),
         )
 
     def _wait_for_work(self, stop: threading.Event) -> None:
@@ -227,3 +231,16 @@ class Relay:
             if conn is not None:
                 conn.close()
         self._conn = self._listener = None
+
+
+def _trace_headers(
+    traceparent: str | None, tracestate: str | None
+) -> tuple[tuple[str, bytes], ...]:
+    """The row's W3C trace context as the pointer's headers (docs/guides/tracing.md); none
+    for a row without one, or with a malformed one (counted, and the mail goes on)."""
+    if traceparent is None:
+        return ()
+    carried = parse(traceparent, tracestate)
+    if carried.malformed:
+        metrics.observe_malformed_trace("relay")
+    return carried.context.headers() if carried.context is not None else ()

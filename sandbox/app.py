@@ -156,6 +156,8 @@ async def _handle_send(
         template=parsed.template,
         window_s=state.idempotency_window_s,
         replay=dialect.deduplicates and parsed.key is not None,
+        provider_template=parsed.provider_template,
+        template_data=parsed.template_data,
     )
     if minted and state.emitter is not None:
         state.emitter.accepted(message_id)
@@ -303,6 +305,7 @@ def make_app(state: SandboxState) -> web.Application:
     app.router.add_post("/v3/mail/send", _send_handler(DIALECTS["sendgrid"]))
     app.router.add_post("/v3/{domain}/messages", _send_handler(DIALECTS["mailgun"]))
     app.router.add_post("/email", _send_handler(DIALECTS["postmark"]))
+    app.router.add_post("/email/withTemplate", _send_handler(DIALECTS["postmark-template"]))
     app.router.add_get("/v1/messages", _lookup)
     app.router.add_get("/messages/outbound", _postmark_search)
     app.router.add_get("/_sandbox/health", _control(_health))

@@ -29,7 +29,13 @@ kind works in each.
   "Message"}``, a rejected mail as ``422`` with ErrorCode 300
   (https://postmarkapp.com/developer/api/email-api, .../api/overview#error-codes,
   .../api/messages-api). A 429 carries ``Retry-After`` (Postmark documents none: the
-  sandbox's choice, so the fault plan's delay can be read).
+  sandbox's choice, so the fault plan's delay can be read). ``POST /email/withTemplate``
+  takes ``TemplateAlias`` (or ``TemplateId``) and the ``TemplateModel`` object instead of
+  a subject and bodies (https://postmarkapp.com/developer/api/templates-api).
+
+SendGrid's ``template_id`` with ``personalizations[0].dynamic_template_data`` (a dynamic
+template: no subject or content needed), and Postmark's template, are recorded in the
+ledger as ``provider_template`` and ``template_data``.
 """
 
 from __future__ import annotations
@@ -59,6 +65,8 @@ class ParsedSend:
     to: str
     template: str
     tag: str | None = None
+    provider_template: str | None = None  # sent by the provider's own template
+    template_data: dict[str, Any] | None = None
 
 
 class Dialect:
@@ -190,6 +198,39 @@ class PostmarkDialect(Dialect):
         return web.Response(body=truncated, content_type="application/json")
 
 
+class PostmarkTemplateDialect(PostmarkDialect):
+    """``POST /email/withTemplate``: the mail by a template kept at Postmark."""
+
+    name = "postmark-template"
+
+    def parse(self, request: web.Request, body: bytes) -> ParsedSend | str:
+        doc = _json_object(body)
+        if isinstance(doc, str):
+            return doc
+        to = doc.get("To")
+        if not isinstance(to, str) or "@" not in to:
+            return "Invalid 'To' address."
+        if not isinstance(doc.get("From"), str) or not doc["From"]:
+            return "Missing 'From' field."
+        template = doc.get("TemplateAlias") or doc.get("TemplateId")
+        if not isinstance(template, (str, int)) or isinstance(template, bool):
+            return "Either 'TemplateId' or 'TemplateAlias' is required."
+        model = doc.get("TemplateModel")
+        if not isinstance(model, dict):
+            return "The 'TemplateModel' field is required and must be an object."
+        metadata = doc.get("Metadata", {})
+        if not isinstance(metadata, dict):
+            return "Metadata must be an object."
+        key = metadata.get(POSTMARK_KEY_FIELD)
+        return ParsedSend(
+            key if isinstance(key, str) and key else None,
+            to,
+            str(template),
+            provider_template=str(template),
+            template_data=model,
+        )
+
+
 POSTMARK_KEY_FIELD = "mailbus_key"  # the metadata field mailbus files a mail under
 _POSTMARK_CODES = {  # the sandbox's error codes as Postmark's ErrorCode
     "unauthorized": 10,
@@ -224,11 +265,24 @@ class SendGridDialect(Dialect):
             return "The personalizations, to and from fields are required."
         if not (isinstance(to, str) and "@" in to and isinstance(sender, str) and "@" in sender):
             return "Does not contain a valid address."
-        if not isinstance(doc.get("subject"), str) or not doc.get("content"):
-            return "The subject and content are required."
+        template = doc.get("template_id")
+        data = doc["personalizations"][0].get("dynamic_template_data")
+        if template is not None and not (isinstance(template, str) and template):
+            return "The template_id must be a non-empty string."
+        if data is not None and not isinstance(data, dict):
+            return "The dynamic_template_data must be an object."
+        if template is None and (not isinstance(doc.get("subject"), str) or not doc.get("content")):
+            return "The subject and content are required."  # a template gives both
         custom = doc.get("custom_args")
         tag = custom.get("dedupe_key") if isinstance(custom, dict) else None
-        return ParsedSend(None, to, doc["subject"], tag if isinstance(tag, str) else None)
+        return ParsedSend(
+            None,
+            to,
+            template if template is not None else doc["subject"],
+            tag if isinstance(tag, str) else None,
+            provider_template=template,
+            template_data=data,
+        )
 
     def error(
         self, status: int, code: str, message: str, headers: dict[str, str] | None = None
@@ -289,7 +343,14 @@ class MailgunDialect(Dialect):
 
 DIALECTS: dict[str, Dialect] = {
     d.name: d
-    for d in (Dialect(), ResendDialect(), PostmarkDialect(), SendGridDialect(), MailgunDialect())
+    for d in (
+        Dialect(),
+        ResendDialect(),
+        PostmarkDialect(),
+        PostmarkTemplateDialect(),
+        SendGridDialect(),
+        MailgunDialect(),
+    )
 }
 
 

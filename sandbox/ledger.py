@@ -53,6 +53,9 @@ class KeyRecord:
     id: str | None = None
     to: str | None = None
     template: str | None = None
+    # a mail sent by the provider's own template: its name and data (the mail's variables)
+    provider_template: str | None = None
+    template_data: dict[str, Any] | None = None
     accepted_at: float = 0.0  # monotonic, when ``id`` was minted (a key's window)
 
     def to_dict(self) -> dict[str, Any]:
@@ -63,6 +66,8 @@ class KeyRecord:
             "id": self.id,
             "to": self.to,
             "template": self.template,
+            "provider_template": self.provider_template,
+            "template_data": self.template_data,
         }
 
 
@@ -146,12 +151,16 @@ class Ledger:
         template: str,
         window_s: float | None = None,
         replay: bool = True,
+        provider_template: str | None = None,
+        template_data: dict[str, Any] | None = None,
     ) -> tuple[str, bool]:
         """Accept a send under ``key``: ``(id, True)`` if minted now, ``(id, False)`` on replay.
         A key first accepted ``window_s`` or more ago is expired, as a provider forgets
         it: a new id is minted and ``accepted`` counts the second mail. No key: always a
         new mail, under a key of its own (its id). ``replay`` False: ``key`` only names the
-        mail (a provider without idempotency keys), so every send is a new mail under it."""
+        mail (a provider without idempotency keys), so every send is a new mail under it.
+        ``provider_template`` and ``template_data``: a mail sent by the provider's own
+        template, recorded so tests can assert what was sent."""
         if key is None:
             message_id = self._mint()
             key = f"no-key-{message_id}"
@@ -167,6 +176,7 @@ class Ledger:
         entry.accepted_at = now
         entry.accepted += 1
         entry.to, entry.template = to, template
+        entry.provider_template, entry.template_data = provider_template, template_data
         self.accepted += 1
         return entry.id, True
 

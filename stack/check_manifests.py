@@ -23,11 +23,21 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 from kubernetes_validate import utils as kv
 
-__all__ = ["CUSTOM_KINDS", "check", "dashboard_rules", "main", "prometheus_rule"]
+__all__ = [
+    "CUSTOM_KINDS",
+    "check",
+    "configured_ports",
+    "dashboard_rules",
+    "egress_allows",
+    "main",
+    "prometheus_rule",
+    "unreachable_settings",
+]
 
 # (apiVersion, kind) of the custom resources we ship; the CRDs come with KEDA and the
 # Prometheus Operator, not with Kubernetes, so kubernetes-validate has no schema for them.
@@ -61,7 +71,7 @@ def prometheus_rule() -> str:
 
 def check(name: str, documents: list[dict[str, Any]]) -> list[str]:
     """Problems found in ``documents`` (empty: all good); runs kubernetes-validate."""
-    problems: list[str] = []
+    problems = [f"{name}: {problem}" for problem in unreachable_settings(documents)]
     builtin: list[dict[str, Any]] = []
     for doc in documents:
         api_kind = (doc.get("apiVersion", ""), doc.get("kind", ""))
@@ -128,6 +138,77 @@ def _house_rules(doc: dict[str, Any]) -> list[str]:
             "readinessProbe" in container and "livenessProbe" in container
         ):
             problems.append(f"{container['name']}: no readiness and liveness probes")
+    return problems
+
+
+# Settings holding the URL of a server the pods call (host:port lists are Kafka's).
+_URL_SETTINGS = (
+    "MAILBUS_PROVIDER_URL",
+    "MAILBUS_FALLBACK_PROVIDER_URL",
+    "MAILBUS_SES_ENDPOINT_URL",
+    "MAILBUS_SCHEMA_REGISTRY_URL",
+    "MAILBUS_KAFKA_OAUTH_TOKEN_URL",
+)
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def configured_ports(data: dict[str, str]) -> dict[str, set[int]]:
+    """The TCP ports a mailbus ConfigMap's settings make the pods connect to, by setting:
+    each port of ``MAILBUS_KAFKA_BOOTSTRAP`` (9092 when none is given) and the port of each
+    URL setting (the scheme's when none is given)."""
+    ports: dict[str, set[int]] = {}
+    if data.get("MAILBUS_KAFKA_BOOTSTRAP"):
+        ports["MAILBUS_KAFKA_BOOTSTRAP"] = {
+            int(server.rsplit(":", 1)[1]) if ":" in server else 9092
+            for server in (s.strip() for s in data["MAILBUS_KAFKA_BOOTSTRAP"].split(","))
+            if server
+        }
+    for setting in _URL_SETTINGS:
+        if data.get(setting):
+            url = urlsplit(data[setting])
+            ports[setting] = {url.port or _DEFAULT_PORTS.get(url.scheme, 443)}
+    return ports
+
+
+def egress_allows(policies: list[dict[str, Any]], port: int) -> bool:
+    """Whether one of these NetworkPolicies' egress rules lets TCP ``port`` out (a rule
+    without ports allows every port; named ports are not resolved)."""
+    for policy in policies:
+        for rule in policy.get("spec", {}).get("egress", []):
+            allowed = rule.get("ports")
+            if not allowed:
+                return True
+            for entry in allowed:
+                first = entry.get("port")
+                if entry.get("protocol", "TCP") != "TCP" or not isinstance(first, int):
+                    continue
+                if first <= port <= entry.get("endPort", first):
+                    return True
+    return False
+
+
+def unreachable_settings(documents: list[dict[str, Any]]) -> list[str]:
+    """The egress NetworkPolicies of the mailbus pods must let through every port their
+    ConfigMap names: a schema registry on 8081, Kafka's SASL listener on 9096, ... (the
+    components under k8s/components add both together)."""
+    policies = [
+        doc
+        for doc in documents
+        if doc.get("kind") == "NetworkPolicy" and "Egress" in doc["spec"].get("policyTypes", [])
+    ]
+    if not policies:
+        return []
+    problems = []
+    for doc in documents:
+        if doc.get("kind") != "ConfigMap" or doc["metadata"]["name"] != "mailbus":
+            continue
+        for setting, ports in configured_ports(doc.get("data", {})).items():
+            for port in sorted(ports):
+                if not egress_allows(policies, port):
+                    problems.append(
+                        f"{setting} names port {port}, which no egress NetworkPolicy lets"
+                        " through (k8s/components: schema-registry, kafka-sasl)"
+                    )
     return problems
 
 

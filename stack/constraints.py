@@ -4,7 +4,8 @@
     python stack/constraints.py --check   # make test: exit 1 when they drifted apart
 
 The file pins every runtime dependency of mailbus and mailbus-client (pyproject.toml and
-client/pyproject.toml, ``[project] dependencies``), with everything they pull in, at the
+client/pyproject.toml, ``[project] dependencies``, and the optional runtime extra
+``[tracing]``, which the tests install too), with everything they pull in, at the
 versions installed here (``make install`` installs from pyproject with this file as
 constraints). Its first line is a digest of the two dependency lists: a dependency added,
 removed or re-ranged in pyproject without ``--write`` fails the check, and so does a pin
@@ -23,18 +24,24 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-__all__ = ["dependencies", "digest", "pins", "render"]
+__all__ = ["PINNED_EXTRAS", "dependencies", "digest", "pins", "render"]
 
 REPO = Path(__file__).resolve().parents[1]
 CONSTRAINTS = REPO / "constraints.txt"
 _LOCAL = {"mailbus", "mailbus-client"}  # built from this repository, never pinned
+PINNED_EXTRAS = ("tracing",)  # runtime features an image may install: mailbus[tracing]
 
 
 def dependencies() -> list[str]:
-    """The runtime requirements of both distributions, as written in their pyproject files."""
+    """The runtime requirements of both distributions, as written in their pyproject files,
+    and those of mailbus's optional runtime extras (:data:`PINNED_EXTRAS`)."""
     found: list[str] = []
     for path in (REPO / "pyproject.toml", REPO / "client" / "pyproject.toml"):
-        found += tomllib.loads(path.read_text())["project"]["dependencies"]
+        project = tomllib.loads(path.read_text())["project"]
+        found += project["dependencies"]
+        extras = project.get("optional-dependencies", {})
+        for extra in PINNED_EXTRAS:
+            found += extras.get(extra, [])
     return found
 
 

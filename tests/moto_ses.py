@@ -13,6 +13,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -35,18 +36,26 @@ class MotoSes:
         """Verify the sender identity through the SDK, as an AWS account owner would."""
         self.client().create_email_identity(EmailIdentity=sender)
 
-    def sent(self) -> list[dict[str, Any]]:
-        """Every message moto's SES accepted: ``{"id", "source", "destinations", ...}``."""
+    def sent(self, kind: str = "Message") -> list[dict[str, Any]]:
+        """Every message moto's SES accepted: ``{"id", "source", "destinations", ...}``
+        (``kind`` ``TemplateMessage``: those sent by a template, with ``template`` and
+        ``template_data``)."""
         with urllib.request.urlopen(f"{self.url}/moto-api/data.json", timeout=10) as reply:
             data = json.load(reply)
-        return list(data.get("ses", {}).get("Message", []))
+        return list(data.get("ses", {}).get(kind, []))
 
 
 @contextmanager
-def moto_ses() -> Iterator[MotoSes]:
+def moto_ses(templates: bool = False) -> Iterator[MotoSes]:
+    """moto's server; ``templates``: with SES v2 templated sends (tests/moto_ses_templates.py)."""
     port = free_port()
+    server = (
+        [str(Path(__file__).with_name("moto_ses_templates.py"))]
+        if templates
+        else ["-m", "moto.server"]
+    )
     process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, *server, "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -43,6 +43,7 @@ class SmtpRecorder:
     def __init__(self) -> None:
         self.messages: Counter[str] = Counter()
         self.data_seen: Counter[str] = Counter()
+        self.contents: dict[str, bytes] = {}  # the last message under each Message-ID
         self.refused: Counter[str] = Counter()  # "greeting", "auth"
         self.greeting: str | None = None  # a refusing greeting, e.g. "421 4.7.0 ..."
         self.password: str | None = None  # the password AUTH accepts now
@@ -83,6 +84,7 @@ class SmtpRecorder:
         rcpt = envelope.rcpt_tos[0]
         with self._lock:
             self.data_seen[message_id] += 1
+            self.contents[message_id] = envelope.content
             seen = self.data_seen[message_id]
         if rcpt.startswith("drop-"):
             server.transport.abort()  # no reply: the client cannot know

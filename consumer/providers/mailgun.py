@@ -41,7 +41,7 @@ from datetime import datetime
 from mailbus.consumer.core.capability import Capability
 from mailbus.consumer.core.outcome import ProviderReply, parse_retry_after
 from mailbus.consumer.provider import LookupResult, OutgoingMail, WireRequest, valid_id
-from mailbus.consumer.providers.smtp import render_mail
+from mailbus.consumer.providers.smtp import mail_parts
 from mailbus.kernel.errors import ConfigError
 from mailbus_client.send_request import mail_headers
 
@@ -75,7 +75,7 @@ class MailgunDialect:
         return {"Authorization": f"Basic {token}"}
 
     def encode(self, mail: OutgoingMail) -> WireRequest:
-        subject, text, html = render_mail(mail.template, mail.variables)
+        subject, text, html = mail_parts(mail)
         fields = [
             ("from", self.sender),
             ("to", mail.to_address),

@@ -35,7 +35,8 @@ from typing import Any
 from mailbus.consumer.core.capability import Capability
 from mailbus.consumer.core.outcome import ProviderReply, parse_retry_after
 from mailbus.consumer.provider import LookupResult, OutgoingMail, WireRequest, json_body, valid_id
-from mailbus.consumer.providers.smtp import render_mail
+from mailbus.consumer.providers.smtp import mail_parts, template_data
+from mailbus.consumer.templates import ProviderTemplate
 from mailbus_client.send_request import mail_headers
 
 __all__ = ["METADATA_FIELD", "PostmarkDialect", "metadata_value"]
@@ -70,24 +71,30 @@ class PostmarkDialect:
         return {"X-Postmark-Server-Token": api_key}
 
     def encode(self, mail: OutgoingMail) -> WireRequest:
-        subject, text, html = render_mail(mail.template, mail.variables)
-        document: dict[str, Any] = {
-            "From": self.sender,
-            "To": mail.to_address,
-            "Subject": subject,
-            "TextBody": text,
-            "MessageStream": self.message_stream,
-            "Metadata": {METADATA_FIELD: metadata_value(mail.dedupe_key)},
-        }
-        if html is not None:
-            document["HtmlBody"] = html
+        """``POST /email``, or ``POST /email/withTemplate`` with ``TemplateAlias`` and
+        ``TemplateModel`` for a mail sent by Postmark's own template
+        (https://postmarkapp.com/developer/api/templates-api#email-with-template)."""
+        document: dict[str, Any] = {"From": self.sender, "To": mail.to_address}
+        path = "email"
+        if isinstance(mail.content, ProviderTemplate):
+            path = "email/withTemplate"
+            document["TemplateAlias"] = mail.content.template_id
+            document["TemplateModel"] = template_data(mail)
+        else:
+            subject, text, html = mail_parts(mail)
+            document["Subject"] = subject
+            document["TextBody"] = text
+            if html is not None:
+                document["HtmlBody"] = html
+        document["MessageStream"] = self.message_stream
+        document["Metadata"] = {METADATA_FIELD: metadata_value(mail.dedupe_key)}
         headers = mail.variables.get("headers")
         if headers is not None:
             document["Headers"] = [
                 {"Name": name, "Value": value} for name, value in mail_headers(headers).items()
             ]
         return WireRequest(
-            "POST", "email", {"Content-Type": "application/json"}, body=json_body(document)
+            "POST", path, {"Content-Type": "application/json"}, body=json_body(document)
         )
 
     def reply(

@@ -11,7 +11,8 @@ stays ``unknown`` past it (:mod:`mailbus.consumer.core.capability`).
 
 Errors are ``{"statusCode", "name", "message"}``; 429 carries ``retry-after`` and
 ``ratelimit-reset`` (seconds) (https://resend.com/docs/api-reference/rate-limit). The
-subject, text and html come from the row's variables (:func:`render_mail`).
+subject, text and html come from a local template or the row's variables
+(:func:`~mailbus.consumer.providers.smtp.mail_parts`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from mailbus.consumer.provider import (
     json_body,
     message_id_of,
 )
-from mailbus.consumer.providers.smtp import render_mail
+from mailbus.consumer.providers.smtp import mail_parts
 from mailbus.kernel.errors import InvalidSendError
 from mailbus_client.send_request import mail_headers
 
@@ -60,7 +61,7 @@ class ResendDialect:
             raise InvalidSendError(
                 "dedupe_key", "must be 1-256 printable ASCII characters (Resend's Idempotency-Key)"
             )
-        subject, text, html = render_mail(mail.template, mail.variables)
+        subject, text, html = mail_parts(mail)
         document: dict[str, Any] = {
             "from": self.sender,
             "to": [mail.to_address],

@@ -40,7 +40,8 @@ from typing import Any
 from mailbus.consumer.core.capability import Capability
 from mailbus.consumer.core.outcome import ProviderReply, parse_retry_after
 from mailbus.consumer.provider import LookupResult, OutgoingMail, WireRequest, json_body, valid_id
-from mailbus.consumer.providers.smtp import render_mail
+from mailbus.consumer.providers.smtp import mail_parts, template_data
+from mailbus.consumer.templates import ProviderTemplate
 from mailbus_client.send_request import mail_headers
 
 __all__ = ["DEDUPE_ARG", "SendGridDialect"]
@@ -64,17 +65,25 @@ class SendGridDialect:
         return {"Authorization": f"Bearer {api_key}"}
 
     def encode(self, mail: OutgoingMail) -> WireRequest:
-        subject, text, html = render_mail(mail.template, mail.variables)
-        content = [{"type": "text/plain", "value": text}]
-        if html is not None:
-            content.append({"type": "text/html", "value": html})
+        """The mail spelled out (``subject``, ``content``), or by SendGrid's own dynamic
+        template: ``template_id`` with the variables as the personalization's
+        ``dynamic_template_data`` (the template gives subject and content)."""
+        personalization: dict[str, Any] = {"to": [{"email": mail.to_address}]}
         document: dict[str, Any] = {
-            "personalizations": [{"to": [{"email": mail.to_address}]}],
+            "personalizations": [personalization],
             "from": {"email": self.sender},
-            "subject": subject,
-            "content": content,
-            "custom_args": {DEDUPE_ARG: mail.dedupe_key},
         }
+        if isinstance(mail.content, ProviderTemplate):
+            document["template_id"] = mail.content.template_id
+            personalization["dynamic_template_data"] = template_data(mail)
+        else:
+            subject, text, html = mail_parts(mail)
+            content = [{"type": "text/plain", "value": text}]
+            if html is not None:
+                content.append({"type": "text/html", "value": html})
+            document["subject"] = subject
+            document["content"] = content
+        document["custom_args"] = {DEDUPE_ARG: mail.dedupe_key}
         headers = mail.variables.get("headers")
         if headers is not None:
             document["headers"] = mail_headers(headers)

@@ -55,8 +55,9 @@ from botocore.exceptions import (
 
 from mailbus.consumer.core.capability import Capability
 from mailbus.consumer.core.outcome import CallResult, ProviderReply, TransportFailure, clip_reason
-from mailbus.consumer.provider import LookupResult, OutgoingMail, valid_id
-from mailbus.consumer.providers.smtp import render_mail
+from mailbus.consumer.provider import LookupResult, OutgoingMail, json_body, valid_id
+from mailbus.consumer.providers.smtp import mail_parts, template_data
+from mailbus.consumer.templates import ProviderTemplate
 from mailbus.kernel.errors import ConfigError, InvalidSendError
 from mailbus_client.send_request import mail_headers
 
@@ -146,14 +147,25 @@ class SesProvider:
         self._threads = ThreadPoolExecutor(max_connections, thread_name_prefix="mailbus-ses")
 
     def prepare(self, mail: OutgoingMail) -> SesPrepared:
-        subject, text, html = render_mail(mail.template, mail.variables)
-        body: dict[str, Any] = {"Text": {"Data": text, "Charset": "UTF-8"}}
-        if html is not None:
-            body["Html"] = {"Data": html, "Charset": "UTF-8"}
-        message: dict[str, Any] = {"Subject": {"Data": subject, "Charset": "UTF-8"}, "Body": body}
+        """SendEmail's arguments: ``Content.Simple`` spelled out, or ``Content.Template``
+        (``TemplateName`` and the variables as the JSON ``TemplateData``) for a mail sent by
+        an SES template."""
+        if isinstance(mail.content, ProviderTemplate):
+            form = "Template"
+            content: dict[str, Any] = {
+                "TemplateName": mail.content.template_id,
+                "TemplateData": json_body(template_data(mail)).decode(),
+            }
+        else:
+            form = "Simple"
+            subject, text, html = mail_parts(mail)
+            body: dict[str, Any] = {"Text": {"Data": text, "Charset": "UTF-8"}}
+            if html is not None:
+                body["Html"] = {"Data": html, "Charset": "UTF-8"}
+            content = {"Subject": {"Data": subject, "Charset": "UTF-8"}, "Body": body}
         headers = mail.variables.get("headers")
-        if headers is not None:
-            message["Headers"] = [
+        if headers is not None:  # Simple and Template both carry Headers
+            content["Headers"] = [
                 {"Name": name, "Value": value} for name, value in mail_headers(headers).items()
             ]
         if not mail.to_address or "@" not in mail.to_address:
@@ -161,7 +173,7 @@ class SesProvider:
         arguments: dict[str, Any] = {
             "FromEmailAddress": self._sender,
             "Destination": {"ToAddresses": [mail.to_address]},
-            "Content": {"Simple": message},
+            "Content": {form: content},
         }
         if self._configuration_set:
             arguments["ConfigurationSetName"] = self._configuration_set

@@ -47,10 +47,19 @@ from mailbus.consumer.core.capability import Capability
 from mailbus.consumer.core.outcome import TransportFailure, clip_reason
 from mailbus.consumer.core.smtp_outcome import SERVER_STAGES, AnyCallResult, SmtpDown, SmtpReply
 from mailbus.consumer.provider import LookupResult, OutgoingMail
+from mailbus.consumer.templates import Rendered
 from mailbus.kernel.errors import ConfigError, InvalidSendError
 from mailbus_client.send_request import mail_headers
 
-__all__ = ["SmtpPrepared", "SmtpProvider", "SmtpTarget", "message_id_for", "render_mail"]
+__all__ = [
+    "SmtpPrepared",
+    "SmtpProvider",
+    "SmtpTarget",
+    "mail_parts",
+    "message_id_for",
+    "render_mail",
+    "template_data",
+]
 
 NO_LOOKUP = "SMTP has no look-up"
 _SCHEMES = {  # port, STARTTLS, implicit TLS
@@ -129,6 +138,23 @@ def render_mail(template: str, variables: Mapping[str, Any]) -> tuple[str, str, 
     return subject, text, html if isinstance(html, str) else None
 
 
+def mail_parts(mail: OutgoingMail) -> tuple[str, str, str | None]:
+    """(subject, text, html) of ``mail``: its local template's rendering if it has one,
+    else :func:`render_mail`; a mail to be sent by a provider's own template cannot be
+    spelled out here (:class:`InvalidSendError`)."""
+    if isinstance(mail.content, Rendered):
+        return mail.content.subject, mail.content.text, mail.content.html
+    if mail.content is not None:
+        raise InvalidSendError("template", "this provider keeps no templates of its own")
+    return render_mail(mail.template, mail.variables)
+
+
+def template_data(mail: OutgoingMail) -> dict[str, Any]:
+    """The variables a provider's own template is filled with: the mail's, but its
+    ``headers`` (sent as the mail's headers)."""
+    return {key: value for key, value in mail.variables.items() if key != "headers"}
+
+
 _OWN_HEADERS = frozenset({"from", "to", "subject", "message-id", "date"})
 
 
@@ -165,7 +191,7 @@ class SmtpProvider:
     def prepare(self, mail: OutgoingMail) -> SmtpPrepared:
         """Build the message with the stdlib email package; a header value with CR or LF
         (or anything else the message cannot carry) raises :class:`InvalidSendError`."""
-        subject, text, html = render_mail(mail.template, mail.variables)
+        subject, text, html = mail_parts(mail)
         for field, value in (("to_address", mail.to_address), ("subject", subject)):
             if "\r" in value or "\n" in value:
                 raise InvalidSendError(field, "must not contain CR or LF (header injection)")

@@ -43,6 +43,7 @@ __all__ = [
     "observe_dead_letter",
     "observe_intake",
     "observe_lookup",
+    "observe_malformed_trace",
     "observe_published",
     "observe_server_failure",
     "observe_webhook_event",
@@ -114,6 +115,13 @@ RELAY_PUBLISHED = Counter(
     "Records the relay published and Kafka acknowledged, by priority"
     " (p0..p2; dlq and events for dead letters and outcome events).",
     ["priority"],
+)
+TRACE_CONTEXT_MALFORMED = Counter(
+    "mailbus_trace_context_malformed",
+    "Malformed W3C traceparent values ignored (the mail goes on without a trace), by where"
+    " they were read: relay (email_sends.traceparent), consumer (Kafka header), intake"
+    " (an event's header).",
+    ["where"],
 )
 INTAKE_EVENTS = Counter(
     "mailbus_intake_events",
@@ -244,6 +252,11 @@ def observe_lookup() -> None:
 
 def observe_dead_letter(reason: str) -> None:
     DEAD_LETTERS.labels(reason).inc()
+
+
+def observe_malformed_trace(where: str) -> None:
+    """A malformed ``traceparent`` read at ``where`` and ignored."""
+    TRACE_CONTEXT_MALFORMED.labels(where).inc()
 
 
 def observe_published(priority: str, n: int) -> None:

@@ -88,6 +88,9 @@ class Settings:
     ses_access_key_id: str = ""  # empty: the SDK's default credential chain
     ses_secret_access_key: str = ""
     ses_configuration_set: str | None = None  # where SES publishes its events (SNS)
+    templates_dir: str | None = None  # local templates (docs/providers.md#templates)
+    # mailbus template -> the provider's own template (ses, postmark, sendgrid)
+    provider_templates: tuple[tuple[str, str], ...] = ()
     smtp_url: str = ""  # smtp://host:port, smtp+starttls://user@host:587, smtps://...
     smtp_password: str = ""
     smtp_from: str = ""
@@ -105,6 +108,8 @@ class Settings:
     console_listen: tuple[str, int] = ("127.0.0.1", 8027)
     console_users_file: str | None = None  # name:role:argon2 hash, one a line
     console_proxy_header: str = ""  # trusted reverse-proxy header naming the user; "": off
+    # where spans go (docs/guides/tracing.md): otlp | console; None: no OpenTelemetry at all
+    otel_exporter: str | None = None
 
     def __repr__(self) -> str:  # never print the API key
         return f"Settings(database={_redact_url(self.database_url)}, kafka={self.kafka_bootstrap})"
@@ -231,10 +236,13 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         ses_access_key_id=reader.secret("MAILBUS_SES_ACCESS_KEY_ID"),
         ses_secret_access_key=reader.secret("MAILBUS_SES_SECRET_ACCESS_KEY"),
         ses_configuration_set=reader._raw("MAILBUS_SES_CONFIGURATION_SET"),
+        templates_dir=_templates_dir(reader._raw("MAILBUS_TEMPLATES_DIR")),
+        provider_templates=parse_provider_templates(reader._raw("MAILBUS_PROVIDER_TEMPLATES")),
         smtp_url=reader._raw("MAILBUS_SMTP_URL") or "",
         smtp_password=reader.secret("MAILBUS_SMTP_PASSWORD"),
         smtp_from=reader._raw("MAILBUS_SMTP_FROM") or "",
         unknown_outcome=_unknown_outcome(env),
+        otel_exporter=_otel_exporter(env),
         smtp_allow_plaintext_auth=_flag(
             "MAILBUS_SMTP_ALLOW_PLAINTEXT_AUTH", env.get("MAILBUS_SMTP_ALLOW_PLAINTEXT_AUTH")
         ),
@@ -261,6 +269,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise ConfigError("MAILBUS_POSTMARK_WEBHOOK_AUTH", "expected user:password")
     if settings.provider == "mailgun" and not settings.mailgun_domain:
         raise ConfigError("MAILBUS_MAILGUN_DOMAIN", "required with MAILBUS_PROVIDER=mailgun")
+    if settings.provider_templates and settings.provider not in _TEMPLATE_PROVIDERS:
+        raise ConfigError(
+            "MAILBUS_PROVIDER_TEMPLATES",
+            f"MAILBUS_PROVIDER={settings.provider} keeps no templates of its own:"
+            f" only {', '.join(_TEMPLATE_PROVIDERS)} do",
+        )
     named_url = _NAMED_PROVIDER_URLS.get(settings.provider)
     if settings.provider == "mailgun":
         named_url = _MAILGUN_REGIONS[settings.mailgun_region]
@@ -288,6 +302,38 @@ _MAILGUN_REGIONS = {"us": "https://api.mailgun.net", "eu": "https://api.eu.mailg
 _PROVIDER_KINDS = ("http", "smtp", "ses", *_NAMED_PROVIDER_URLS)  # ses: through the AWS SDK
 
 
+_TEMPLATE_PROVIDERS = ("ses", "postmark", "sendgrid")  # providers with templates of their own
+
+
+def _templates_dir(raw: str | None) -> str | None:
+    if raw is not None and not Path(raw).is_dir():
+        raise ConfigError("MAILBUS_TEMPLATES_DIR", f"no such directory: {raw}")
+    return raw
+
+
+def parse_provider_templates(raw: str | None) -> tuple[tuple[str, str], ...]:
+    """``name=provider_template[,name=provider_template...]`` as pairs; a malformed entry,
+    an empty side, whitespace inside a name or a template named twice is a
+    :class:`ConfigError`."""
+    if raw is None or not raw.strip():
+        return ()
+    pairs: dict[str, str] = {}
+    for entry in raw.split(","):
+        name, sep, reference = (part.strip() for part in entry.partition("="))
+        if not sep or not name or not reference:
+            raise ConfigError(
+                "MAILBUS_PROVIDER_TEMPLATES", f"expected template=provider_template, got {entry!r}"
+            )
+        if any(ch.isspace() or ch == "=" for ch in name + reference):
+            raise ConfigError(
+                "MAILBUS_PROVIDER_TEMPLATES", f"no whitespace or '=' in a name: {entry.strip()!r}"
+            )
+        if name in pairs:
+            raise ConfigError("MAILBUS_PROVIDER_TEMPLATES", f"template {name!r} mapped twice")
+        pairs[name] = reference
+    return tuple(pairs.items())
+
+
 def _mailgun_region(raw: str | None) -> str:
     region = (raw or "us").strip().lower() or "us"
     if region not in _MAILGUN_REGIONS:
@@ -312,6 +358,19 @@ def _unknown_outcome(env: Mapping[str, str]) -> str:
     if policy not in ("at_most_once", "at_least_once"):
         raise ConfigError(name, f"expected at_most_once or at_least_once, got {raw!r}")
     return policy
+
+
+def _otel_exporter(env: Mapping[str, str]) -> str | None:
+    """MAILBUS_OTEL_EXPORTER (otlp, console, none); unset, OpenTelemetry's own
+    OTEL_EXPORTER_OTLP_ENDPOINT (or its _TRACES_ form) turns OTLP on."""
+    raw = env.get("MAILBUS_OTEL_EXPORTER")
+    if raw is None or not raw.strip():
+        otlp = "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+        return "otlp" if any(env.get(name, "").strip() for name in otlp) else None
+    exporter = raw.strip().lower()
+    if exporter not in ("otlp", "console", "none"):
+        raise ConfigError("MAILBUS_OTEL_EXPORTER", f"expected otlp, console or none, got {raw!r}")
+    return None if exporter == "none" else exporter
 
 
 def _header_name(raw: str | None) -> str:

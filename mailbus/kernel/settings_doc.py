@@ -153,6 +153,20 @@ SETTINGS: tuple[Setting, ...] = (
         "seconds a named provider keeps an idempotency key (resend: 86400); for tests",
         {"consume"},
     ),
+    _s(
+        "TEMPLATES_DIR",
+        "-",
+        "directory of local templates, a folder per template: subject.txt, text.txt,"
+        " optional html.html (Jinja2, sandboxed, html autoescaped); read once per process",
+        {"consume"},
+    ),
+    _s(
+        "PROVIDER_TEMPLATES",
+        "-",
+        "templates sent by the provider's own template (ses, postmark, sendgrid):"
+        " name=provider_template[,...], e.g. order_confirmation=d-abc123",
+        {"consume"},
+    ),
     _s("SES_REGION", "the SDK's", "AWS region of SES (provider ses)", {"consume"}),
     _s("SES_ENDPOINT_URL", "AWS's", "SES endpoint override, e.g. moto in tests", {"consume"}),
     _s(
@@ -208,6 +222,13 @@ SETTINGS: tuple[Setting, ...] = (
     _s("REPLICATION_FACTOR", "1", "replication factor of the topics migrate creates", {"migrate"}),
     _s("METRICS_PORT", "off", "port of /metrics, /healthz, /readyz", _LONG_RUNNING),
     _s("METRICS_ADDR", "127.0.0.1", "address the metrics port binds", _LONG_RUNNING),
+    _s(
+        "OTEL_EXPORTER",
+        "off (otlp if OTEL_EXPORTER_OTLP_ENDPOINT is set)",
+        "where the consumer's delivery spans go: otlp (the OTEL_EXPORTER_OTLP_* variables)"
+        ", console, or none; needs the extra mailbus[tracing] (docs/guides/tracing.md)",
+        {"consume"},
+    ),
     _s("SCHEMA_REGISTRY_URL", "off", "Confluent-compatible schema registry", _KAFKA),
     _s(
         "SCHEMA_REGISTRY_AUTH",

@@ -1,10 +1,14 @@
-"""The campaign proof: 100,000 recipients from a CSV, 1,000 of them suppressed (half of
+"""The campaign proof: 25,000 recipients from a CSV, 250 of them suppressed (half of
 those in another letter case than the CSV has), the import SIGKILLed mid-audience and
 taken up again (`campaign import`) while the fan-out hands out its first parts, the
 fan-out SIGKILLed at random points, then the relay (which paces the rest) and the
 consumers SIGKILLed at random while the campaign is delivered. After restarts: exactly
-99,000 rows, each accepted once at the provider, no suppressed address contacted, and
-the table agrees with the provider."""
+24,750 rows, each accepted once at the provider, no suppressed address contacted, and
+the table agrees with the provider.
+
+The audience was 100,000 until CI had to fit in 15 minutes: every phase is still
+SIGKILLed mid-way (the import mid-audience, the fan-out mid-hand-out at the same 4 s for
+the whole audience, delivery six times), and each assertion is the same at this size."""
 
 from __future__ import annotations
 
@@ -12,12 +16,11 @@ import random
 import time
 from pathlib import Path
 
-import pytest
 from conftest import Stack
 from relay_runner import wait_until
 
-N = 100_000
-SUPPRESSED = range(100, N + 1, 100)  # 1,000 users
+N = 25_000
+SUPPRESSED = range(100, N + 1, 100)  # 250 users
 
 
 def write_audience(path: Path) -> None:
@@ -42,7 +45,6 @@ def import_position(stack: Stack) -> tuple[int, bool, int]:
     return rows[0] if rows else (0, True, 0)  # type: ignore[return-value]
 
 
-@pytest.mark.timeout(600)  # 99,000 mails to settle under SIGKILLs, on two shared cores
 def test_sigkills_during_fan_out_and_delivery_lose_and_double_nothing(
     stack: Stack, tmp_path: Path
 ) -> None:
@@ -61,10 +63,10 @@ def test_sigkills_during_fan_out_and_delivery_lose_and_double_nothing(
     for name in consumers:
         stack.start_consumer(name, priorities="p2")
 
-    # The import, in parts of 5,000 lines, started at once and SIGKILLed mid-audience.
-    part = {"MAILBUS_CAMPAIGN_IMPORT_PART": "5000"}
+    # The import, in parts of 1,250 lines, started at once and SIGKILLed mid-audience.
+    part = {"MAILBUS_CAMPAIGN_IMPORT_PART": "1250"}
     stack.start("import", "campaign", "create", "--name", "proof", "--template", "newsletter",
-                "--audience", str(audience), "--rate", "25000/s", "--start", **part)  # fmt: skip
+                "--audience", str(audience), "--rate", "6000/s", "--start", **part)  # fmt: skip
     wait_until(lambda: import_position(stack)[2] > 0, 60, "a committed part")
     time.sleep(rng.uniform(0.0, 0.3))
     stack.kill("import")
@@ -75,7 +77,7 @@ def test_sigkills_during_fan_out_and_delivery_lose_and_double_nothing(
                 "--audience", str(audience), **part)  # fmt: skip
 
     # The fan-out alone (`campaign run`), SIGKILLed three times at random points once it
-    # has committed something (25,000 a second: about 4 s for the whole audience).
+    # has committed something (6,000 a second: about 4 s for the whole audience).
     handed_out = [0]
     for round_ in range(3):
         stack.start(f"fan-out-{round_}", "campaign", "run", str(campaign_id), "--no-progress")
@@ -101,7 +103,7 @@ def test_sigkills_during_fan_out_and_delivery_lose_and_double_nothing(
         stack.kill(victim)
         roles[victim]()
         kills += 1
-    counts = stack.wait_settled(360)
+    counts = stack.wait_settled(200)
     # A campaign is finished once its last mail is final: the relay's pacer marks it so.
     wait_until(lambda: campaign_figures(stack, campaign_id)[0] == "finished", 60, "finished")
     print(f"fan-out SIGKILLed at {handed_out[1:]} handed out; then {kills} SIGKILLs; {counts}")
@@ -111,7 +113,7 @@ def test_sigkills_during_fan_out_and_delivery_lose_and_double_nothing(
         " FROM email_sends WHERE campaign_id = %s",
         campaign_id,
     )
-    assert rows == [(N - len(SUPPRESSED),) * 3]  # exactly 99,000 rows, all accepted
+    assert rows == [(N - len(SUPPRESSED),) * 3]  # exactly 24,750 rows, all accepted
     state, processed, created_rows = campaign_figures(stack, campaign_id)
     assert (state, processed, created_rows) == ("finished", N, N - len(SUPPRESSED))
     keys = stack.ledger()["keys"]

@@ -11,7 +11,9 @@ accepted agreeing with what the adapter reported. No stack services needed.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import pytest
@@ -23,6 +25,7 @@ from mailbus.consumer.providers.mailgun import MailgunDialect
 from mailbus.consumer.providers.postmark import PostmarkDialect
 from mailbus.consumer.providers.resend import ResendDialect
 from mailbus.consumer.providers.sendgrid import SendGridDialect
+from mailbus.consumer.templates import ProviderTemplate, Rendered
 from mailbus.sandbox.app import SandboxState
 from mailbus.sandbox.faults import build_plan
 from mailbus.sandbox.server import ThreadedSandbox, start_in_thread
@@ -137,3 +140,43 @@ def test_doubt_after_a_timeout_is_settled_without_a_second_mail(
     )
     assert lost.outcome is Outcome.UNKNOWN
     assert accepted_by_sandbox(sandbox) == {MAIL.dedupe_key: (1, settled_id)}
+
+
+RENDERED = replace(MAIL, content=Rendered("Order 7 confirmed", "Your order ships.", "<p>7</p>"))
+BY_REFERENCE = replace(
+    MAIL,
+    variables={"order_id": "7", "headers": {"X-Campaign": "c1"}},
+    content=ProviderTemplate("order-confirmation-v2"),
+)
+
+
+def test_a_locally_rendered_mail_is_accepted(sandbox: ThreadedSandbox, dialect: Dialect) -> None:
+    """A mail rendered from a local template travels in every dialect's own shape."""
+    result = classify(call(sandbox, dialect, lambda p: p.send(RENDERED)))  # type: ignore[arg-type]
+    assert result.outcome is Outcome.ACCEPTED, result
+    assert accepted_by_sandbox(sandbox) == {MAIL.dedupe_key: (1, result.message_id)}
+
+
+@pytest.mark.parametrize("name", ["postmark", "sendgrid"])
+@pytest.mark.parametrize("fault", ["", "503:next=1", "hang_after_accept:next=1:hang_seconds=3"])
+def test_a_provider_template_goes_by_reference(
+    sandbox: ThreadedSandbox, name: str, fault: str
+) -> None:
+    """Postmark's template alias and SendGrid's dynamic template: the dialect sends the
+    reference and the variables (never a subject or body), the faults work there too, and
+    the sandbox's ledger records what was sent."""
+    sandbox.call(lambda state: state.reset())
+    result = classify(
+        call(sandbox, ADAPTERS[name](), lambda p: p.send(BY_REFERENCE), (fault,) if fault else ())  # type: ignore[arg-type]
+    )
+    expected = {"": Outcome.ACCEPTED, "503": Outcome.RETRY}.get(fault[:3], Outcome.UNKNOWN)
+    assert result.outcome is expected, result
+    if expected is Outcome.RETRY:
+        assert accepted_by_sandbox(sandbox) == {}
+        return
+    if fault:
+        time.sleep(0.3)  # the sandbox records the mail it kept working on
+    keys = sandbox.call(lambda state: state.ledger.snapshot())["keys"]
+    assert keys[MAIL.dedupe_key]["accepted"] == 1
+    assert keys[MAIL.dedupe_key]["provider_template"] == "order-confirmation-v2"
+    assert keys[MAIL.dedupe_key]["template_data"] == {"order_id": "7"}

@@ -3,13 +3,13 @@ every compose service, mounts the database URL of its own role and no other."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from k8s_render import kustomize_command, render
 
 REPO = Path(__file__).resolve().parents[2]
 OVERLAYS = sorted(path.name for path in (REPO / "k8s/overlays").iterdir() if path.is_dir())
@@ -38,24 +38,7 @@ COMPOSE_ROLE = {
 
 @pytest.fixture(scope="module")
 def kustomize() -> list[str]:
-    """The kustomize `make validate` uses (stack/validate.sh builds it once into the cache)."""
-    found = subprocess.run(
-        ["bash", "-c", "source stack/validate.sh && kustomize_path"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert found.returncode == 0, found.stderr
-    return found.stdout.split()
-
-
-def render(kustomize: list[str], overlay: str) -> list[dict[str, Any]]:
-    built = subprocess.run(
-        [*kustomize, f"k8s/overlays/{overlay}"], cwd=REPO, capture_output=True, text=True
-    )
-    assert built.returncode == 0, built.stderr
-    return [doc for doc in yaml.safe_load_all(built.stdout) if doc]
+    return kustomize_command()
 
 
 def mounted_database_urls(pod: dict[str, Any]) -> list[str]:
@@ -81,7 +64,7 @@ def test_each_workload_mounts_only_its_roles_database_url(
     kustomize: list[str], overlay: str
 ) -> None:
     seen = {}
-    for doc in render(kustomize, overlay):
+    for doc in render(kustomize, f"k8s/overlays/{overlay}"):
         if doc["kind"] not in ("Deployment", "Job", "StatefulSet", "DaemonSet", "CronJob"):
             continue
         component = doc["metadata"]["labels"]["app.kubernetes.io/component"]

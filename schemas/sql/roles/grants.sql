@@ -47,8 +47,10 @@ GRANT SELECT ON mailbus_schema_migrations TO mailbus_relay, mailbus_consumer, ma
 
 -- A domain service enqueuing in its own transaction (mailbus_client.enqueue): insert a
 -- send; read back the id of a duplicate and count open rows for the queue cap. It cannot
--- read addresses or payloads, change or delete a send, or see any other table.
-GRANT INSERT (dedupe_key, to_address, template, payload_json, priority, expires_at)
+-- read addresses or payloads, change or delete a send, or see any other table. It may
+-- give the row its W3C trace context (docs/guides/tracing.md).
+GRANT INSERT (dedupe_key, to_address, template, payload_json, priority, expires_at,
+              traceparent, tracestate)
     ON email_sends TO mailbus_enqueuer;
 GRANT SELECT (id, dedupe_key, status) ON email_sends TO mailbus_enqueuer;
 
@@ -78,7 +80,7 @@ GRANT SELECT (id, state) ON campaigns TO mailbus_consumer;
 -- `mailbus intake`: inserts sends from domain events (an event older than
 -- MAILBUS_INTAKE_MAX_AGE as an expired row, saying why), dead-letters the undecodable.
 GRANT INSERT (dedupe_key, to_address, template, payload_json, priority, expires_at, status,
-              last_error)
+              last_error, traceparent, tracestate)
     ON email_sends TO mailbus_intake;
 GRANT SELECT (id, dedupe_key, status) ON email_sends TO mailbus_intake;
 GRANT INSERT ON email_dead_letters TO mailbus_intake;
