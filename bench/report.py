@@ -257,7 +257,9 @@ def write_doc(store: dict[str, Any], machine_info: dict[str, str]) -> None:
         " heavy jobs that take the same lock out); read the figures as what this machine"
         " gave then, on two cores shared by every process of the run, not as a ceiling."
         " A speed claim between two commits is an A/B from `bench/compare.py` instead:"
-        " [where one mail's time goes](benchmarks/speed.md).",
+        " [where one mail's time goes](benchmarks/speed.md). The console's pages over 10 M"
+        " rows and its upload rate: [the console at scale](benchmarks/console.md)"
+        " (`bench/console_pages.py`).",
         *(["", "**Quick sizes** (`--quick`): rows, events and durations reduced to fit the"
            " time available; each section names its exact command. Run `make bench-report`"
            " for full sizes."] if quick else []),

@@ -31,6 +31,13 @@ FROM email_sends
 WHERE dedupe_key = %(q)s OR message_id = %(q)s OR lower(to_address) = lower(%(q)s)
 ORDER BY id DESC LIMIT %(limit)s
 
+-- name: open_sends
+-- Per campaign, its mails not yet final: index-only on email_sends_campaign_idx
+-- (campaign_id, status), whatever the number of its settled mails.
+SELECT campaign_id, count(*) FROM email_sends
+WHERE campaign_id = ANY(%(ids)s) AND status IN ('pending', 'sending', 'unknown')
+GROUP BY campaign_id
+
 -- name: campaign_feedback
 -- Per campaign: its mails bounced or complained about (email_sends.delivery_status, by
 -- email_sends_campaign_idx) and the addresses unsubscribed through its links.

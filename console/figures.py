@@ -9,28 +9,21 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from mailbus.campaigns.views import campaign_counts
 from mailbus.kernel.errors import StorageError
 from mailbus_client.sqlfiles import load_queries
 
-__all__ = ["campaign_feedback", "campaign_progress", "find_keys", "rates"]
-
-# A recipient whose mail will not change any more.
-_SETTLED = ("accepted", "failed", "expired", "suppressed", "cancelled")
+__all__ = ["campaign_feedback", "campaign_progress", "find_keys", "rates", "settled"]
 
 
 def _q() -> dict[str, str]:
     return load_queries("mailbus.console", "console.sql")
 
 
-def rates(database_url: str) -> dict[str, list[tuple[str, int]]]:
-    """Accepted calls per minute of the last hour, dead letters per hour of the last day."""
-    try:
-        with psycopg.connect(database_url, connect_timeout=5) as conn:
-            accepted = conn.execute(_q()["accepted_per_minute"]).fetchall()
-            dead = conn.execute(_q()["dead_letters_per_hour"]).fetchall()
-    except psycopg.Error as exc:
-        raise StorageError(f"console figures not read: {exc}") from exc
+def rates(conn: psycopg.Connection[Any]) -> dict[str, list[tuple[str, int]]]:
+    """Accepted calls per minute of the last hour, dead letters per hour of the last day
+    (read on the overview's connection: :func:`mailbus.app.overview.collect_overview`)."""
+    accepted = conn.execute(_q()["accepted_per_minute"]).fetchall()
+    dead = conn.execute(_q()["dead_letters_per_hour"]).fetchall()
     return {
         "accepted_per_minute": [(f"{m:%H:%M}", int(n)) for m, n in accepted],
         "dead_letters_per_hour": [(f"{h:%d %H}h", int(n)) for h, n in dead],
@@ -48,22 +41,31 @@ def find_keys(database_url: str, text: str, limit: int = 50) -> list[dict[str, A
 
 def campaign_progress(database_url: str, campaigns: list[dict[str, Any]]) -> None:
     """Add ``settled`` (recipients whose mail is final, or never to be made) and
-    ``percent`` to each of :func:`mailbus.campaigns.views.collect_list`'s rows."""
+    ``percent`` to each of :func:`mailbus.campaigns.views.collect_list`'s rows. Only the
+    campaigns' open mail is counted (a few rows each, by email_sends_campaign_idx): a
+    campaign of a million settled mails costs no more than one of ten."""
     ids = [c["id"] for c in campaigns]
-    sends: dict[int, dict[str, int]] = {i: {} for i in ids}
+    open_sends: dict[int, int] = {}
     try:
         with psycopg.connect(database_url, connect_timeout=5) as conn:
-            query = load_queries("mailbus.campaigns", "queries.sql")["overview_sends"]
-            for campaign_id, status, n in conn.execute(query, {"ids": ids}):
-                sends[campaign_id][status] = int(n)
+            for campaign_id, n in conn.execute(_q()["open_sends"], {"ids": ids}):
+                open_sends[campaign_id] = int(n)
     except psycopg.Error as exc:
         raise StorageError(f"campaign progress not read: {exc}") from exc
     for c in campaigns:
-        counts = campaign_counts(
-            c["state"], c["recipients"], c["processed"], c["suppressed"], sends[c["id"]]
+        c["settled"] = settled(
+            c["state"], c["recipients"], c["processed"], open_sends.get(c["id"], 0)
         )
-        c["settled"] = sum(counts[name] for name in _SETTLED)
         c["percent"] = 100 * c["settled"] // c["recipients"] if c["recipients"] else 0
+
+
+def settled(state: str, recipients: int, processed: int, open_sends: int) -> int:
+    """Recipients whose mail is final or will never be made (pure): every recipient but
+    those not handed out yet (a cancelled campaign's never will be) and the open mails.
+    The sum of :func:`mailbus.campaigns.views.campaign_counts`' final states, without
+    counting the final ones."""
+    waiting = 0 if state == "cancelled" else max(0, recipients - processed)
+    return max(0, recipients - waiting - open_sends)
 
 
 def campaign_feedback(database_url: str, campaign_id: int) -> dict[str, int]:

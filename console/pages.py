@@ -18,14 +18,20 @@ from mailbus.feedback import suppressions
 __all__ = ["add_pages", "letter_filter", "suppressions_page"]
 
 STATES = ("pending", "sending", "unknown", "accepted", "failed", "expired", "suppressed")
+OPEN_STATES = STATES[:3]  # counted exactly; the others are estimated on a large table
 LIST_LIMIT = 200
 
 
 async def overview(request: web.Request) -> web.Response:
     status = await run(request, console_of(request).overview)
-    rates = await run(request, figures.rates)
     return render(
-        request, "overview.html", status=status, rates=rates, states=STATES, priorities=PRIORITIES
+        request,
+        "overview.html",
+        status=status,
+        rates=status["rates"],
+        states=STATES,
+        open_states=OPEN_STATES,
+        priorities=PRIORITIES,
     )
 
 

@@ -64,7 +64,7 @@ class Console:
 
     database_url: str
     users: Users
-    overview: Callable[[str], dict[str, Any]]  # mailbus.app.status.collect_status
+    overview: Callable[[str], dict[str, Any]]  # mailbus.app.overview.collect_overview
     proxy_header: str = ""
     replay_rate: float | None = 5.0  # replays a second (DEFAULT_REPLAY_RATE)
     import_part: int = 50_000
