@@ -4,11 +4,13 @@ them) and parse into the event the sandbox meant, with a stable event id."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
 import json
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +23,8 @@ from svix.webhooks import Webhook
 from mailbus.feedback.events import DeliveryEvent
 from mailbus.feedback.native import sns
 from mailbus.feedback.native.routes import Mailgun, NativeReceiver, Postmark, Resend, SendGrid
+from mailbus.kernel.errors import ConfigError
+from mailbus.sandbox.emitter import emitter_from_args
 from mailbus.sandbox.native_events import (
     MailgunSigner,
     PostmarkSigner,
@@ -30,6 +34,7 @@ from mailbus.sandbox.native_events import (
     Signer,
 )
 from mailbus.sandbox.provider_signing import svix_headers
+from mailbus.sandbox.server import add_arguments
 
 NOW = int(time.time())  # svix checks times against its own clock
 AT = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
@@ -154,3 +159,54 @@ def test_the_sandboxs_svix_signature_is_the_svix_librarys_own() -> None:
     ours = svix_headers(RESEND_SECRET, "msg_x", NOW, body)["svix-signature"]
     theirs = Webhook(RESEND_SECRET).sign("msg_x", datetime.fromtimestamp(NOW, UTC), body.decode())
     assert ours == theirs
+
+
+def sandbox_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_native_routes_follow_the_secrets_and_keys_given(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in ("RESEND_WEBHOOK_SECRET", "MAILGUN_WEBHOOK_KEY", "POSTMARK_WEBHOOK_AUTH"):
+        monkeypatch.delenv(f"MAILBUS_{name}", raising=False)
+        monkeypatch.delenv(f"MAILBUS_{name}_FILE", raising=False)
+    base = ("--native-events-to", "http://127.0.0.1:8026/webhooks/")
+    with pytest.raises(ConfigError, match="--native-events-to"):
+        emitter_from_args(sandbox_args(*base))
+    monkeypatch.setenv("MAILBUS_MAILGUN_WEBHOOK_KEY", "key-x")
+    (tmp_path / "auth").write_text("hooks:pa:ss\n")
+    monkeypatch.setenv("MAILBUS_POSTMARK_WEBHOOK_AUTH_FILE", str(tmp_path / "auth"))
+    key = tmp_path / "sendgrid.pem"
+    key.write_bytes(
+        SENDGRID_KEY.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    emitter = emitter_from_args(sandbox_args(*base, "--sendgrid-signing-key", str(key)))
+    assert emitter is not None and emitter.url is None
+    assert {name: route.url for name, route in emitter.native.items()} == {
+        name: f"http://127.0.0.1:8026/webhooks/{name}"
+        for name in ("mailgun", "postmark", "sendgrid")
+    }
+    assert emitter.native["postmark"].signer == PostmarkSigner("hooks", "pa:ss")
+    with pytest.raises(ConfigError, match="--ses-cert-url"):
+        emitter_from_args(
+            sandbox_args(*base, "--ses-signing-key", str(key), "--ses-topic-arn", TOPIC)
+        )
+    with pytest.raises(ConfigError, match=r"--ses-signing-key.*RSA"):
+        emitter_from_args(
+            sandbox_args(
+                *base,
+                "--ses-signing-key",
+                str(key),
+                "--ses-topic-arn",
+                TOPIC,
+                "--ses-cert-url",
+                "https://127.0.0.1/c.pem",
+            )
+        )
