@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import socket
 import statistics
 import subprocess
@@ -31,11 +30,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import boto3
+from call_path import sends_per_second
 from results import record
 
-from mailbus.consumer.core.outcome import Outcome
-from mailbus.consumer.core.smtp_outcome import classify_call
-from mailbus.consumer.provider import HttpProvider, OutgoingMail
+from mailbus.consumer.provider import HttpProvider
 from mailbus.consumer.providers import Provider
 from mailbus.consumer.providers.mailgun import MailgunDialect
 from mailbus.consumer.providers.postmark import PostmarkDialect
@@ -102,29 +100,10 @@ def adapter(name: str, sandbox: str, moto: str, in_flight: int) -> Provider:
     return HttpProvider(sandbox, API_KEY, 2.0, 15.0, in_flight, dialect=dialect)
 
 
-async def one_run(provider: Provider, name: str, in_flight: int, seconds: float) -> float:
-    keys = itertools.count()
-    sent = 0
-
-    async def sender(until: float, count: bool) -> None:
-        nonlocal sent
-        while time.monotonic() < until:
-            mail = OutgoingMail(f"{name}-{next(keys)}", "u@example.com", "welcome", {"n": 1})
-            result = classify_call(await provider.send(provider.prepare(mail)))
-            if result.outcome is not Outcome.ACCEPTED:
-                raise RuntimeError(f"{name}: not accepted: {result.reason}")
-            sent += count
-
-    await asyncio.gather(*(sender(time.monotonic() + 1, False) for _ in range(in_flight)))
-    started = time.monotonic()
-    await asyncio.gather(*(sender(started + seconds, True) for _ in range(in_flight)))
-    return sent / (time.monotonic() - started)
-
-
 async def measure(name: str, sandbox: str, moto: str, args: argparse.Namespace) -> float:
     provider = adapter(name, sandbox, moto, args.in_flight)
     try:
-        return await one_run(provider, name, args.in_flight, args.seconds)
+        return await sends_per_second(provider, args.in_flight, args.seconds, name)
     finally:
         await provider.aclose()
 
