@@ -105,6 +105,17 @@ SPECS: dict[str, Spec] = {
         ("--seconds", "2"),
         runs_flag=True,
     ),
+    "adapters": Spec(
+        "Provider adapters' call path",
+        "Sends/s of each provider adapter alone at 64 in flight against the sandbox's"
+        " dialect of that provider (50 ms), and its share of the `http` default's figure;"
+        " SES through the AWS SDK against moto, which adds no latency, so its share is"
+        " over `http` against a sandbox adding none either.",
+        "adapter_call_path.py",
+        (),
+        ("--seconds", "2"),
+        runs_flag=True,
+    ),
     "campaign_fanout": Spec(
         "Campaign import and fan-out",
         "Recipients/s from CSV to email_sends rows.",

@@ -13,41 +13,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import socket
 import statistics
 import subprocess
 import sys
 import time
 
+from call_path import sends_per_second
 from results import record
 
-from mailbus.consumer.core.outcome import Outcome
-from mailbus.consumer.core.smtp_outcome import classify_call
-from mailbus.consumer.provider import OutgoingMail
 from mailbus.consumer.providers.smtp import SmtpProvider
 
 
 async def one_run(url: str, in_flight: int, seconds: float) -> float:
     provider = SmtpProvider(url, "bench@mailbus.example", max_connections=in_flight)
-    keys = itertools.count()
-    sent = 0
-
-    async def sender(until: float, count: bool) -> None:
-        nonlocal sent
-        while time.monotonic() < until:
-            mail = OutgoingMail(f"bench-{next(keys)}", "u@example.com", "welcome", {"n": 1})
-            result = classify_call(await provider.send(provider.prepare(mail)))
-            if result.outcome is not Outcome.ACCEPTED:
-                raise RuntimeError(f"not accepted: {result.reason}")
-            sent += count
-
-    await asyncio.gather(*(sender(time.monotonic() + 1, False) for _ in range(in_flight)))
-    started = time.monotonic()
-    await asyncio.gather(*(sender(started + seconds, True) for _ in range(in_flight)))
-    elapsed = time.monotonic() - started
-    await provider.aclose()
-    return sent / elapsed
+    try:
+        return await sends_per_second(provider, in_flight, seconds, "bench")
+    finally:
+        await provider.aclose()
 
 
 _SINK = ("-c", "aiosmtpd.handlers.Sink")

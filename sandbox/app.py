@@ -19,7 +19,8 @@ Control endpoints (no auth; loopback clients only unless ``open_control``):
 ``GET /_sandbox/events`` (what the delivery-event emitter sent, when there is one).
 
 With an emitter (:mod:`mailbus.sandbox.emitter`), every newly accepted message gets signed
-delivery events posted to the receiver.
+delivery events posted to the receiver: mailbus's own, or those of the provider whose
+dialect accepted it, signed that provider's way.
 
 Order of checks for a send: auth (401), Idempotency-Key (400), body (400), then the fault
 is chosen and the delay slept. A send that is slow is still accepted after its delay even
@@ -160,7 +161,7 @@ async def _handle_send(
         template_data=parsed.template_data,
     )
     if minted and state.emitter is not None:
-        state.emitter.accepted(message_id)
+        state.emitter.accepted(message_id, parsed.to, dialect.name)
     if kind is None:
         ledger.settle(record, "accepted" if minted else "replayed")
         return dialect.accepted(message_id)

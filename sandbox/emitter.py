@@ -1,11 +1,21 @@
-"""The sandbox sends signed delivery events for what it accepted (``--events-to URL``).
+"""The sandbox sends signed delivery events for what it accepted.
 
-Each newly accepted message gets its events (:mod:`mailbus.sandbox.outcomes`) posted to the
-receiver after ``delay_ms``, signed with ``Mailbus-Signature`` (v2: over the URL's path and
-the body) under the webhook secret.
-A post answered 5xx or lost on the way is retried (up to 5 times, 0.5 s doubling); 4xx is
-not (the receiver refused it: a wrong secret, a bad body). Counts of sent, refused and
-failed events are served at ``GET /_sandbox/events``.
+``--events-to URL``: each newly accepted message gets its events
+(:mod:`mailbus.sandbox.outcomes`) posted to the receiver after ``delay_ms``, signed with
+``Mailbus-Signature`` (v2: over the URL's path and the body) under the webhook secret.
+``--native-events-to URL``: mail a named provider's dialect accepted gets that provider's
+own events instead (:mod:`mailbus.sandbox.native_events`), posted to ``URL/<provider>``
+(the receiver's route, docs/providers.md#delivery-events) and signed that provider's way,
+for each provider whose signing secret or key is given (the receiver's variables:
+``MAILBUS_RESEND_WEBHOOK_SECRET``, ``MAILBUS_MAILGUN_WEBHOOK_KEY``,
+``MAILBUS_POSTMARK_WEBHOOK_AUTH``, each with ``_FILE``; SendGrid's and SNS's private keys
+as PEM files). SES mail is sent elsewhere (SES itself, or moto): :meth:`EventEmitter.accepted`
+with ``dialect="ses"`` publishes its events as SNS would.
+A ``duplicate_share`` of events is posted twice, as providers deliver at least once.
+A post answered 5xx or lost on the way is retried (up to 5 times, 0.5 s doubling), signed
+anew; 4xx is not (the receiver refused it: a wrong secret, a bad body). Counts of sent,
+duplicate (the receiver had it already), refused and failed events are served at
+``GET /_sandbox/events``.
 """
 
 from __future__ import annotations
@@ -18,23 +28,42 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from mailbus.feedback.signature import signature_header
 from mailbus.kernel.errors import ConfigError
-from mailbus.sandbox.outcomes import OutcomePlan, outcome_events
+from mailbus.sandbox.native_events import (
+    MailbusSigner,
+    MailgunSigner,
+    PostmarkSigner,
+    ResendSigner,
+    SendGridSigner,
+    SesSigner,
+    Signer,
+)
+from mailbus.sandbox.outcomes import OutcomePlan, outcome_events, posting_order
 
-__all__ = ["EventEmitter", "add_event_arguments", "emitter_from_args"]
+__all__ = ["EventEmitter", "Route", "add_event_arguments", "emitter_from_args"]
 
 log = logging.getLogger("mailbus.sandbox.events")
 
 _ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one dialect's events go and how they are signed."""
+
+    url: str
+    signer: Signer
 
 
 def add_event_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,11 +71,30 @@ def add_event_arguments(parser: argparse.ArgumentParser) -> None:
     events = parser.add_argument_group(
         "delivery events",
         "with --events-to, every newly accepted message gets signed delivery events "
-        "(secret: $MAILBUS_WEBHOOK_SECRET or its _FILE)",
+        "(secret: $MAILBUS_WEBHOOK_SECRET or its _FILE); with --native-events-to, mail of a "
+        "named provider's dialect gets that provider's own events, for each provider whose "
+        "secret is set ($MAILBUS_RESEND_WEBHOOK_SECRET, $MAILBUS_MAILGUN_WEBHOOK_KEY, "
+        "$MAILBUS_POSTMARK_WEBHOOK_AUTH, each or its _FILE) or key given (below)",
     )
     events.add_argument(
         "--events-to", metavar="URL", help="e.g. http://127.0.0.1:8026/webhooks/sandbox"
     )
+    events.add_argument(
+        "--native-events-to",
+        metavar="URL",
+        help="the receiver's webhooks base, e.g. http://127.0.0.1:8026/webhooks: a provider's "
+        "events go to URL/<provider>",
+    )
+    events.add_argument(
+        "--sendgrid-signing-key", metavar="PEM", help="EC P-256 private key (SendGrid's events)"
+    )
+    events.add_argument(
+        "--ses-signing-key", metavar="PEM", help="RSA private key of SNS's signing certificate"
+    )
+    events.add_argument(
+        "--ses-cert-url", metavar="URL", help="https URL serving that certificate (SigningCertURL)"
+    )
+    events.add_argument("--ses-topic-arn", metavar="ARN", help="the SNS topic SES publishes to")
     events.add_argument(
         "--events-delay-ms",
         metavar="MS",
@@ -62,6 +110,13 @@ def add_event_arguments(parser: argparse.ArgumentParser) -> None:
     )
     events.add_argument(
         "--complaint-share", metavar="F", type=_share_arg, default=0.0, help="of delivered (0)"
+    )
+    events.add_argument(
+        "--duplicate-share",
+        metavar="F",
+        type=_share_arg,
+        default=0.0,
+        help="of events, posted twice (0)",
     )
 
 
@@ -86,60 +141,135 @@ def _share_arg(text: str) -> float:
     return value
 
 
-def emitter_from_args(args: argparse.Namespace) -> EventEmitter | None:
-    """The emitter ``--events-to`` asks for, or None; a missing secret is a ConfigError."""
-    url = getattr(args, "events_to", None)
-    if not url:
-        return None
-    if not url.startswith(("http://", "https://")):
-        raise ConfigError("--events-to", f"expected an http(s):// URL, got {url!r}")
-    secret = os.environ.get("MAILBUS_WEBHOOK_SECRET", "").strip()
-    if path := os.environ.get("MAILBUS_WEBHOOK_SECRET_FILE"):
+def _secret(name: str) -> str:
+    """``$name``, else the content of ``$name_FILE``, stripped; empty when neither."""
+    secret = os.environ.get(name, "").strip()
+    if path := os.environ.get(f"{name}_FILE"):
         try:
             secret = Path(path).read_text().strip()
         except OSError as exc:
-            problem = f"unreadable: {exc.strerror}"
-            raise ConfigError("MAILBUS_WEBHOOK_SECRET_FILE", problem) from None
-    if not secret:
-        raise ConfigError("MAILBUS_WEBHOOK_SECRET", "--events-to needs the webhook secret")
+            raise ConfigError(f"{name}_FILE", f"unreadable: {exc.strerror}") from None
+    return secret
+
+
+def _private_key(option: str, path: str) -> Any:
+    try:
+        return load_pem_private_key(Path(path).read_bytes(), password=None)
+    except OSError as exc:
+        raise ConfigError(option, f"unreadable: {exc.strerror}") from None
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(option, f"not an unencrypted PEM private key: {exc}") from None
+
+
+def _http_url(option: str, url: str) -> str:
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(option, f"expected an http(s):// URL, got {url!r}")
+    return url
+
+
+def _native_signers(args: argparse.Namespace) -> dict[str, Signer]:
+    """The providers whose signing secret or key is configured, with their signers."""
+    signers: dict[str, Signer] = {}
+    if resend := _secret("MAILBUS_RESEND_WEBHOOK_SECRET"):
+        signers["resend"] = ResendSigner(resend)
+    if mailgun := _secret("MAILBUS_MAILGUN_WEBHOOK_KEY"):
+        signers["mailgun"] = MailgunSigner(mailgun)
+    if postmark := _secret("MAILBUS_POSTMARK_WEBHOOK_AUTH"):
+        user, colon, password = postmark.partition(":")
+        if not colon:
+            raise ConfigError("MAILBUS_POSTMARK_WEBHOOK_AUTH", "expected user:password")
+        signers["postmark"] = PostmarkSigner(user, password)
+    if args.sendgrid_signing_key:
+        key = _private_key("--sendgrid-signing-key", args.sendgrid_signing_key)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise ConfigError("--sendgrid-signing-key", "must be an EC (P-256) private key")
+        signers["sendgrid"] = SendGridSigner(key)
+    ses = (args.ses_signing_key, args.ses_cert_url, args.ses_topic_arn)
+    if any(ses):
+        if not all(ses):
+            missing = ("--ses-signing-key", "--ses-cert-url", "--ses-topic-arn")
+            name = next(n for n, v in zip(missing, ses, strict=True) if not v)
+            raise ConfigError(name, "SES events need the signing key, cert URL and topic ARN")
+        key = _private_key("--ses-signing-key", args.ses_signing_key)
+        if not isinstance(key, rsa.RSAPrivateKey):
+            raise ConfigError("--ses-signing-key", "must be an RSA private key")
+        if not args.ses_cert_url.startswith("https://"):
+            raise ConfigError("--ses-cert-url", "SNS certificates are served over https")
+        signers["ses"] = SesSigner(args.ses_topic_arn, args.ses_cert_url, key)
+    return signers
+
+
+def emitter_from_args(args: argparse.Namespace) -> EventEmitter | None:
+    """The emitter ``--events-to``/``--native-events-to`` ask for, or None; a missing
+    secret is a ConfigError."""
+    url = getattr(args, "events_to", None)
+    native_base = getattr(args, "native_events_to", None)
+    if not url and not native_base:
+        return None
+    secret = ""
+    if url:
+        _http_url("--events-to", url)
+        secret = _secret("MAILBUS_WEBHOOK_SECRET")
+        if not secret:
+            raise ConfigError("MAILBUS_WEBHOOK_SECRET", "--events-to needs the webhook secret")
+    native: dict[str, Route] = {}
+    if native_base:
+        base = _http_url("--native-events-to", native_base).rstrip("/")
+        signers = _native_signers(args)
+        if not signers:
+            problem = "no provider's signing secret or key is set (see --help)"
+            raise ConfigError("--native-events-to", problem)
+        native = {name: Route(f"{base}/{name}", signer) for name, signer in signers.items()}
     plan = OutcomePlan(
         delay_ms=args.events_delay_ms,
         bounce_share=args.bounce_share,
         hard_share=args.hard_share,
         complaint_share=args.complaint_share,
+        duplicate_share=args.duplicate_share,
     )
-    return EventEmitter(url, secret, plan, seed=args.seed)
+    return EventEmitter(url or None, secret, plan, seed=args.seed, native=native)
 
 
 class EventEmitter:
+    """Posts the events of accepted mail: to ``url`` signed with ``Mailbus-Signature``
+    (None: nowhere), or for a dialect in ``native`` to its own route, its own way."""
+
     def __init__(
         self,
-        url: str,
+        url: str | None,
         secret: str,
         plan: OutcomePlan,
         seed: int | None = None,
         clock: Callable[[], float] = time.time,
+        native: Mapping[str, Route] | None = None,
     ) -> None:
         self.url = url
-        self._path = urlsplit(url).path  # the signature covers it, as the receiver sees it
-        self._secret = secret
+        # the signature covers the path, as the receiver sees it
+        self._own = None if url is None else Route(url, MailbusSigner(secret, urlsplit(url).path))
+        self.native = dict(native or {})
         self.plan = plan
         self._rng = random.Random(seed)
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self.counts = {"sent": 0, "refused": 0, "failed": 0}
+        self.counts = {"sent": 0, "duplicate": 0, "refused": 0, "failed": 0}
 
-    def accepted(self, message_id: str) -> None:
-        """Schedule the events of a newly accepted message (call on the sandbox's loop)."""
+    def accepted(self, message_id: str, to: str = "", dialect: str = "mailbus") -> None:
+        """Schedule the events of a message newly accepted through ``dialect`` (call on the
+        sandbox's loop); nothing when no route takes that dialect's events."""
+        route = self.native.get(dialect, self._own)
+        if route is None:
+            return
         now = datetime.fromtimestamp(self._clock(), UTC)
         events = outcome_events(message_id, self.plan, self._rng, now)
-        task = asyncio.get_running_loop().create_task(self._emit(events))
+        events = posting_order(events, self.plan, self._rng)
+        task = asyncio.get_running_loop().create_task(self._emit(route, events, to))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     def snapshot(self) -> dict[str, Any]:
-        return {"url": self.url, "pending": len(self._tasks), **self.counts}
+        native = {name: route.url for name, route in self.native.items()}
+        return {"url": self.url, "native": native, "pending": len(self._tasks), **self.counts}
 
     async def close(self) -> None:
         """Cancel what is not sent yet; close the client."""
@@ -151,26 +281,25 @@ class EventEmitter:
         if self._session is not None:
             await self._session.close()
 
-    async def _emit(self, events: list[dict[str, Any]]) -> None:
+    async def _emit(self, route: Route, events: list[dict[str, Any]], to: str) -> None:
         await asyncio.sleep(self.plan.delay_ms / 1000)
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
         for event in events:
-            self.counts[await self._post(self._session, event)] += 1
+            self.counts[await self._post(self._session, route, event, to)] += 1
 
-    async def _post(self, session: aiohttp.ClientSession, event: dict[str, Any]) -> str:
-        body = json.dumps(event).encode()
+    async def _post(
+        self, session: aiohttp.ClientSession, route: Route, event: dict[str, Any], to: str
+    ) -> str:
         pause = 0.5
         for attempt in range(1, _ATTEMPTS + 1):
-            header = signature_header(self._secret, self._path, body, int(self._clock()))
+            signed = route.signer.sign(event, to, int(self._clock()))
             try:
                 async with session.post(
-                    self.url,
-                    data=body,
-                    headers={"Mailbus-Signature": header, "Content-Type": "application/json"},
+                    route.url, data=signed.body, headers=signed.headers
                 ) as response:
                     if response.status < 300:
-                        return "sent"
+                        return await _result(response)
                     if response.status < 500:
                         log.warning("event %s refused: HTTP %d", event["id"], response.status)
                         return "refused"
@@ -180,3 +309,13 @@ class EventEmitter:
                 await asyncio.sleep(pause)
                 pause *= 2
         return "failed"
+
+
+async def _result(response: aiohttp.ClientResponse) -> str:
+    """``duplicate`` when the receiver says it had the event already, else ``sent``."""
+    try:
+        answer = json.loads(await response.read())
+    except ValueError:
+        return "sent"
+    duplicate = isinstance(answer, dict) and answer.get("result") == "duplicate"
+    return "duplicate" if duplicate else "sent"

@@ -4,7 +4,8 @@ For each newly accepted message one roll decides: a ``bounce_share`` of mail bou
 (hard for a ``hard_share`` of those, else soft); the rest is delivered, and a
 ``complaint_share`` of delivered mail is then complained about (one second later). Event
 ids derive from the message id, so emitting the same outcome twice is harmless at the
-receiver. Randomness and time are passed in.
+receiver. A ``duplicate_share`` of events is posted a second time (:func:`posting_order`), as
+providers deliver at least once. Randomness and time are passed in.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-__all__ = ["OutcomePlan", "outcome_events"]
+__all__ = ["OutcomePlan", "outcome_events", "posting_order"]
 
 
 @dataclass(frozen=True)
@@ -23,9 +24,10 @@ class OutcomePlan:
     bounce_share: float = 0.0
     hard_share: float = 0.5  # of bounces
     complaint_share: float = 0.0  # of delivered mail
+    duplicate_share: float = 0.0  # of events, posted twice
 
     def __post_init__(self) -> None:
-        for name in ("bounce_share", "hard_share", "complaint_share"):
+        for name in ("bounce_share", "hard_share", "complaint_share", "duplicate_share"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be within 0..1, got {value}")
@@ -54,3 +56,16 @@ def outcome_events(
     if rng.random() < plan.complaint_share:
         events.append(event(2, "complained", now + timedelta(seconds=1)))
     return events
+
+
+def posting_order(
+    events: list[dict[str, Any]], plan: OutcomePlan, rng: random.Random
+) -> list[dict[str, Any]]:
+    """``events`` as they are posted: each followed by itself again for a
+    ``duplicate_share`` of them (the same event id: the receiver applies it once)."""
+    posted = []
+    for event in events:
+        posted.append(event)
+        if plan.duplicate_share and rng.random() < plan.duplicate_share:
+            posted.append(event)
+    return posted

@@ -223,7 +223,9 @@ async def _serve(
         if server.state.plan.faults or server.state.plan.latency_ms:
             print(f"mailbus sandbox fault plan: {server.state.plan.to_dict()}", flush=True)
         if emitter is not None:
-            print(f"mailbus sandbox delivery events to {emitter.url}: {emitter.plan}", flush=True)
+            urls = [emitter.url, *(route.url for route in emitter.native.values())]
+            where = ", ".join(url for url in urls if url)
+            print(f"mailbus sandbox delivery events to {where}: {emitter.plan}", flush=True)
         await stopping.wait()
     finally:
         for sig in signals:

@@ -306,22 +306,25 @@ SETTINGS: tuple[Setting, ...] = (
     _s(
         "MAILGUN_WEBHOOK_KEY",
         "off",
-        "Mailgun HTTP webhook signing key; sets up POST /webhooks/mailgun",
-        {"webhooks"},
+        "Mailgun HTTP webhook signing key; sets up POST /webhooks/mailgun (the sandbox signs"
+        " its Mailgun events with it)",
+        {"webhooks", "sandbox"},
         from_file=True,
     ),
     _s(
         "POSTMARK_WEBHOOK_AUTH",
         "off",
-        "user:password of the Postmark webhook URL's basic auth; sets up POST /webhooks/postmark",
-        {"webhooks"},
+        "user:password of the Postmark webhook URL's basic auth; sets up POST"
+        " /webhooks/postmark (the sandbox sends its Postmark events with it)",
+        {"webhooks", "sandbox"},
         from_file=True,
     ),
     _s(
         "RESEND_WEBHOOK_SECRET",
         "off",
-        "Resend (Svix) signing secret, whsec_...; sets up POST /webhooks/resend",
-        {"webhooks"},
+        "Resend (Svix) signing secret, whsec_...; sets up POST /webhooks/resend (the sandbox"
+        " signs its Resend events with it)",
+        {"webhooks", "sandbox"},
         from_file=True,
     ),
     _s(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -23,10 +22,9 @@ import aiohttp
 import psycopg
 import pytest
 from aiohttp import web
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import NameOID
+from sns_support import Pki, make_pki
 
 from mailbus.feedback.native.certificates import CertificateSource
 from mailbus.feedback.native.routes import Mailgun, NativeReceiver, Postmark, Resend, SendGrid, Ses
@@ -104,8 +102,6 @@ async def post(url: str, request: Request) -> tuple[int, dict[str, Any]]:
         session.post(url, data=request.body, headers=request.headers) as response,
     ):
         return response.status, await response.json()
-
-
 
 
 def mailgun_bounce(message_id: str, event_id: str, t: int, key: str = MAILGUN_KEY) -> Request:
@@ -235,73 +231,6 @@ def test_a_provider_event_is_verified_its_way_applied_once_and_forged_or_stale_o
 
 
 # --- SES through SNS -------------------------------------------------------------------
-
-
-def _name(common: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
-
-
-@dataclass
-class Pki:
-    ca_file: Path
-    server_context: ssl.SSLContext
-    signing_key: rsa.RSAPrivateKey
-    signing_pem: bytes
-
-
-def make_pki(tmp_path: Path) -> Pki:
-    """A CA, a TLS certificate for 127.0.0.1 under it, and an SNS-like signing pair."""
-    import ipaddress
-
-    now = datetime.now(UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(_name("test CA"))
-        .issuer_name(_name("test CA"))
-        .public_key(ca_key.public_key())
-        .serial_number(1)
-        .not_valid_before(now - timedelta(hours=1))
-        .not_valid_after(now + timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    tls_key = ec.generate_private_key(ec.SECP256R1())
-    tls = (
-        x509.CertificateBuilder()
-        .subject_name(_name("127.0.0.1"))
-        .issuer_name(ca.subject)
-        .public_key(tls_key.public_key())
-        .serial_number(2)
-        .not_valid_before(now - timedelta(hours=1))
-        .not_valid_after(now + timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    pem = serialization.Encoding.PEM
-    ca_file = tmp_path / "ca.pem"
-    ca_file.write_bytes(ca.public_bytes(pem))
-    (tmp_path / "tls.pem").write_bytes(tls.public_bytes(pem))
-    (tmp_path / "tls.key").write_bytes(
-        tls_key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(tmp_path / "tls.pem", tmp_path / "tls.key")
-    signing_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    signing = (
-        x509.CertificateBuilder()
-        .subject_name(_name("sns.amazonaws.com"))
-        .issuer_name(ca.subject)
-        .public_key(signing_key.public_key())
-        .serial_number(3)
-        .not_valid_before(now - timedelta(hours=1))
-        .not_valid_after(now + timedelta(days=1))
-        .sign(ca_key, hashes.SHA256())
-    )
-    return Pki(ca_file, context, signing_key, signing.public_bytes(pem))
 
 
 @asynccontextmanager

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from mailbus.feedback.events import parse_event
-from mailbus.sandbox.outcomes import OutcomePlan, outcome_events
+from mailbus.sandbox.outcomes import OutcomePlan, outcome_events, posting_order
 
 NOW = datetime(2026, 12, 1, 6, 0, tzinfo=UTC)
 
@@ -53,3 +53,12 @@ def test_shares_over_many_messages() -> None:
 def test_bad_plans_are_refused(fields: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         OutcomePlan(**fields)
+
+
+def test_a_duplicate_share_of_events_is_posted_twice_in_place() -> None:
+    events = [{"id": "a"}, {"id": "b"}]
+    rng = random.Random(1)
+    assert posting_order(events, OutcomePlan(), rng) == events
+    assert rng.random() == random.Random(1).random()  # no share: the dice are not touched
+    twice = posting_order(events, OutcomePlan(duplicate_share=1.0), random.Random(1))
+    assert [e["id"] for e in twice] == ["a", "a", "b", "b"]

@@ -1,0 +1,212 @@
+"""The sandbox's provider-native delivery events, read back by mailbus's own receivers:
+each provider's events verify its way (with the providers' libraries where mailbus uses
+them) and parse into the event the sandbox meant, with a stable event id."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import NameOID
+from svix.webhooks import Webhook
+
+from mailbus.feedback.events import DeliveryEvent
+from mailbus.feedback.native import sns
+from mailbus.feedback.native.routes import Mailgun, NativeReceiver, Postmark, Resend, SendGrid
+from mailbus.kernel.errors import ConfigError
+from mailbus.sandbox.emitter import emitter_from_args
+from mailbus.sandbox.native_events import (
+    MailgunSigner,
+    PostmarkSigner,
+    ResendSigner,
+    SendGridSigner,
+    SesSigner,
+    Signer,
+)
+from mailbus.sandbox.provider_signing import svix_headers
+from mailbus.sandbox.server import add_arguments
+
+NOW = int(time.time())  # svix checks times against its own clock
+AT = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
+TO = "Ana@Example.com"
+RESEND_SECRET = "whsec_" + base64.b64encode(b"resend-unit-secret-0123456789abc").decode()
+SENDGRID_KEY = ec.generate_private_key(ec.SECP256R1())
+SENDGRID_PUBLIC = base64.b64encode(
+    SENDGRID_KEY.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+).decode()
+SNS_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+TOPIC = "arn:aws:sns:eu-west-1:123456789012:mailbus-ses"
+
+EVENTS = [
+    ({"type": "delivered"}, ("delivered", None)),
+    ({"type": "bounced", "bounce": "hard"}, ("bounced", "hard")),
+    ({"type": "complained"}, ("complained", None)),
+]
+# what each provider makes of a soft bounce: Mailgun calls it a temporary failure
+SOFT = {"mailgun": ("deferred", None)}
+
+PAIRS: dict[str, tuple[Signer, NativeReceiver]] = {
+    "resend": (ResendSigner(RESEND_SECRET), Resend(RESEND_SECRET, clock=lambda: NOW)),
+    "sendgrid": (SendGridSigner(SENDGRID_KEY), SendGrid(SENDGRID_PUBLIC, clock=lambda: NOW)),
+    "mailgun": (MailgunSigner("key-unit"), Mailgun("key-unit", clock=lambda: NOW)),
+    "postmark": (PostmarkSigner("hooks", "pa:ss"), Postmark("hooks:pa:ss")),
+}
+
+
+def sandbox_event(n: int, **fields: str) -> dict[str, str]:
+    return {
+        "id": f"sandbox-msg_1-{n}",
+        "message_id": "msg_1",
+        "occurred_at": (AT + timedelta(seconds=n)).isoformat(),
+        **fields,
+    }
+
+
+def received(signer: Signer, receiver: NativeReceiver, event: dict[str, str], now: int) -> Any:
+    signed = signer.sign(event, TO, now)
+
+    async def read() -> tuple[bool, tuple[DeliveryEvent, ...]]:
+        verdict = await receiver.verify(signed.headers, signed.body)
+        if not verdict.ok:
+            return False, ()
+        return True, (await receiver.parse(signed.headers, signed.body)).events
+
+    return asyncio.run(read())
+
+
+@pytest.mark.parametrize("provider", sorted(PAIRS))
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_each_providers_events_verify_and_parse_into_the_sandboxs_event(
+    provider: str, n: int
+) -> None:
+    signer, receiver = PAIRS[provider]
+    soft = SOFT.get(provider, ("bounced", "soft"))
+    fields, expected = (*EVENTS, ({"type": "bounced", "bounce": "soft"}, soft))[n - 1]
+    event = sandbox_event(n, **fields)
+    ok, events = received(signer, receiver, event, NOW)
+    assert ok
+    [got] = events
+    assert (got.type, got.bounce, got.message_id) == (*expected, "msg_1")
+    assert got.occurred_at == AT + timedelta(seconds=n)
+    # a retry, signed anew a minute later, carries the same event id
+    _, again = received(signer, receiver, event, NOW + 60)
+    assert again[0].event_id == got.event_id
+
+
+FORGERS: dict[str, Signer] = {  # the right format, the wrong secret
+    "resend": ResendSigner(
+        "whsec_" + base64.b64encode(b"not-the-secret-0123456789abcdef").decode()
+    ),
+    "sendgrid": SendGridSigner(ec.generate_private_key(ec.SECP256R1())),
+    "mailgun": MailgunSigner("key-guess"),
+    "postmark": PostmarkSigner("hooks", "guess"),
+}
+
+
+@pytest.mark.parametrize("provider", sorted(PAIRS))
+def test_a_forged_or_stale_native_event_does_not_verify(provider: str) -> None:
+    signer, receiver = PAIRS[provider]
+    forged = FORGERS[provider].sign(sandbox_event(1, type="delivered"), TO, NOW)
+    assert asyncio.run(receiver.verify(forged.headers, forged.body)).reason == "mismatch"
+    if provider != "postmark":  # Postmark signs no time: nothing is stale
+        old = signer.sign(sandbox_event(1, type="delivered"), TO, NOW - 4000)
+        assert asyncio.run(receiver.verify(old.headers, old.body)).reason == "stale"
+
+
+def test_ses_events_are_sns_notifications_signed_by_the_certificates_key() -> None:
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sns.amazonaws.com")])
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(SNS_KEY.public_key())
+        .serial_number(1)
+        .not_valid_before(AT - timedelta(days=1))
+        .not_valid_after(AT + timedelta(days=30000))
+        .sign(SNS_KEY, hashes.SHA256())
+    )
+    pem = certificate.public_bytes(serialization.Encoding.PEM)
+    signer = SesSigner(TOPIC, "https://127.0.0.1/cert.pem", SNS_KEY)
+    now = datetime.fromtimestamp(NOW, UTC)
+    for n, (fields, (kind, bounce)) in enumerate(EVENTS, 1):
+        event = sandbox_event(n, **fields)
+        message = sns.envelope(signer.sign(event, TO, NOW).body)
+        assert message is not None and message["TopicArn"] == TOPIC
+        assert sns.check_signature(message, pem, now).ok
+        [got] = sns.parse(message).events
+        assert (got.type, got.bounce, got.message_id) == (kind, bounce, "msg_1")
+        retried = sns.envelope(signer.sign(event, TO, NOW + 60).body)
+        assert retried is not None and retried["MessageId"] == message["MessageId"]
+        forged = {**message, "Message": message["Message"].replace("msg_1", "msg_2")}
+        assert sns.check_signature(forged, pem, now).reason == "mismatch"
+
+
+def test_the_sandboxs_svix_signature_is_the_svix_librarys_own() -> None:
+    """provider_signing writes Svix's scheme from its document; the library agrees."""
+    body = json.dumps({"type": "email.delivered"}).encode()
+    ours = svix_headers(RESEND_SECRET, "msg_x", NOW, body)["svix-signature"]
+    theirs = Webhook(RESEND_SECRET).sign("msg_x", datetime.fromtimestamp(NOW, UTC), body.decode())
+    assert ours == theirs
+
+
+def sandbox_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_native_routes_follow_the_secrets_and_keys_given(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in ("RESEND_WEBHOOK_SECRET", "MAILGUN_WEBHOOK_KEY", "POSTMARK_WEBHOOK_AUTH"):
+        monkeypatch.delenv(f"MAILBUS_{name}", raising=False)
+        monkeypatch.delenv(f"MAILBUS_{name}_FILE", raising=False)
+    base = ("--native-events-to", "http://127.0.0.1:8026/webhooks/")
+    with pytest.raises(ConfigError, match="--native-events-to"):
+        emitter_from_args(sandbox_args(*base))
+    monkeypatch.setenv("MAILBUS_MAILGUN_WEBHOOK_KEY", "key-x")
+    (tmp_path / "auth").write_text("hooks:pa:ss\n")
+    monkeypatch.setenv("MAILBUS_POSTMARK_WEBHOOK_AUTH_FILE", str(tmp_path / "auth"))
+    key = tmp_path / "sendgrid.pem"
+    key.write_bytes(
+        SENDGRID_KEY.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    emitter = emitter_from_args(sandbox_args(*base, "--sendgrid-signing-key", str(key)))
+    assert emitter is not None and emitter.url is None
+    assert {name: route.url for name, route in emitter.native.items()} == {
+        name: f"http://127.0.0.1:8026/webhooks/{name}"
+        for name in ("mailgun", "postmark", "sendgrid")
+    }
+    assert emitter.native["postmark"].signer == PostmarkSigner("hooks", "pa:ss")
+    with pytest.raises(ConfigError, match="--ses-cert-url"):
+        emitter_from_args(
+            sandbox_args(*base, "--ses-signing-key", str(key), "--ses-topic-arn", TOPIC)
+        )
+    with pytest.raises(ConfigError, match=r"--ses-signing-key.*RSA"):
+        emitter_from_args(
+            sandbox_args(
+                *base,
+                "--ses-signing-key",
+                str(key),
+                "--ses-topic-arn",
+                TOPIC,
+                "--ses-cert-url",
+                "https://127.0.0.1/c.pem",
+            )
+        )
