@@ -59,16 +59,17 @@ class KeyRecord:
     accepted_at: float = 0.0  # monotonic, when ``id`` was minted (a key's window)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        entry: dict[str, Any] = {
             "requests": self.requests,
             "accepted": self.accepted,
             "sends": self.sends,
             "id": self.id,
             "to": self.to,
             "template": self.template,
-            "provider_template": self.provider_template,
-            "template_data": self.template_data,
         }
+        if self.provider_template is not None:  # only then: an entry keeps its shape
+            entry.update(provider_template=self.provider_template, template_data=self.template_data)
+        return entry
 
 
 @dataclass(slots=True)
