@@ -48,7 +48,10 @@ def test_breaker_opens_on_an_outage_and_everything_is_delivered_after(stack: Sta
     stack.set_faults({"kind": "503", "share": 1})
     stack.seed(100)
     stack.start_relay()
-    stack.start_consumer(MAILBUS_MAX_IN_FLIGHT="8", MAILBUS_MAX_ATTEMPTS="50")
+    # The recovery ramp after the outage has its own test (test_recovery.py): 10 s here.
+    stack.start_consumer(
+        MAILBUS_MAX_IN_FLIGHT="8", MAILBUS_MAX_ATTEMPTS="50", MAILBUS_RECOVERY_RAMP="10s"
+    )
     wait_until(
         lambda: stack.query("SELECT state FROM provider_health") == [("open",)],
         30,
