@@ -14,6 +14,8 @@ import json
 import subprocess
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -35,10 +37,30 @@ PREVIOUS = 23  # the last migration of the release before retention (0027, 0028)
 PREVIOUS_RELEASE = "b2ec55d591f7e78091244d5121f21dca39ade7b4"
 
 
-def previous_release_database(services: StackServices, name: str) -> str:
-    url = database_url_for(services.database_url, name)
+@contextmanager
+def empty_database_stack(
+    services: StackServices, settings: Settings, tmp_path: Path
+) -> Iterator[Stack]:
+    """A stack on a new, empty database of its own and a sandbox; both gone afterwards."""
+    name = f"mailbus_upgrade_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(services.database_url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
+    sandbox = start_in_thread(port=0, api_key=API_KEY, seed=1)
+    stack = Stack(
+        replace(settings, database_url=database_url_for(settings.database_url, name)),
+        sandbox,
+        tmp_path,
+    )
+    try:
+        yield stack
+    finally:
+        stack.stop_all()
+        sandbox.stop()
+        drop_database(services.database_url, name)
+
+
+def previous_release_schema(url: str) -> None:
+    """Migrations up to PREVIOUS, recorded as the previous release's `migrate` did."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
             "CREATE TABLE mailbus_schema_migrations (version int PRIMARY KEY,"
@@ -51,7 +73,6 @@ def previous_release_database(services: StackServices, name: str) -> str:
                     "INSERT INTO mailbus_schema_migrations VALUES (%s, %s)",
                     (migration.version, migration.name),
                 )
-    return url
 
 
 def accept_at_provider(sandbox_url: str, key: str) -> str:
@@ -72,17 +93,11 @@ def accept_at_provider(sandbox_url: str, key: str) -> str:
 def test_mail_in_flight_across_an_upgrade_is_accepted_once(
     services: StackServices, settings: Settings, tmp_path: Path
 ) -> None:
-    name = f"mailbus_upgrade_{uuid.uuid4().hex[:8]}"
-    sandbox = start_in_thread(port=0, api_key=API_KEY, seed=1)
-    stack = Stack(
-        replace(settings, database_url=database_url_for(settings.database_url, name)),
-        sandbox,
-        tmp_path,
-    )
-    try:
-        url = previous_release_database(services, name)
+    with empty_database_stack(services, settings, tmp_path) as stack:
+        url = stack.settings.database_url
+        previous_release_schema(url)
         keys = stack.seed(6, prefix="pending")
-        taken_id = accept_at_provider(sandbox.url, "in-call")
+        taken_id = accept_at_provider(stack.sandbox.url, "in-call")
         with psycopg.connect(url) as conn:
             conn.execute(
                 "INSERT INTO email_sends (dedupe_key, to_address, template, status, attempts,"
@@ -109,10 +124,6 @@ def test_mail_in_flight_across_an_upgrade_is_accepted_once(
         ]
         assert stack.accepted_twice() == []
         stack.assert_table_agrees_with_providers()
-    finally:
-        stack.stop_all()
-        sandbox.stop()
-        drop_database(services.database_url, name)
 
 
 def previous_release_build(tmp_path: Path) -> tuple[Path, int]:
@@ -139,16 +150,7 @@ def test_the_previous_release_killed_mid_flight_is_finished_by_this_build(
     previous, previous_version = previous_release_build(tmp_path)
     newer = [m.version for m in available_migrations() if m.version > previous_version]
     assert newer, "this build adds no migration: point PREVIOUS_RELEASE at the last release"
-    name = f"mailbus_upgrade_{uuid.uuid4().hex[:8]}"
-    sandbox = start_in_thread(port=0, api_key=API_KEY, seed=1)
-    stack = Stack(
-        replace(settings, database_url=database_url_for(settings.database_url, name)),
-        sandbox,
-        tmp_path,
-    )
-    try:
-        with psycopg.connect(services.database_url, autocommit=True) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
+    with empty_database_stack(services, settings, tmp_path) as stack:
         old_migrate = run_mailbus("migrate", env=stack.env(), timeout=120, build=previous)
         assert old_migrate.returncode == 0, old_migrate.stderr
         keys = stack.seed(400)
@@ -175,7 +177,3 @@ def test_the_previous_release_killed_mid_flight_is_finished_by_this_build(
         print(f"the previous release left {dict(left)}; this build finished them")
         assert stack.accepted_twice() == []
         stack.assert_table_agrees_with_providers()
-    finally:
-        stack.stop_all()
-        sandbox.stop()
-        drop_database(services.database_url, name)
