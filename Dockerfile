@@ -11,11 +11,14 @@ ARG PYTHON_IMAGE=python:3.11.10-slim-bookworm@sha256:5148c0e4bbb64271bca1d332236
 # Build: a virtual environment with mailbus, the client and the exact versions of
 # constraints.txt (kept in step with pyproject.toml by `make test`).
 FROM ${PYTHON_IMAGE} AS build
+# Optional extras of pyproject.toml, e.g. `--build-arg EXTRAS=tracing` for OpenTelemetry
+# export (docs/guides/tracing.md). None by default: the image stays without OTLP/protobuf.
+ARG EXTRAS=""
 ENV PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY . .
 RUN python -m venv /opt/mailbus \
-    && /opt/mailbus/bin/pip install --no-cache-dir -c constraints.txt ./client . \
+    && /opt/mailbus/bin/pip install --no-cache-dir -c constraints.txt ./client ".${EXTRAS:+[$EXTRAS]}" \
     && /opt/mailbus/bin/pip check
 
 # Runtime: the environment only; no sources, no build tools, no pip cache.

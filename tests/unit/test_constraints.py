@@ -5,6 +5,7 @@ does not depend on the machine's installed packages."""
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -60,3 +61,15 @@ def test_the_image_installs_with_the_constraints() -> None:
     assert len(froms) >= 2, "multi-stage: a build stage and a runtime stage"
     base = dockerfile.split("ARG PYTHON_IMAGE=")[1].split()[0]
     assert "@sha256:" in base and len(base.split("@sha256:")[1]) == 64
+
+
+def test_the_image_takes_extras_from_a_build_argument() -> None:
+    """`--build-arg EXTRAS=tracing` installs `.[tracing]`; no argument installs `.` alone."""
+    dockerfile = (REPO / "Dockerfile").read_text()
+    install = next(line for line in dockerfile.splitlines() if "pip install" in line)
+    target = install.split("./client ")[1].split()[0]
+    for extras, expected in (("", "."), ("tracing", ".[tracing]")):
+        shell = subprocess.run(
+            ["sh", "-c", f"echo {target}"], env={"EXTRAS": extras}, capture_output=True, text=True
+        )
+        assert shell.stdout.strip() == expected
