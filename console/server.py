@@ -46,7 +46,7 @@ def open_pool(database_url: str) -> ConnectionPool:
         max_size=POOL_SIZE[1],
         kwargs={"connect_timeout": 5},
         check=ConnectionPool.check_connection,
-        timeout=10,
+        timeout=5,  # waiting for a free connection: then the page answers 400, /readyz 503
         name="mailbus-console",
         open=False,
     )
