@@ -39,11 +39,14 @@ WHERE campaign_id = ANY(%(ids)s) AND status IN ('pending', 'sending', 'unknown')
 GROUP BY campaign_id
 
 -- name: campaign_feedback
--- Per campaign: its mails bounced or complained about (email_sends.delivery_status, by
--- email_sends_campaign_idx) and the addresses unsubscribed through its links.
+-- Per campaign: its mails bounced or complained about and the addresses unsubscribed
+-- through its links. Only those rows are read (migration 0043's partial indexes
+-- email_sends_campaign_feedback_idx and email_suppressions_unsubscribed_idx), never every
+-- mail of the campaign nor the whole suppression list.
 SELECT count(*) FILTER (WHERE delivery_status = 'bounced') AS bounced,
        count(*) FILTER (WHERE delivery_status = 'complained') AS complained,
        (SELECT count(*) FROM email_suppressions x
         WHERE x.source = 'campaign:' || %(id)s::bigint AND x.reason = 'unsubscribed')
            AS unsubscribed
-FROM email_sends WHERE campaign_id = %(id)s
+FROM email_sends
+WHERE campaign_id = %(id)s AND delivery_status IN ('bounced', 'complained')

@@ -1,6 +1,7 @@
 """What the console reads that no other room does: recent rates for the overview, and
-the keys a search names (an address or a provider message id). psycopg errors become
-:class:`StorageError`."""
+the keys a search names (an address or a provider message id). Each reads on the
+connection it is given (the console's pool: :func:`mailbus.console.web.run_on`); psycopg
+errors become :class:`StorageError`."""
 
 from __future__ import annotations
 
@@ -30,16 +31,16 @@ def rates(conn: psycopg.Connection[Any]) -> dict[str, list[tuple[str, int]]]:
     }
 
 
-def find_keys(database_url: str, text: str, limit: int = 50) -> list[dict[str, Any]]:
+def find_keys(conn: psycopg.Connection[Any], text: str, limit: int = 50) -> list[dict[str, Any]]:
     """Sends whose dedupe key, provider message id or address (any case) is ``text``."""
     try:
-        with psycopg.connect(database_url, connect_timeout=5, row_factory=dict_row) as conn:
-            return conn.execute(_q()["find_keys"], {"q": text.strip(), "limit": limit}).fetchall()
+        with conn.cursor(row_factory=dict_row) as cursor:
+            return cursor.execute(_q()["find_keys"], {"q": text.strip(), "limit": limit}).fetchall()
     except psycopg.Error as exc:
         raise StorageError(f"search failed: {exc}") from exc
 
 
-def campaign_progress(database_url: str, campaigns: list[dict[str, Any]]) -> None:
+def campaign_progress(conn: psycopg.Connection[Any], campaigns: list[dict[str, Any]]) -> None:
     """Add ``settled`` (recipients whose mail is final, or never to be made) and
     ``percent`` to each of :func:`mailbus.campaigns.views.collect_list`'s rows. Only the
     campaigns' open mail is counted (a few rows each, by email_sends_campaign_idx): a
@@ -47,9 +48,8 @@ def campaign_progress(database_url: str, campaigns: list[dict[str, Any]]) -> Non
     ids = [c["id"] for c in campaigns]
     open_sends: dict[int, int] = {}
     try:
-        with psycopg.connect(database_url, connect_timeout=5) as conn:
-            for campaign_id, n in conn.execute(_q()["open_sends"], {"ids": ids}):
-                open_sends[campaign_id] = int(n)
+        for campaign_id, n in conn.execute(_q()["open_sends"], {"ids": ids}):
+            open_sends[campaign_id] = int(n)
     except psycopg.Error as exc:
         raise StorageError(f"campaign progress not read: {exc}") from exc
     for c in campaigns:
@@ -68,11 +68,11 @@ def settled(state: str, recipients: int, processed: int, open_sends: int) -> int
     return max(0, recipients - waiting - open_sends)
 
 
-def campaign_feedback(database_url: str, campaign_id: int) -> dict[str, int]:
+def campaign_feedback(conn: psycopg.Connection[Any], campaign_id: int) -> dict[str, int]:
     """Bounced, complained and unsubscribed recipients of one campaign."""
     try:
-        with psycopg.connect(database_url, connect_timeout=5, row_factory=dict_row) as conn:
-            row = conn.execute(_q()["campaign_feedback"], {"id": campaign_id}).fetchone()
+        with conn.cursor(row_factory=dict_row) as cursor:
+            row = cursor.execute(_q()["campaign_feedback"], {"id": campaign_id}).fetchone()
     except psycopg.Error as exc:
         raise StorageError(f"campaign feedback not read: {exc}") from exc
     return {k: int(v) for k, v in (row or {}).items()}

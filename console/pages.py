@@ -9,7 +9,7 @@ from aiohttp import web
 
 from mailbus.campaigns.views import COUNTS, collect_list, collect_status
 from mailbus.console import audit, figures
-from mailbus.console.web import console_of, render, run, session_of
+from mailbus.console.web import console_of, render, run, run_on, session_of
 from mailbus.consumer import send_admin
 from mailbus.consumer.dead_letter_admin import connect_store, replay_candidates
 from mailbus.consumer.dead_letter_views import PRIORITIES, LetterFilter, replay_summary
@@ -23,7 +23,7 @@ LIST_LIMIT = 200
 
 
 async def overview(request: web.Request) -> web.Response:
-    status = await run(request, console_of(request).overview)
+    status = await run_on(request, console_of(request).overview)
     return render(
         request,
         "overview.html",
@@ -40,7 +40,7 @@ async def mail(request: web.Request) -> web.Response:
     text = request.query.get("q", "").strip()
     matches: list[dict[str, Any]] = []
     if not key and text:
-        matches = await run(request, figures.find_keys, text)
+        matches = await run_on(request, figures.find_keys, text)
         if len(matches) == 1:
             key = matches[0]["dedupe_key"]
     story = await run(request, send_admin.story, key) if key else None
@@ -118,18 +118,15 @@ async def replay_dry_run(request: web.Request) -> web.Response:
 
 
 async def campaigns(request: web.Request) -> web.Response:
-    def read(database_url: str) -> list[dict[str, Any]]:
-        rows = collect_list(database_url, 50)
-        figures.campaign_progress(database_url, rows)
-        return rows
-
-    return render(request, "campaigns.html", campaigns=await run(request, read))
+    rows = await run(request, collect_list, 50)
+    await run_on(request, figures.campaign_progress, rows)
+    return render(request, "campaigns.html", campaigns=rows)
 
 
 async def campaign(request: web.Request) -> web.Response:
     campaign_id = int(request.match_info["id"])
     status = await run(request, collect_status, campaign_id)
-    feedback = await run(request, figures.campaign_feedback, campaign_id)
+    feedback = await run_on(request, figures.campaign_feedback, campaign_id)
     return render(
         request,
         "campaign.html",

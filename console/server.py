@@ -3,8 +3,11 @@
 It listens on ``MAILBUS_CONSOLE_LISTEN`` (127.0.0.1:8027: only this machine, unless told
 otherwise) and serves ``/healthz`` and ``/readyz`` there; with ``MAILBUS_METRICS_PORT``,
 also beside ``/metrics`` as the other processes do (the Kubernetes probes and the compose
-healthcheck use that port). On a signal it stops listening, lets requests finish (5 s),
-stops replays between two letters, and exits 0.
+healthcheck use that port). Its own reads (the overview, a search's keys, a campaign's
+figures, ``/readyz``) take a connection of a pool opened at start (:data:`POOL_SIZE`) and
+closed at stop, each checked before use, so a connection the server dropped is replaced,
+not answered with an error. On a signal it stops listening, lets requests finish (5 s),
+stops replays between two letters, closes the pool, and exits 0.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 from aiohttp import web
+from psycopg_pool import ConnectionPool
 
 from mailbus.console.access import load_users
 from mailbus.console.actions import add_actions
@@ -26,9 +31,27 @@ from mailbus.kernel.durations import parse_rate
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.settings import Settings
 
-__all__ = ["console_from_settings", "make_app", "run_console"]
+__all__ = ["console_from_settings", "make_app", "open_pool", "run_console"]
 
 MAX_UPLOAD = 4 * 1024**3  # a CSV is streamed, not held: this only bounds a runaway client
+POOL_SIZE = (1, 8)  # connections kept open, at most: pages run in worker threads
+
+
+def open_pool(database_url: str) -> ConnectionPool:
+    """The console's pool, opened without waiting (a database down at start makes
+    ``/readyz`` answer 503, not the console fail)."""
+    pool: ConnectionPool = ConnectionPool(
+        database_url,
+        min_size=POOL_SIZE[0],
+        max_size=POOL_SIZE[1],
+        kwargs={"connect_timeout": 5},
+        check=ConnectionPool.check_connection,
+        timeout=5,  # waiting for a free connection: then the page answers 400, /readyz 503
+        name="mailbus-console",
+        open=False,
+    )
+    pool.open(wait=False)
+    return pool
 
 
 def make_app(console: Console) -> web.Application:
@@ -40,7 +63,10 @@ def make_app(console: Console) -> web.Application:
     return app
 
 
-def console_from_settings(settings: Settings, overview: Callable[[str], dict[str, Any]]) -> Console:
+Overview = Callable[[psycopg.Connection[Any]], dict[str, Any]]
+
+
+def console_from_settings(settings: Settings, overview: Overview) -> Console:
     if not settings.console_users_file and not settings.console_proxy_header:
         raise ConfigError(
             "MAILBUS_CONSOLE_USERS_FILE",
@@ -56,12 +82,20 @@ def console_from_settings(settings: Settings, overview: Callable[[str], dict[str
     )
 
 
-def run_console(settings: Settings, overview: Callable[[str], dict[str, Any]]) -> int:
+def run_console(settings: Settings, overview: Overview) -> int:
     """Serve until SIGTERM/SIGINT; 0 after a clean stop."""
     return asyncio.run(_serve(settings, console_from_settings(settings, overview)))
 
 
 async def _serve(settings: Settings, console: Console) -> int:
+    console.pool = open_pool(settings.database_url)
+    try:
+        return await _listen(settings, console)
+    finally:
+        await asyncio.to_thread(console.pool.close)
+
+
+async def _listen(settings: Settings, console: Console) -> int:
     runner = web.AppRunner(make_app(console), access_log=None, shutdown_timeout=5.0)
     await runner.setup()
     host, port = settings.console_listen

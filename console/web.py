@@ -14,7 +14,8 @@ import asyncio
 import contextvars
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -22,11 +23,12 @@ from typing import Any
 import jinja2
 import psycopg
 from aiohttp import web
+from psycopg_pool import ConnectionPool
 
 from mailbus.console import audit
 from mailbus.console.access import Session, Sessions, Users
 from mailbus.console.replays import ReplayJobs
-from mailbus.kernel.errors import MailbusError
+from mailbus.kernel.errors import MailbusError, StorageError
 
 __all__ = [
     "CONSOLE",
@@ -38,6 +40,7 @@ __all__ = [
     "refuse",
     "render",
     "run",
+    "run_on",
     "session_of",
 ]
 
@@ -64,13 +67,30 @@ class Console:
 
     database_url: str
     users: Users
-    overview: Callable[[str], dict[str, Any]]  # mailbus.app.overview.collect_overview
+    overview: Callable[[psycopg.Connection[Any]], dict[str, Any]]  # mailbus.app.overview
     proxy_header: str = ""
     replay_rate: float | None = 5.0  # replays a second (DEFAULT_REPLAY_RATE)
     import_part: int = 50_000
     secure_cookie: bool = False
     sessions: Sessions = field(default_factory=Sessions)
     replays: ReplayJobs = field(default_factory=ReplayJobs)
+    # Opened by `mailbus console` at start, closed at its stop (console/server.py); without
+    # one (an application made in a test) each read opens a connection of its own.
+    pool: ConnectionPool | None = None
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection of the pool (checked first: one the server dropped is replaced),
+        or a new one; psycopg errors become :class:`StorageError`."""
+        try:
+            if self.pool is None:
+                with psycopg.connect(self.database_url, connect_timeout=5) as conn:
+                    yield conn
+            else:
+                with self.pool.connection() as conn:
+                    yield conn
+        except psycopg.Error as exc:
+            raise StorageError(f"database: {exc}") from exc
 
 
 CONSOLE: web.AppKey[Console] = web.AppKey("console", Console)
@@ -112,6 +132,18 @@ async def refuse(request: web.Request, why: str) -> web.Response:
 async def run(request: web.Request, fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(database_url, *args)`` in a worker thread (the rooms' functions block)."""
     return await asyncio.to_thread(fn, console_of(request).database_url, *args)
+
+
+async def run_on(request: web.Request, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(connection, *args)`` in a worker thread, on a connection of the console's pool
+    (the console's own reads; the rooms' functions take ``database_url``: :func:`run`)."""
+    console = console_of(request)
+
+    def call() -> Any:
+        with console.connection() as conn:
+            return fn(conn, *args)
+
+    return await asyncio.to_thread(call)
 
 
 def _signed_in(request: web.Request) -> Session | None:
@@ -193,13 +225,12 @@ async def _healthz(_request: web.Request) -> web.Response:
 
 
 async def _readyz(request: web.Request) -> web.Response:
-    def ping(database_url: str) -> None:
-        with psycopg.connect(database_url, connect_timeout=3) as conn:
-            conn.execute("SELECT 1")
+    def ping(conn: psycopg.Connection[Any]) -> None:
+        conn.execute("SELECT 1")
 
     try:
-        await run(request, ping)
-    except psycopg.Error:
+        await run_on(request, ping)
+    except StorageError:
         return web.json_response({"status": "database unavailable"}, status=503)
     return web.json_response({"status": "ready"})
 

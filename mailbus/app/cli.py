@@ -300,10 +300,10 @@ def _console(settings: Settings, args: argparse.Namespace) -> int:
             raise ConfigError("PASSWORD", "must not be empty")
         print(f"{args.name}:{args.role}:{hash_password(password)}")
         return 0
-    from mailbus.app.overview import collect_overview
+    from mailbus.app.overview import overview_on
     from mailbus.console.server import run_console
 
-    return run_console(settings, collect_overview)
+    return run_console(settings, overview_on)
 
 
 def _suppress(settings: Settings, args: argparse.Namespace) -> int:

@@ -8,8 +8,10 @@ transaction with its version row.
 Two marker lines, at the start of a line in a migration's file, change how it is applied
 (docs/runbook.md#upgrades):
 
-- ``-- mailbus: online``: the file is one statement that cannot run inside a transaction
-  (``CREATE INDEX CONCURRENTLY``); it runs alone, and its version is recorded after it.
+- ``-- mailbus: online``: the file's statements cannot run inside a transaction
+  (``CREATE INDEX CONCURRENTLY``); each (ending with ``;`` at the end of a line) runs
+  alone, in order, and the version is recorded after the last. Each must be idempotent
+  (``IF NOT EXISTS``): a rerun after an interruption runs them all again.
   An invalid index (the leftover of an online build that was interrupted) is dropped
   first, so a rerun builds it again.
 - ``-- mailbus: locking``: it holds a lock that stops writes to a table for as long as it
@@ -43,6 +45,7 @@ __all__ = [
     "available_migrations",
     "check_schema",
     "schema_state",
+    "statements",
 ]
 
 _LOCK_KEY = 0x6D61696C62757301  # "mailbus\x01": one lock for all migrators of a database
@@ -72,7 +75,7 @@ class Migration:
 
     @property
     def online(self) -> bool:
-        """Runs outside a transaction (CREATE INDEX CONCURRENTLY): one statement."""
+        """Runs outside a transaction (CREATE INDEX CONCURRENTLY), a statement at a time."""
         return _marked(self.sql, _ONLINE)
 
     @property
@@ -83,6 +86,21 @@ class Migration:
 
 def _marked(sql: str, marker: str) -> bool:
     return any(line.startswith(marker) for line in sql.splitlines())
+
+
+def statements(sql: str) -> list[str]:
+    """An online migration's statements: each ends with ``;`` at the end of a line (pure).
+    Comment lines are dropped; a last statement without ``;`` is kept."""
+    found, lines = [], []
+    for line in sql.splitlines():
+        if line.lstrip().startswith("--"):
+            continue
+        lines.append(line)
+        if line.rstrip().endswith(";"):
+            found.append("\n".join(lines).strip())
+            lines = []
+    rest = "\n".join(lines).strip()
+    return [s for s in [*found, rest] if s]
 
 
 @dataclass(frozen=True)
@@ -176,7 +194,8 @@ def _apply_pending(
     for migration in pending:
         if migration.online:
             _drop_invalid_indexes(conn)
-            conn.execute(migration.sql.encode())
+            for statement in statements(migration.sql):
+                conn.execute(statement.encode())
             _record(conn, migration)
         else:
             with conn.transaction():

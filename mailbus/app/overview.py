@@ -21,7 +21,7 @@ from mailbus.app.status import _DEAD_LETTERS, _OLDEST_PENDING, _UNPUBLISHED, PRI
 from mailbus.console import figures
 from mailbus.kernel.errors import StorageError
 
-__all__ = ["EXACT_BELOW", "SETTLED", "collect_overview"]
+__all__ = ["EXACT_BELOW", "SETTLED", "collect_overview", "overview_on"]
 
 SETTLED = ("accepted", "failed", "expired", "suppressed")
 # Below this many bytes of heap (about 100,000 rows) counting every row is cheap and exact.
@@ -48,19 +48,27 @@ def collect_overview(database_url: str, exact_below: int = EXACT_BELOW) -> dict[
     (:func:`mailbus.console.figures.rates`): one connection for the whole page."""
     try:
         with psycopg.connect(database_url, connect_timeout=5) as conn:
-            counts: dict[str, dict[str, int]] = {p: {} for p in PRIORITIES}
-            for priority, status, n in conn.execute(_OPEN_BY_STATUS):
-                counts.setdefault(priority, {})[status] = n
-            size = conn.execute(_SIZE).fetchone()
-            estimated = size is not None and size[0] >= exact_below
-            settled = _estimates(conn) if estimated else conn.execute(_SETTLED_BY_STATUS)
-            for priority, status, n in settled:
-                counts.setdefault(priority, {})[status] = n
-            oldest = {p: round(float(age), 1) for p, age in conn.execute(_OLDEST_PENDING)}
-            unpublished = conn.execute(_UNPUBLISHED).fetchone()
-            dead_letters = sum(n for _reason, n in conn.execute(_DEAD_LETTERS))
-            breakers = _breakers(conn)
-            rates = figures.rates(conn)
+            return overview_on(conn, exact_below)
+    except psycopg.Error as exc:
+        raise StorageError(f"cannot read the overview: {exc}") from exc
+
+
+def overview_on(conn: psycopg.Connection[Any], exact_below: int = EXACT_BELOW) -> dict[str, Any]:
+    """:func:`collect_overview` on a connection given (the console's pool)."""
+    try:
+        counts: dict[str, dict[str, int]] = {p: {} for p in PRIORITIES}
+        for priority, status, n in conn.execute(_OPEN_BY_STATUS):
+            counts.setdefault(priority, {})[status] = n
+        size = conn.execute(_SIZE).fetchone()
+        estimated = size is not None and size[0] >= exact_below
+        settled = _estimates(conn) if estimated else conn.execute(_SETTLED_BY_STATUS)
+        for priority, status, n in settled:
+            counts.setdefault(priority, {})[status] = n
+        oldest = {p: round(float(age), 1) for p, age in conn.execute(_OLDEST_PENDING)}
+        unpublished = conn.execute(_UNPUBLISHED).fetchone()
+        dead_letters = sum(n for _reason, n in conn.execute(_DEAD_LETTERS))
+        breakers = _breakers(conn)
+        rates = figures.rates(conn)
     except psycopg.Error as exc:
         raise StorageError(f"cannot read the overview: {exc}") from exc
     return {

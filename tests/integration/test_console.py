@@ -20,7 +20,7 @@ from services import REPO, run_mailbus
 from transport_security import login_as
 
 from mailbus.app.migrate import apply_roles
-from mailbus.app.overview import collect_overview
+from mailbus.app.overview import overview_on
 from mailbus.console.access import User, hash_password, parse_users
 from mailbus.console.server import make_app
 from mailbus.console.web import Console
@@ -42,7 +42,7 @@ def operator_url(database_url: str) -> Iterator[str]:
 
 def serve(database_url: str, scenario: Callable[..., Awaitable[None]], **options: object) -> None:
     console = Console(
-        database_url=database_url, users=USERS, overview=collect_overview, replay_rate=None,
+        database_url=database_url, users=USERS, overview=overview_on, replay_rate=None,
         **options,  # type: ignore[arg-type]
     )  # fmt: skip
 

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from transport_security import login_as
 
 from mailbus.app.migrate import apply_roles
-from mailbus.app.overview import collect_overview
+from mailbus.app.overview import collect_overview, overview_on
 from mailbus.console.access import parse_users
 from mailbus.console.server import make_app
 from mailbus.console.web import Console
@@ -74,7 +74,7 @@ def test_the_page_labels_estimates(operator_url: str) -> None:
         console = Console(
             database_url=operator_url,
             users=parse_users("ana:operator:-\n"),
-            overview=functools.partial(collect_overview, exact_below=exact_below),
+            overview=functools.partial(overview_on, exact_below=exact_below),
             proxy_header="X-User",
         )
         async with TestClient(TestServer(make_app(console))) as client:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mailbus.app.migrate import available_migrations
+from mailbus.app.migrate import available_migrations, statements
 from mailbus.kernel.errors import ConfigError
 
 
@@ -37,3 +37,23 @@ def test_two_files_with_one_version_are_refused_naming_both(tmp_path: Path) -> N
 def test_the_shipped_migrations_have_distinct_versions() -> None:
     versions = [m.version for m in available_migrations()]
     assert versions == sorted(set(versions)) and versions[0] == 1
+
+
+def test_an_online_migrations_statements_run_one_at_a_time() -> None:
+    sql = (
+        "-- mailbus: online\n-- two indexes; a ';' in a comment ends nothing\n"
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS a_idx\n    ON t (a) WHERE b IN ('x', 'y;z');\n"
+        "\nCREATE EXTENSION IF NOT EXISTS pg_trgm;\nCREATE INDEX CONCURRENTLY b_idx ON t (b)\n"
+    )
+    assert statements(sql) == [
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS a_idx\n    ON t (a) WHERE b IN ('x', 'y;z');",
+        "CREATE EXTENSION IF NOT EXISTS pg_trgm;",
+        "CREATE INDEX CONCURRENTLY b_idx ON t (b)",
+    ]
+
+
+def test_every_shipped_online_migration_is_statements_each_idempotent() -> None:
+    for migration in available_migrations():
+        if migration.online:
+            for statement in statements(migration.sql):
+                assert "IF NOT EXISTS" in statement, (migration.label, statement)
