@@ -1,5 +1,6 @@
-"""The console's reads at scale use migration 0043's indexes (docs/guides/console.md#the-
-overview-at-any-size): on tables with enough rows for a sequential scan to cost more, with
+"""The console's reads at scale use migration 0043's indexes
+(docs/guides/console.md#the-overview-at-any-size): on tables with enough rows for a
+sequential scan to cost more, with
 ``enable_seqscan`` left on, the planner picks each index for the console's own query, as
 the least-privilege roles that run it."""
 
