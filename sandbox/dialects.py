@@ -168,19 +168,15 @@ class PostmarkDialect(Dialect):
         doc = _json_object(body)
         if isinstance(doc, str):
             return doc
-        to = doc.get("To")
-        if not isinstance(to, str) or "@" not in to:
-            return "Invalid 'To' address."
-        for field in ("From", "Subject"):
-            if not isinstance(doc.get(field), str) or not doc[field]:
-                return f"Missing '{field}' field."
+        refusal = _postmark_refusal(doc, "From", "Subject")
+        if refusal is not None:
+            return refusal
         if not (isinstance(doc.get("TextBody"), str) or isinstance(doc.get("HtmlBody"), str)):
             return "Provide either email TextBody or HtmlBody or both."
-        metadata = doc.get("Metadata", {})
-        if not isinstance(metadata, dict):
-            return "Metadata must be an object."
-        key = metadata.get(POSTMARK_KEY_FIELD)
-        return ParsedSend(key if isinstance(key, str) and key else None, to, str(doc["Subject"]))
+        key = _postmark_key(doc)
+        if isinstance(key, str):
+            return key
+        return ParsedSend(key[0], doc["To"], str(doc["Subject"]))
 
     def error(
         self, status: int, code: str, message: str, headers: dict[str, str] | None = None
@@ -207,24 +203,21 @@ class PostmarkTemplateDialect(PostmarkDialect):
         doc = _json_object(body)
         if isinstance(doc, str):
             return doc
-        to = doc.get("To")
-        if not isinstance(to, str) or "@" not in to:
-            return "Invalid 'To' address."
-        if not isinstance(doc.get("From"), str) or not doc["From"]:
-            return "Missing 'From' field."
+        refusal = _postmark_refusal(doc, "From")
+        if refusal is not None:
+            return refusal
         template = doc.get("TemplateAlias") or doc.get("TemplateId")
         if not isinstance(template, (str, int)) or isinstance(template, bool):
             return "Either 'TemplateId' or 'TemplateAlias' is required."
         model = doc.get("TemplateModel")
         if not isinstance(model, dict):
             return "The 'TemplateModel' field is required and must be an object."
-        metadata = doc.get("Metadata", {})
-        if not isinstance(metadata, dict):
-            return "Metadata must be an object."
-        key = metadata.get(POSTMARK_KEY_FIELD)
+        key = _postmark_key(doc)
+        if isinstance(key, str):
+            return key
         return ParsedSend(
-            key if isinstance(key, str) and key else None,
-            to,
+            key[0],
+            doc["To"],
             str(template),
             provider_template=str(template),
             template_data=model,
@@ -232,6 +225,28 @@ class PostmarkTemplateDialect(PostmarkDialect):
 
 
 POSTMARK_KEY_FIELD = "mailbus_key"  # the metadata field mailbus files a mail under
+
+
+def _postmark_refusal(doc: dict[str, Any], *required: str) -> str | None:
+    """Postmark's message for a body without a valid To or one of ``required``, else None."""
+    to = doc.get("To")
+    if not isinstance(to, str) or "@" not in to:
+        return "Invalid 'To' address."
+    for field in required:
+        if not isinstance(doc.get(field), str) or not doc[field]:
+            return f"Missing '{field}' field."
+    return None
+
+
+def _postmark_key(doc: dict[str, Any]) -> tuple[str | None] | str:
+    """(mailbus's key from the body's Metadata,), or Postmark's message for bad Metadata."""
+    metadata = doc.get("Metadata", {})
+    if not isinstance(metadata, dict):
+        return "Metadata must be an object."
+    key = metadata.get(POSTMARK_KEY_FIELD)
+    return (key if isinstance(key, str) and key else None,)
+
+
 _POSTMARK_CODES = {  # the sandbox's error codes as Postmark's ErrorCode
     "unauthorized": 10,
     "bad_request": 300,
