@@ -47,7 +47,7 @@ checks: lint
 ## service, alone.
 test: install
 	$(MAKE) --no-print-directory -j2 --output-sync=target checks stack-up
-	$(PYTHON) -m pytest -n 2 --dist loadfile -m "not serial"
+	$(PYTHON) -m pytest -n 3 --dist loadfile -m "not serial"
 	$(PYTHON) -m pytest -m serial
 
 test-unit: install

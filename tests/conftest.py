@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import psycopg
 import pytest
+from confluent_kafka.admin import AdminClient
 from services import StackServices, database_url_for, find_services
 
 from mailbus.app.migrate import apply_migrations
@@ -46,7 +47,7 @@ def database_url(services: StackServices, template_database: str) -> Iterator[st
 
 
 @pytest.fixture
-def settings(services: StackServices, database_url: str) -> Settings:
+def settings(services: StackServices, database_url: str, topic_prefixes: list[str]) -> Settings:
     """Settings pointing at this test's database and a topic prefix of its own."""
     base = load_settings({})
     configured = replace(
@@ -56,5 +57,24 @@ def settings(services: StackServices, database_url: str) -> Settings:
         topic_prefix=f"test-{uuid.uuid4().hex[:10]}",
         partitions=3,
     )
+    topic_prefixes.append(configured.topic_prefix)
     ensure_topics(configured)
     return configured
+
+
+@pytest.fixture(scope="session")
+def topic_prefixes(services: StackServices) -> Iterator[list[str]]:
+    """The topic prefixes this session's tests used; their topics (the tests' own, their
+    consumer groups' and faust's) are deleted at the end. A broker keeps a file open per
+    partition and a full run makes about 2,500 partitions: the local broker reached its
+    limit of open files (20,000) after several runs and stopped accepting connections."""
+    prefixes: list[str] = []
+    yield prefixes
+    admin = AdminClient({"bootstrap.servers": services.kafka_bootstrap})
+    names = [
+        name
+        for name in admin.list_topics(timeout=10).topics
+        if name.startswith(tuple(prefixes))
+    ]
+    for future in admin.delete_topics(names, operation_timeout=30).values() if names else ():
+        future.result(timeout=60)

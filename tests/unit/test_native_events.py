@@ -36,7 +36,13 @@ from mailbus.sandbox.native_events import (
 from mailbus.sandbox.provider_signing import svix_headers
 from mailbus.sandbox.server import add_arguments
 
-NOW = int(time.time())  # svix checks times against its own clock
+
+def now() -> int:
+    """The time to sign at: svix checks times against its own clock, so a time taken once at
+    collection would be stale for a test run minutes later."""
+    return int(time.time())
+
+
 AT = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 TO = "Ana@Example.com"
 RESEND_SECRET = "whsec_" + base64.b64encode(b"resend-unit-secret-0123456789abc").decode()
@@ -58,9 +64,9 @@ EVENTS = [
 SOFT = {"mailgun": ("deferred", None)}
 
 PAIRS: dict[str, tuple[Signer, NativeReceiver]] = {
-    "resend": (ResendSigner(RESEND_SECRET), Resend(RESEND_SECRET, clock=lambda: NOW)),
-    "sendgrid": (SendGridSigner(SENDGRID_KEY), SendGrid(SENDGRID_PUBLIC, clock=lambda: NOW)),
-    "mailgun": (MailgunSigner("key-unit"), Mailgun("key-unit", clock=lambda: NOW)),
+    "resend": (ResendSigner(RESEND_SECRET), Resend(RESEND_SECRET, clock=now)),
+    "sendgrid": (SendGridSigner(SENDGRID_KEY), SendGrid(SENDGRID_PUBLIC, clock=now)),
+    "mailgun": (MailgunSigner("key-unit"), Mailgun("key-unit", clock=now)),
     "postmark": (PostmarkSigner("hooks", "pa:ss"), Postmark("hooks:pa:ss")),
 }
 
@@ -91,17 +97,18 @@ def received(signer: Signer, receiver: NativeReceiver, event: dict[str, str], no
 def test_each_providers_events_verify_and_parse_into_the_sandboxs_event(
     provider: str, n: int
 ) -> None:
+    signed_at = now()
     signer, receiver = PAIRS[provider]
     soft = SOFT.get(provider, ("bounced", "soft"))
     fields, expected = (*EVENTS, ({"type": "bounced", "bounce": "soft"}, soft))[n - 1]
     event = sandbox_event(n, **fields)
-    ok, events = received(signer, receiver, event, NOW)
+    ok, events = received(signer, receiver, event, signed_at)
     assert ok
     [got] = events
     assert (got.type, got.bounce, got.message_id) == (*expected, "msg_1")
     assert got.occurred_at == AT + timedelta(seconds=n)
     # a retry, signed anew a minute later, carries the same event id
-    _, again = received(signer, receiver, event, NOW + 60)
+    _, again = received(signer, receiver, event, signed_at + 60)
     assert again[0].event_id == got.event_id
 
 
@@ -117,15 +124,17 @@ FORGERS: dict[str, Signer] = {  # the right format, the wrong secret
 
 @pytest.mark.parametrize("provider", sorted(PAIRS))
 def test_a_forged_or_stale_native_event_does_not_verify(provider: str) -> None:
+    signed_at = now()
     signer, receiver = PAIRS[provider]
-    forged = FORGERS[provider].sign(sandbox_event(1, type="delivered"), TO, NOW)
+    forged = FORGERS[provider].sign(sandbox_event(1, type="delivered"), TO, signed_at)
     assert asyncio.run(receiver.verify(forged.headers, forged.body)).reason == "mismatch"
     if provider != "postmark":  # Postmark signs no time: nothing is stale
-        old = signer.sign(sandbox_event(1, type="delivered"), TO, NOW - 4000)
+        old = signer.sign(sandbox_event(1, type="delivered"), TO, signed_at - 4000)
         assert asyncio.run(receiver.verify(old.headers, old.body)).reason == "stale"
 
 
 def test_ses_events_are_sns_notifications_signed_by_the_certificates_key() -> None:
+    signed_at = now()
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sns.amazonaws.com")])
     certificate = (
         x509.CertificateBuilder()
@@ -139,25 +148,28 @@ def test_ses_events_are_sns_notifications_signed_by_the_certificates_key() -> No
     )
     pem = certificate.public_bytes(serialization.Encoding.PEM)
     signer = SesSigner(TOPIC, "https://127.0.0.1/cert.pem", SNS_KEY)
-    now = datetime.fromtimestamp(NOW, UTC)
+    checked_at = datetime.fromtimestamp(signed_at, UTC)
     for n, (fields, (kind, bounce)) in enumerate(EVENTS, 1):
         event = sandbox_event(n, **fields)
-        message = sns.envelope(signer.sign(event, TO, NOW).body)
+        message = sns.envelope(signer.sign(event, TO, signed_at).body)
         assert message is not None and message["TopicArn"] == TOPIC
-        assert sns.check_signature(message, pem, now).ok
+        assert sns.check_signature(message, pem, checked_at).ok
         [got] = sns.parse(message).events
         assert (got.type, got.bounce, got.message_id) == (kind, bounce, "msg_1")
-        retried = sns.envelope(signer.sign(event, TO, NOW + 60).body)
+        retried = sns.envelope(signer.sign(event, TO, signed_at + 60).body)
         assert retried is not None and retried["MessageId"] == message["MessageId"]
         forged = {**message, "Message": message["Message"].replace("msg_1", "msg_2")}
-        assert sns.check_signature(forged, pem, now).reason == "mismatch"
+        assert sns.check_signature(forged, pem, checked_at).reason == "mismatch"
 
 
 def test_the_sandboxs_svix_signature_is_the_svix_librarys_own() -> None:
     """provider_signing writes Svix's scheme from its document; the library agrees."""
+    signed_at = now()
     body = json.dumps({"type": "email.delivered"}).encode()
-    ours = svix_headers(RESEND_SECRET, "msg_x", NOW, body)["svix-signature"]
-    theirs = Webhook(RESEND_SECRET).sign("msg_x", datetime.fromtimestamp(NOW, UTC), body.decode())
+    ours = svix_headers(RESEND_SECRET, "msg_x", signed_at, body)["svix-signature"]
+    theirs = Webhook(RESEND_SECRET).sign(
+        "msg_x", datetime.fromtimestamp(signed_at, UTC), body.decode()
+    )
     assert ours == theirs
 
 
