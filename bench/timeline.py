@@ -3,6 +3,7 @@ the relay and one consumer draining a backlog.
 
     python3 bench/timeline.py [--rate 200] [--seconds 10] [--latency-ms 50]
                               [--profile docs/benchmarks --backlog 20000 --py-spy PATH]
+                              [--cpu]
 
 Nothing is instrumented in the hot paths: each stage's time is one the system records
 anyway. ``created_at`` (the enqueue's commit, autocommit), ``published_at`` (the relay's
@@ -13,6 +14,10 @@ every 5 ms from the group coordinator, without joining the group). The gap betwe
 append and the claim holds the consumer's poll, the load and the gate; the gap between the
 claim and the settle less the call holds the slot and the settle's queue. Prints a table of
 p50 / p99 per stage (ms) and records them through bench/results.py.
+
+The profiles sample every thread that is not idle (waits on PostgreSQL or the network
+inside a C call count as busy); ``--cpu`` samples only the thread holding the GIL
+(py-spy ``--gil``, the process paused for each sample): where the Python CPU goes.
 """
 
 from __future__ import annotations
@@ -190,15 +195,19 @@ def top_frames(collapsed: str, shown: int = 20) -> str:
     return "\n".join(lines) + "\n"
 
 
-def profile(bench: Bench, backlog: int, out: Path, py_spy: str, relay: int, consumer: int) -> None:
+def profile(
+    bench: Bench, backlog: int, out: Path, py_spy: str, relay: int, consumer: int, cpu: bool
+) -> None:
     """Flame graphs (SVG) and collapsed stacks of the relay publishing ``backlog`` rows and
-    the consumer delivering them, sampled by py-spy without stopping the processes."""
+    the consumer delivering them, sampled by py-spy: every busy thread without stopping the
+    processes, or (``cpu``) the thread holding the GIL."""
+    mode = ["--gil"] if cpu else ["--nonblocking"]
     spies = [
         subprocess.Popen(
             [
                 py_spy,
                 "record",
-                "--nonblocking",
+                *mode,
                 "--threads",
                 "--pid",
                 str(pid),
@@ -242,6 +251,7 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, help="write flame graphs to this folder")
     parser.add_argument("--backlog", type=int, default=20_000)
     parser.add_argument("--py-spy", default="py-spy")
+    parser.add_argument("--cpu", action="store_true", help="profile the GIL holder only")
     args = parser.parse_args()
     bench = Bench(load_settings(), APPEND_TIME)
     try:
@@ -274,7 +284,9 @@ def main() -> None:
             print(f"{name:<44} {p50:>8.1f} {p99:>8.1f} {len(values):>6}", flush=True)
         if args.profile is not None:
             args.profile.mkdir(parents=True, exist_ok=True)
-            profile(bench, args.backlog, args.profile, args.py_spy, relay.pid, consumer.pid)
+            profile(
+                bench, args.backlog, args.profile, args.py_spy, relay.pid, consumer.pid, args.cpu
+            )
     finally:
         bench.close()
 

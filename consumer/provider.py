@@ -80,6 +80,7 @@ _NOT_SENT: tuple[type[httpx.HTTPError], ...] = (
     httpx.UnsupportedProtocol,
 )
 _EXCERPT_BYTES = 16_384  # scrubbed whole, then clipped: a cut cannot leak part of a key
+_REMEMBERED_PATHS = 64  # request paths whose URL a provider keeps (send paths are few)
 
 
 @dataclass(frozen=True)
@@ -264,6 +265,7 @@ class HttpProvider:
         self._dialect: Dialect = dialect if dialect is not None else MailbusDialect()
         self.capability = self._dialect.capability
         self._base = url
+        self._urls: dict[str, httpx.URL] = {}  # path -> its URL under the base, built once
         self._headers = {
             **self._dialect.auth_headers(api_key),
             "Accept": "application/json",
@@ -286,9 +288,14 @@ class HttpProvider:
         return PreparedMail(mail.dedupe_key, self._request(self._dialect.encode(mail)))
 
     def _request(self, wire: WireRequest) -> httpx.Request:
+        url = self._urls.get(wire.path)
+        if url is None:
+            url = _endpoint(self._base, wire.path)
+            if len(self._urls) < _REMEMBERED_PATHS:  # a look-up's path holds its key
+                self._urls[wire.path] = url
         return httpx.Request(
             wire.method,
-            _endpoint(self._base, wire.path),
+            url,
             params=wire.params,
             content=wire.body,
             headers={**self._headers, **wire.headers},

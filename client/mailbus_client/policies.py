@@ -20,7 +20,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from functools import cache
@@ -50,6 +50,7 @@ _MAX_EXPIRY_S = 366 * 24 * 3600
 _GLOB = re.compile(r"^[a-z0-9_.*?\[\]!-]{1,100}$")
 _ENTRY_KEYS = {"name", "description", "match", "expire_after_s", "when_provider_down"}
 _POLICY_FILE = "MAILBUS_POLICY_FILE"
+_REMEMBERED_TEMPLATES = 4096  # templates whose policy a book keeps; more are matched each time
 
 
 @dataclass(frozen=True)
@@ -75,16 +76,22 @@ class PolicyBook:
     """Policies in order; the first whose glob matches a template applies."""
 
     policies: tuple[MailPolicy, ...]
+    # template -> its policy: the globs are matched once per template name, not per mail
+    _found: dict[str, MailPolicy] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if not self.policies or "*" not in self.policies[-1].match:
             raise ValueError("the last policy of a PolicyBook must match '*'")
 
     def for_template(self, template: str) -> MailPolicy:
-        for policy in self.policies:
-            if policy.matches(template):
-                return policy
-        return self.policies[-1]  # unreachable: the last one matches '*'
+        found = self._found.get(template)
+        if found is None:
+            found = next((p for p in self.policies if p.matches(template)), self.policies[-1])
+            if len(self._found) < _REMEMBERED_TEMPLATES:
+                self._found[template] = found
+        return found
 
 
 def parse_policy_book(data: object, setting: str = _POLICY_FILE) -> PolicyBook:
