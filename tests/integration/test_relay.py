@@ -149,17 +149,17 @@ def test_relay_waits_out_a_kafka_outage(settings: Settings) -> None:
         wait_until(lambda: published(settings.database_url) == 100, 60, "the first rows")
         stack_script("kafka-stop")
         try:
-            for second in range(20):  # load keeps arriving while the broker is down
+            for second in range(10):  # load keeps arriving while the broker is down
                 seed(settings.database_url, 50, prefix=f"during-{second}-")
                 time.sleep(1)
             assert published(settings.database_url) == 100
         finally:
             stack_script("kafka-start")
         wait_until(
-            lambda: published(settings.database_url) == 1_100, 180, "catch-up after Kafka returned"
+            lambda: published(settings.database_url) == 600, 180, "catch-up after Kafka returned"
         )
-    seen = read_pointers(settings.kafka_bootstrap, send_topics(settings), 1_100, timeout=120)
-    assert len(seen) == 1_100
+    seen = read_pointers(settings.kafka_bootstrap, send_topics(settings), 600, timeout=120)
+    assert len(seen) == 600
 
 
 @pytest.mark.stack
