@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 
 import psycopg
-from harness import Bench, percentile
+from harness import Bench, cpu_ms_per_row, percentile
 from results import record, record_series
 
 from mailbus.consumer.provider import HttpProvider, OutgoingMail
@@ -69,7 +69,7 @@ def seed(bench: Bench, rows: int, prefix: str) -> None:
 class Throughput:
     rate: float  # emails/s, the middle 80% of acceptances
     rss_mb: list[int]  # peak per consumer
-    cpu_ms_per_mail: float  # the consumers' utime + stime ÷ mails
+    cpu_ms_per_mail: float  # the consumers' utime + stime ÷ mails, mid-drain (cpu_ms_per_row)
     statements_per_mail: float  # the database's transactions ÷ mails (see Bench.transactions)
 
 
@@ -81,7 +81,8 @@ def throughput(
     bench.wait_for(f"dedupe_key LIKE '{prefix}%' AND published_at IS NOT NULL", rows)
     transactions = bench.transactions()
     procs = [bench.start("consume", "--priority", "p1", **env) for _ in range(consumers)]
-    bench.wait_for(f"dedupe_key LIKE '{prefix}%' AND status = 'accepted'", rows, interval=1.0)
+    accepted = f"dedupe_key LIKE '{prefix}%' AND status = 'accepted'"
+    samples = bench.wait_sampling(accepted, rows, procs)
     # The middle 80% of acceptances: start-up and the last stragglers left out.
     [(first, last)] = bench.query(
         "SELECT percentile_disc(0.1) WITHIN GROUP (ORDER BY accepted_at),"
@@ -89,11 +90,13 @@ def throughput(
         " FROM email_sends WHERE dedupe_key LIKE %s",
         f"{prefix}%",
     )
-    cpu = sum(Bench.cpu_seconds(p) for p in procs)
     rss = [Bench.stop(p) for p in procs]
     statements = bench.transactions() - transactions
     return Throughput(
-        0.8 * rows / (last - first).total_seconds(), rss, 1000 * cpu / rows, statements / rows
+        0.8 * rows / (last - first).total_seconds(),
+        rss,
+        cpu_ms_per_row(samples, rows),
+        statements / rows,
     )
 
 
