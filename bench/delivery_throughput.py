@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 
 import psycopg
-from harness import Bench, cpu_ms_per_row, percentile
+from harness import Bench, CpuSampler, cpu_between, percentile
 from results import record, record_series
 
 from mailbus.consumer.provider import HttpProvider, OutgoingMail
@@ -69,7 +69,7 @@ def seed(bench: Bench, rows: int, prefix: str) -> None:
 class Throughput:
     rate: float  # emails/s, the middle 80% of acceptances
     rss_mb: list[int]  # peak per consumer
-    cpu_ms_per_mail: float  # the consumers' utime + stime ÷ mails, mid-drain (cpu_ms_per_row)
+    cpu_ms_per_mail: float  # the consumers' utime + stime ÷ mails, over the middle 80%
     statements_per_mail: float  # the database's transactions ÷ mails (see Bench.transactions)
 
 
@@ -81,8 +81,10 @@ def throughput(
     bench.wait_for(f"dedupe_key LIKE '{prefix}%' AND published_at IS NOT NULL", rows)
     transactions = bench.transactions()
     procs = [bench.start("consume", "--priority", "p1", **env) for _ in range(consumers)]
-    accepted = f"dedupe_key LIKE '{prefix}%' AND status = 'accepted'"
-    samples = bench.wait_sampling(accepted, rows, procs)
+    sampler = CpuSampler(procs)
+    sampler.start()
+    bench.wait_for(f"dedupe_key LIKE '{prefix}%' AND status = 'accepted'", rows, interval=1.0)
+    samples = sampler.stop()
     # The middle 80% of acceptances: start-up and the last stragglers left out.
     [(first, last)] = bench.query(
         "SELECT percentile_disc(0.1) WITHIN GROUP (ORDER BY accepted_at),"
@@ -95,7 +97,7 @@ def throughput(
     return Throughput(
         0.8 * rows / (last - first).total_seconds(),
         rss,
-        cpu_ms_per_row(samples, rows),
+        1000 * cpu_between(samples, first.timestamp(), last.timestamp()) / (0.8 * rows),
         statements / rows,
     )
 

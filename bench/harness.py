@@ -7,6 +7,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import replace
@@ -25,15 +26,37 @@ from mailbus.kernel.settings import Settings  # noqa: E402
 __all__ = ["REPO", "Bench", "percentile"]
 
 
-def cpu_ms_per_row(samples: list[tuple[int, float]], target: int) -> float:
-    """CPU ms per row over the middle of a drain: between the first sample at 10% of
-    ``target`` rows or more and the last at 90% or less, so the processes' start-up (imports,
-    joining the group) and the idle tail are left out. 0 if no two samples span the window."""
-    inside = [s for s in samples if 0.1 * target <= s[0] <= 0.9 * target]
-    if len(inside) < 2 or inside[-1][0] == inside[0][0]:
-        return 0.0
-    (rows_a, cpu_a), (rows_b, cpu_b) = inside[0], inside[-1]
-    return 1000 * (cpu_b - cpu_a) / (rows_b - rows_a)
+class CpuSampler(threading.Thread):
+    """The CPU seconds ``processes`` have used, read from /proc every ``interval`` s (no
+    database work, so the measured processes are not slowed by it), as (time, CPU s)."""
+
+    def __init__(self, processes: list[subprocess.Popen[bytes]], interval: float = 0.1) -> None:
+        super().__init__(daemon=True)
+        self.samples: list[tuple[float, float]] = []
+        self._processes = processes
+        self._interval = interval
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            cpu = sum(map(Bench.cpu_seconds, self._processes))
+            self.samples.append((time.time(), cpu))
+            self._done.wait(self._interval)
+
+    def stop(self) -> list[tuple[float, float]]:
+        self._done.set()
+        self.join()
+        return self.samples
+
+
+def cpu_between(samples: list[tuple[float, float]], start: float, end: float) -> float:
+    """CPU seconds used between the wall-clock times ``start`` and ``end``, from the samples
+    nearest each (a window inside the samples)."""
+
+    def at(moment: float) -> float:
+        return min(samples, key=lambda sample: abs(sample[0] - moment))[1]
+
+    return at(end) - at(start)
 
 
 def percentile(values: list[float], q: int) -> float:
@@ -102,28 +125,6 @@ class Bench:
         deadline = time.monotonic() + timeout
         with psycopg.connect(self.settings.database_url, autocommit=True) as conn:
             while (count := self.count(where, conn)) < target:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{where}: {count} of {target}")
-                time.sleep(interval)
-
-    def wait_sampling(
-        self,
-        where: str,
-        target: int,
-        processes: list[subprocess.Popen[bytes]],
-        timeout: float = 600,
-        interval: float = 0.5,
-    ) -> list[tuple[int, float]]:
-        """:meth:`wait_for`, recording at every count the rows matching and the CPU seconds
-        ``processes`` have used so far: (rows, CPU s) samples, the last at ``target``."""
-        samples: list[tuple[int, float]] = []
-        deadline = time.monotonic() + timeout
-        with psycopg.connect(self.settings.database_url, autocommit=True) as conn:
-            while True:
-                count = self.count(where, conn)
-                samples.append((count, sum(map(self.cpu_seconds, processes))))
-                if count >= target:
-                    return samples
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{where}: {count} of {target}")
                 time.sleep(interval)
