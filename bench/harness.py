@@ -23,7 +23,7 @@ from mailbus.app.migrate import apply_migrations  # noqa: E402
 from mailbus.app.scratch_database import drop_database  # noqa: E402
 from mailbus.kernel.settings import Settings  # noqa: E402
 
-__all__ = ["REPO", "Bench", "percentile"]
+__all__ = ["REPO", "Bench", "CpuSampler", "cpu_between", "percentile"]
 
 
 class CpuSampler(threading.Thread):
