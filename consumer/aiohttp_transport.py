@@ -1,12 +1,11 @@
-"""An httpx transport backed by one ``aiohttp.ClientSession``: httpx's API, aiohttp's speed.
+"""The provider's default :class:`~mailbus.consumer.http_wire.Exchange`: one
+``aiohttp.ClientSession``.
 
 httpx's own pool (httpcore) tops out at a few hundred requests/s at 64 in flight with the
-client at 100% CPU (encode/httpx#3215); aiohttp's connector is several times faster. The
-provider keeps speaking httpx (``httpx.AsyncClient``, ``Request``/``Response``, httpx
-exceptions) and gets this transport by default.
-
-aiohttp's errors become the httpx exceptions the default transport would raise, so the
-caller classifies a failure the same way whichever transport it uses:
+client at 100% CPU (encode/httpx#3215); aiohttp's connector is several times faster. A call
+goes to aiohttp as the values it is (no ``httpx.Request`` or ``httpx.Response`` is built),
+and aiohttp's errors become the httpx exceptions httpx's own transport would raise, so the
+provider classifies a failure the same way whichever exchange carries the call:
 
 ==========================================  ===========================  ============
 aiohttp                                     httpx                        request sent
@@ -22,10 +21,10 @@ Error, ClientResponseError (bad reply)
 ClientOSError, other connection errors      ReadError                    maybe
 ==========================================  ===========================  ============
 
-Timeouts come from the request's httpx ``timeout`` extension: ``connect`` becomes
-``sock_connect``, ``read`` becomes ``sock_read``, ``pool`` bounds waiting for a connection
-plus connecting. The body is read in full here (replies of an email API are small), so the
-connection is back in the pool before the response is returned.
+Of the :class:`~mailbus.consumer.http_wire.Timeouts`, ``connect`` becomes ``sock_connect``,
+``read`` becomes ``sock_read``, ``pool`` bounds waiting for a connection plus connecting.
+The body is read in full here (replies of an email API are small), so the connection is
+back in the pool before the reply is returned.
 """
 
 from __future__ import annotations
@@ -35,6 +34,8 @@ from contextlib import contextmanager
 
 import aiohttp
 import httpx
+
+from mailbus.consumer.http_wire import HttpCall, HttpReply, Timeouts
 
 __all__ = ["AiohttpTransport", "translate_error"]
 
@@ -59,38 +60,46 @@ _ERROR_MAP: tuple[tuple[type[BaseException], type[httpx.TransportError]], ...] =
 )
 
 
-def translate_error(exc: BaseException, request: httpx.Request) -> httpx.TransportError | None:
+def translate_error(exc: BaseException) -> httpx.TransportError | None:
     """The httpx exception standing for an aiohttp error, or None if it is not one."""
     for source, target in _ERROR_MAP:
         if isinstance(exc, source):
             message = str(exc) or type(exc).__name__
-            return target(f"{type(exc).__name__}: {message}", request=request)
+            return target(f"{type(exc).__name__}: {message}")
     return None
 
 
 @contextmanager
-def _translated(request: httpx.Request) -> Iterator[None]:
+def _translated() -> Iterator[None]:
     try:
         yield
     except (aiohttp.ClientError, TimeoutError) as exc:
-        mapped = translate_error(exc, request)
+        mapped = translate_error(exc)
         if mapped is None:  # pragma: no cover - the map ends with ClientError
             raise
         raise mapped from exc
 
 
-class AiohttpTransport(httpx.AsyncBaseTransport):
+class AiohttpTransport:
     """HTTP/1.1 over one aiohttp session of at most ``max_connections`` connections.
 
     The session is created on first use, on the running loop (aiohttp binds a session to
     its loop); ``aclose()`` closes it. One transport serves one event loop.
     """
 
-    def __init__(self, max_connections: int, *, keepalive_s: float = 15.0) -> None:
+    def __init__(
+        self, max_connections: int, timeouts: Timeouts, *, keepalive_s: float = 15.0
+    ) -> None:
         if max_connections < 1:
             raise ValueError("max_connections must be >= 1")
         self._max_connections = max_connections
         self._keepalive_s = keepalive_s
+        self._timeout = aiohttp.ClientTimeout(
+            total=None,
+            connect=timeouts.pool,
+            sock_connect=timeouts.connect,
+            sock_read=timeouts.read,
+        )
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
 
@@ -101,45 +110,21 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             connector = aiohttp.TCPConnector(
                 limit=self._max_connections, keepalive_timeout=self._keepalive_s
             )
-            self._session = aiohttp.ClientSession(
-                connector=connector, timeout=aiohttp.ClientTimeout(total=None)
-            )
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
         return self._session
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.scheme not in ("http", "https"):
-            raise httpx.UnsupportedProtocol(
-                f"unsupported scheme {request.url.scheme!r}", request=request
-            )
+    async def exchange(self, call: HttpCall) -> HttpReply:
         session = self._get_session()
-        body = await request.aread()
-        timeouts = request.extensions.get("timeout", {})
-        timeout = aiohttp.ClientTimeout(
-            total=None,
-            connect=timeouts.get("pool"),
-            sock_connect=timeouts.get("connect"),
-            sock_read=timeouts.get("read"),
-        )
-        with _translated(request):
+        with _translated():
             async with session.request(
-                request.method,
-                str(request.url),
-                headers=request.headers.multi_items(),
-                data=body or None,
+                call.method,
+                call.url,
+                headers=call.headers,
+                data=call.body,
                 allow_redirects=False,
-                auto_decompress=False,  # httpx decodes Content-Encoding itself
                 compress=False,
-                timeout=timeout,
             ) as reply:
-                content = await reply.read()
-                status, headers = reply.status, reply.raw_headers
-                reason = reply.reason
-        extensions: dict[str, object] = {"http_version": b"HTTP/1.1"}
-        if reason:
-            extensions["reason_phrase"] = reason.encode("ascii", "replace")
-        return httpx.Response(
-            status, headers=headers, content=content, request=request, extensions=extensions
-        )
+                return HttpReply(reply.status, reply.headers, await reply.read())
 
     async def aclose(self) -> None:
         self._closed = True

@@ -1,9 +1,8 @@
-"""The HTTP provider adapter: the email API (docs/reference/contract.md#email-api) spoken over
-httpx, turned into values.
+"""The HTTP provider adapter: the email API (docs/reference/contract.md#email-api), its calls
+and replies turned into values.
 
-The only module of the delivery path that imports httpx. :meth:`HttpProvider.send` returns
-a :data:`~mailbus.consumer.core.outcome.CallResult` and :meth:`HttpProvider.lookup` a
-:class:`LookupResult`; neither raises for a network or HTTP problem:
+:meth:`HttpProvider.send` returns a :data:`~mailbus.consumer.core.outcome.CallResult` and
+:meth:`HttpProvider.lookup` a :class:`LookupResult`; neither raises for a network or HTTP problem:
 
 =========================================================  ====================================
 what happened                                              result
@@ -16,8 +15,10 @@ RemoteProtocolError, any other httpx error, the whole-     (a write error may ha
 call deadline                                              of it: the safe reading)
 =========================================================  ====================================
 
-httpx's read timeout is per chunk, so every call is also bounded as a whole by
-``request_timeout``; keep ``connect_timeout`` below it, or a slow connect counts as sent.
+The exchange (:mod:`mailbus.consumer.http_wire`) raises the httpx exceptions of the table
+whichever library carries the call. The read timeout is per chunk, so every call is also
+bounded as a whole by ``request_timeout``; keep ``connect_timeout`` below it, or a slow
+connect counts as sent.
 The API key travels only in the ``Authorization`` header and is masked in every detail.
 A send made inside a traced mail's span carries the W3C ``traceparent`` (and ``tracestate``)
 header of that span (docs/guides/tracing.md).
@@ -31,9 +32,11 @@ this module's, shared by every dialect.
 
 By default the calls go through :class:`~mailbus.consumer.aiohttp_transport.AiohttpTransport`:
 httpx's own pool reaches about 600 sends/s at 64 in flight against a 50 ms provider, the
-aiohttp transport about 1,150 (see the module docstring there). Requests go straight to
-the transport, not through ``httpx.AsyncClient``: the API needs no cookies, redirects or
-auth flows, and skipping them saved a sixth of the consumer's CPU per mail.
+aiohttp transport about 1,150 (see the module docstring there). A mail is encoded once,
+into an :class:`~mailbus.consumer.http_wire.HttpCall`, and its reply read from an
+:class:`~mailbus.consumer.http_wire.HttpReply`: no ``httpx.Request`` or ``httpx.Response``
+is built per mail (an httpx transport passed as ``transport`` is reached through
+:class:`~mailbus.consumer.http_wire.HttpxExchange`).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from mailbus.consumer.core.outcome import (
     clip_reason,
     parse_retry_after,
 )
+from mailbus.consumer.http_wire import Exchange, HttpCall, HttpxExchange, Timeouts
 from mailbus.consumer.templates import ProviderTemplate, Rendered
 from mailbus.kernel import tracing
 from mailbus.kernel.errors import ConfigError, InvalidSendError
@@ -100,7 +104,7 @@ class PreparedMail:
     """A mail encoded into its request: whatever could not be encoded failed already."""
 
     dedupe_key: str
-    request: httpx.Request
+    call: HttpCall
 
 
 @dataclass(frozen=True)
@@ -265,64 +269,56 @@ class HttpProvider:
         self._dialect: Dialect = dialect if dialect is not None else MailbusDialect()
         self.capability = self._dialect.capability
         self._base = url
-        self._urls: dict[str, httpx.URL] = {}  # path -> its URL under the base, built once
+        self._urls: dict[str, str] = {}  # path -> its URL under the base, built once
         self._headers = {
             **self._dialect.auth_headers(api_key),
             "Accept": "application/json",
             "User-Agent": "mailbus",
         }
-        self._extensions = {
-            "timeout": {
-                "connect": connect_timeout,
-                "read": request_timeout,
-                "write": request_timeout,
-                "pool": connect_timeout,  # waiting for a free connection: nothing sent yet
-            }
-        }
-        self._transport = transport if transport is not None else AiohttpTransport(max_connections)
+        # waiting for a free connection ("pool") sends nothing yet: the connect timeout
+        timeouts = Timeouts(connect_timeout, request_timeout, connect_timeout)
+        self._exchange: Exchange = (
+            AiohttpTransport(max_connections, timeouts)
+            if transport is None
+            else HttpxExchange(transport, timeouts)
+        )
 
     def prepare(self, mail: OutgoingMail) -> PreparedMail:
         """Encode ``mail`` into its request, before any row is claimed for it; raises
         :class:`InvalidSendError` naming the field that cannot travel (see the dialect's
         ``encode``)."""
-        return PreparedMail(mail.dedupe_key, self._request(self._dialect.encode(mail)))
+        return PreparedMail(mail.dedupe_key, self._call(self._dialect.encode(mail)))
 
-    def _request(self, wire: WireRequest) -> httpx.Request:
+    def _call(self, wire: WireRequest) -> HttpCall:
         url = self._urls.get(wire.path)
         if url is None:
-            url = _endpoint(self._base, wire.path)
+            url = str(_endpoint(self._base, wire.path))
             if len(self._urls) < _REMEMBERED_PATHS:  # a look-up's path holds its key
                 self._urls[wire.path] = url
-        return httpx.Request(
-            wire.method,
-            url,
-            params=wire.params,
-            content=wire.body,
-            headers={**self._headers, **wire.headers},
-            extensions=self._extensions,
-        )
+        if wire.params:
+            url = str(httpx.URL(url, params=wire.params))
+        return HttpCall(wire.method, url, {**self._headers, **wire.headers}, wire.body)
 
     async def send(self, mail: OutgoingMail | PreparedMail) -> CallResult:
         """POST the mail under its dedupe key; a reply or a transport failure, never raises
         for network or HTTP problems (``InvalidSendError`` from :meth:`prepare`)."""
-        request = (mail if isinstance(mail, PreparedMail) else self.prepare(mail)).request
+        call = (mail if isinstance(mail, PreparedMail) else self.prepare(mail)).call
         trace = tracing.current()
         if trace is not None:  # the mail's trace, continued at the provider (harmless if not)
-            request.headers["traceparent"] = trace.traceparent
+            carried = {"traceparent": trace.traceparent}
             if trace.tracestate:
-                request.headers["tracestate"] = trace.tracestate
+                carried["tracestate"] = trace.tracestate
+            call = replace(call, headers={**call.headers, **carried})
         try:
             async with asyncio.timeout(self._request_timeout):
-                response = await self._exchange(request)
+                response = await self._exchange.exchange(call)
         except TimeoutError:
             return TransportFailure(True, self._no_reply())
         except _NOT_SENT as exc:
             return TransportFailure(False, self._describe(exc))
         except httpx.HTTPError as exc:
             return TransportFailure(True, self._describe(exc))
-        reply = self._dialect.reply(
-            response.status_code, response.headers, response.content, self._clock()
-        )
+        reply = self._dialect.reply(response.status, response.headers, response.body, self._clock())
         return replace(reply, error_excerpt=self._scrub(reply.error_excerpt))
 
     async def lookup(self, dedupe_key: str) -> LookupResult:
@@ -330,29 +326,20 @@ class HttpProvider:
         or HTTP problems (a provider without a look-up: failed)."""
         if not self.capability.look_up:
             return LookupResult(None, True, "no look-up at this provider")
-        request = self._request(self._dialect.lookup_request(dedupe_key))
+        call = self._call(self._dialect.lookup_request(dedupe_key))
         try:
             async with asyncio.timeout(self._request_timeout):
-                response = await self._exchange(request)
+                response = await self._exchange.exchange(call)
         except TimeoutError:
             return LookupResult(None, True, self._no_reply())
         except httpx.HTTPError as exc:
             return LookupResult(None, True, self._describe(exc))
-        found = self._dialect.lookup_reply(response.status_code, response.content)
+        found = self._dialect.lookup_reply(response.status, response.body)
         return replace(found, detail=self._scrub(found.detail))
 
     async def aclose(self) -> None:
         """Close the connections (and the transport); the provider is unusable afterwards."""
-        await self._transport.aclose()
-
-    async def _exchange(self, request: httpx.Request) -> httpx.Response:
-        """One request, straight to the transport; the response with its body read."""
-        response = await self._transport.handle_async_request(request)
-        try:
-            await response.aread()
-        finally:
-            await response.aclose()
-        return response
+        await self._exchange.aclose()
 
     def _no_reply(self) -> str:
         return f"no reply within {self._request_timeout:g}s"

@@ -7,12 +7,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
-
 from mailbus.consumer.core import RetryPolicy
 from mailbus.consumer.core.breaker import BreakerPolicy
 from mailbus.consumer.core.outcome import CallResult, ProviderReply
 from mailbus.consumer.gate import ProviderGate
+from mailbus.consumer.http_wire import HttpCall
 from mailbus.consumer.ledger import MessageOrigin, SendLedger
 from mailbus.consumer.provider import LookupResult, MailbusDialect, OutgoingMail, PreparedMail
 from mailbus.consumer.service import DeliveryService
@@ -39,7 +38,7 @@ class ScriptedProvider:
         self.looked_up: list[str] = []
 
     def prepare(self, mail: OutgoingMail) -> PreparedMail:
-        return PreparedMail(mail.dedupe_key, httpx.Request("POST", "http://provider/v1/send"))
+        return PreparedMail(mail.dedupe_key, HttpCall("POST", "http://provider/v1/send", {}))
 
     async def send(self, mail: PreparedMail) -> CallResult:
         self.sent.append(mail.dedupe_key)

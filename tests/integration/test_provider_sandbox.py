@@ -201,3 +201,20 @@ def test_a_429_for_one_recipient_domain_says_so_and_spares_the_others(
         ("ana@Slow.Example", "429"),
         ("bo@fast.example", "accepted"),
     ]
+
+
+def test_the_default_path_builds_no_httpx_request_or_response(
+    sandbox: ThreadedSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per mail, the aiohttp path hands the encoded call to aiohttp as it is: building an
+    httpx request and response around each call cost about a tenth of the consumer's CPU
+    (docs/benchmarks/speed.md)."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("an httpx object was built on the delivery path")
+
+    monkeypatch.setattr(httpx.Request, "__init__", refuse)
+    monkeypatch.setattr(httpx.Response, "__init__", refuse)
+    sent, found = run(sandbox.url, "default", send_then_lookup())
+    assert isinstance(sent, ProviderReply) and sent.status_code == 200
+    assert found == LookupResult(sent.message_id, False)

@@ -16,7 +16,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import httpx
 import pytest
 
 from mailbus.consumer.core import Decision, RetryPolicy, SendView, Status
@@ -24,6 +23,7 @@ from mailbus.consumer.core.breaker import BreakerPolicy
 from mailbus.consumer.core.outcome import CallResult, ProviderReply, TransportFailure
 from mailbus.consumer.db_clock import DatabaseClock
 from mailbus.consumer.gate import ProviderGate
+from mailbus.consumer.http_wire import HttpCall
 from mailbus.consumer.ledger import Claim, LoadedSend, MessageOrigin
 from mailbus.consumer.provider import LookupResult, MailbusDialect, OutgoingMail, PreparedMail
 from mailbus.consumer.reconciler import Reconciler
@@ -158,7 +158,7 @@ class FlakyProvider:
         self._background: set[asyncio.Task[None]] = set()
 
     def prepare(self, mail: OutgoingMail) -> PreparedMail:
-        return PreparedMail(mail.dedupe_key, httpx.Request("POST", "http://provider/v1/send"))
+        return PreparedMail(mail.dedupe_key, HttpCall("POST", "http://provider/v1/send", {}))
 
     async def send(self, mail: PreparedMail) -> CallResult:
         key = mail.dedupe_key

@@ -358,14 +358,12 @@ AIOHTTP_ERRORS: list[tuple[Exception, type[httpx.HTTPError], bool]] = [
 def test_aiohttp_errors_classify_like_httpx(
     error: Exception, expected: type[httpx.HTTPError], sent: bool
 ) -> None:
-    request = httpx.Request("POST", "https://mail.example.test/v1/send")
-    translated = translate_error(error, request)
+    translated = translate_error(error)
     assert type(translated) is expected
-    assert translated.request is request
+    assert str(translated).startswith(f"{type(error).__name__}: ")
     result = call(raising(translated))
     assert isinstance(result, TransportFailure) and result.request_sent is sent
 
 
 def test_non_aiohttp_errors_are_not_translated() -> None:
-    request = httpx.Request("GET", "https://mail.example.test/")
-    assert translate_error(ValueError("x"), request) is None
+    assert translate_error(ValueError("x")) is None
