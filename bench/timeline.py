@@ -3,7 +3,7 @@ the relay and one consumer draining a backlog.
 
     python3 bench/timeline.py [--rate 200] [--seconds 10] [--latency-ms 50]
                               [--profile docs/benchmarks --backlog 20000 --py-spy PATH]
-                              [--cpu]
+                              [--cpu] [--top 20]
 
 Nothing is instrumented in the hot paths: each stage's time is one the system records
 anyway. ``created_at`` (the enqueue's commit, autocommit), ``published_at`` (the relay's
@@ -176,9 +176,10 @@ def steady(bench: Bench, rate: int, seconds: int) -> dict[str, list[float]]:
 
 
 def top_frames(collapsed: str, shown: int = 20) -> str:
-    """py-spy's collapsed stacks (``frame;frame;… count`` lines) as text: the frames with
-    the most samples on top of the stack (self) and anywhere in it (inclusive)."""
-    total, own, anywhere = 0, Counter[str](), Counter[str]()
+    """py-spy's collapsed stacks (``frame;frame;… count`` lines) as text: the samples by
+    library (the first folder of the top frame's file), then the frames with the most
+    samples on top of the stack (self) and anywhere in it (inclusive)."""
+    total, own, anywhere, library = 0, Counter[str](), Counter[str](), Counter[str]()
     for line in collapsed.splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
@@ -186,9 +187,12 @@ def top_frames(collapsed: str, shown: int = 20) -> str:
         frames, n = stack.split(";"), int(count)
         total += n
         own[frames[-1]] += n
+        library[frames[-1].rpartition("(")[2].split("/")[0].split(":")[0]] += n
         for frame in set(frames):
             anywhere[frame] += n
-    lines = [f"{total} samples", "", "self:"]
+    lines = [f"{total} samples", "", "self, by library:"]
+    lines += [f"{100 * n / total:5.1f}%  {f}" for f, n in library.most_common(shown)]
+    lines += ["", "self:"]
     lines += [f"{100 * n / total:5.1f}%  {f}" for f, n in own.most_common(shown)]
     lines += ["", "inclusive:"]
     lines += [f"{100 * n / total:5.1f}%  {f}" for f, n in anywhere.most_common(shown)]
@@ -196,7 +200,14 @@ def top_frames(collapsed: str, shown: int = 20) -> str:
 
 
 def profile(
-    bench: Bench, backlog: int, out: Path, py_spy: str, relay: int, consumer: int, cpu: bool
+    bench: Bench,
+    backlog: int,
+    out: Path,
+    py_spy: str,
+    relay: int,
+    consumer: int,
+    cpu: bool,
+    top: int = 20,
 ) -> None:
     """Flame graphs (SVG) and collapsed stacks of the relay publishing ``backlog`` rows and
     the consumer delivering them, sampled by py-spy: every busy thread without stopping the
@@ -238,7 +249,7 @@ def profile(
         spy.wait(60)
     for name in ("relay", "consumer"):
         raw = out / f"profile-{name}.txt"
-        (out / f"profile-{name}-top.txt").write_text(top_frames(raw.read_text()))
+        (out / f"profile-{name}-top.txt").write_text(top_frames(raw.read_text(), top))
         raw.unlink()  # megabytes; the flame graph and the top frames keep what it says
 
 
@@ -252,6 +263,7 @@ def main() -> None:
     parser.add_argument("--backlog", type=int, default=20_000)
     parser.add_argument("--py-spy", default="py-spy")
     parser.add_argument("--cpu", action="store_true", help="profile the GIL holder only")
+    parser.add_argument("--top", type=int, default=20, help="frames listed in *-top.txt")
     args = parser.parse_args()
     bench = Bench(load_settings(), APPEND_TIME)
     try:
@@ -285,7 +297,14 @@ def main() -> None:
         if args.profile is not None:
             args.profile.mkdir(parents=True, exist_ok=True)
             profile(
-                bench, args.backlog, args.profile, args.py_spy, relay.pid, consumer.pid, args.cpu
+                bench,
+                args.backlog,
+                args.profile,
+                args.py_spy,
+                relay.pid,
+                consumer.pid,
+                args.cpu,
+                args.top,
             )
     finally:
         bench.close()

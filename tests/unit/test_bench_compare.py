@@ -69,3 +69,16 @@ def test_top_frames_counts_self_and_inclusive_samples() -> None:
     assert text.startswith("4 samples")
     assert " 75.0%  poll" in text and " 25.0%  execute" in text
     assert "100.0%  main" in text
+
+
+def test_top_frames_sums_self_samples_by_library() -> None:
+    import timeline
+
+    text = timeline.top_frames(
+        "run (asyncio/base_events.py:1) ;send (aiohttp/client.py:5) 3\n"
+        "run (asyncio/base_events.py:1) ;load (mailbus/consumer/ledger.py:9) 1\n"
+        "run (asyncio/base_events.py:1) ;decode (<frozen codecs>:3) 1\n"
+    )
+    by_library = text.split("self, by library:")[1].split("self:")[0]
+    assert " 60.0%  aiohttp\n" in by_library
+    assert " 20.0%  mailbus\n" in by_library and " 20.0%  <frozen codecs>\n" in by_library
