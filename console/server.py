@@ -26,7 +26,7 @@ from mailbus.console.actions import add_actions
 from mailbus.console.pages import add_pages
 from mailbus.console.web import CONSOLE, Console, add_routes, guard
 from mailbus.consumer.dead_letter_views import DEFAULT_REPLAY_RATE
-from mailbus.kernel import event_loop, health, metrics
+from mailbus.kernel import health, metrics
 from mailbus.kernel.durations import parse_rate
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.settings import Settings
@@ -84,8 +84,7 @@ def console_from_settings(settings: Settings, overview: Overview) -> Console:
 
 def run_console(settings: Settings, overview: Overview) -> int:
     """Serve until SIGTERM/SIGINT; 0 after a clean stop."""
-    console = console_from_settings(settings, overview)
-    return event_loop.run(_serve(settings, console), settings.event_loop)
+    return asyncio.run(_serve(settings, console_from_settings(settings, overview)))
 
 
 async def _serve(settings: Settings, console: Console) -> int:

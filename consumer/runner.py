@@ -38,7 +38,7 @@ from mailbus.consumer.reconciler import Reconciler
 from mailbus.consumer.recovery_pacer import RecoveryPacer
 from mailbus.consumer.service import DeliveryService, Stopping
 from mailbus.consumer.templates import TemplateStore
-from mailbus.kernel import event_loop, health, metrics
+from mailbus.kernel import health, metrics
 from mailbus.kernel.errors import ConfigError, StorageError
 from mailbus.kernel.kafka_security import kafka_client_config
 from mailbus.kernel.settings import Settings
@@ -65,7 +65,7 @@ def lease_seconds(settings: Settings) -> float:
 
 
 def run_consumer(settings: Settings, priorities: Sequence[str]) -> int:
-    return event_loop.run(_serve(settings, priorities), settings.event_loop)
+    return asyncio.run(_serve(settings, priorities))
 
 
 def _tracer(exporter: str | None) -> Tracer:

@@ -53,7 +53,7 @@ from mailbus.feedback.native.routes import (
 from mailbus.feedback.signature import HEADER, verify
 from mailbus.feedback.store import EventStore, LateEvents, Recorded
 from mailbus.feedback.unsubscribe_page import add_unsubscribe_routes
-from mailbus.kernel import event_loop, health, metrics
+from mailbus.kernel import health, metrics
 from mailbus.kernel.errors import ConfigError, StorageError
 from mailbus.kernel.settings import Settings
 
@@ -227,7 +227,7 @@ def run_webhooks(settings: Settings) -> int:
     """Serve until SIGTERM/SIGINT; 0 after a clean stop."""
     if not settings.webhook_secret and not _native_enabled(settings):
         raise ConfigError("MAILBUS_WEBHOOK_SECRET", "must be set (or MAILBUS_WEBHOOK_SECRET_FILE)")
-    return event_loop.run(_serve(settings), settings.event_loop)
+    return asyncio.run(_serve(settings))
 
 
 def _native_enabled(settings: Settings) -> bool:

@@ -18,7 +18,6 @@ from dotenv.parser import parse_stream
 
 from mailbus.kernel.durations import parse_duration, parse_rate, parse_schedule
 from mailbus.kernel.errors import ConfigError
-from mailbus.kernel.event_loop import EVENT_LOOPS
 from mailbus.kernel.kafka_security import KafkaSecurity, parse_kafka_security
 from mailbus_client.policies import (
     DEFAULT_CAP_SHARES,
@@ -111,7 +110,6 @@ class Settings:
     console_proxy_header: str = ""  # trusted reverse-proxy header naming the user; "": off
     # where spans go (docs/guides/tracing.md): otlp | console; None: no OpenTelemetry at all
     otel_exporter: str | None = None
-    event_loop: str = "uvloop"  # uvloop | asyncio: the loop of consume, webhooks, console
 
     def __repr__(self) -> str:  # never print the API key
         return f"Settings(database={_redact_url(self.database_url)}, kafka={self.kafka_bootstrap})"
@@ -245,7 +243,6 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         smtp_from=reader._raw("MAILBUS_SMTP_FROM") or "",
         unknown_outcome=_unknown_outcome(env),
         otel_exporter=_otel_exporter(env),
-        event_loop=_event_loop(env.get("MAILBUS_EVENT_LOOP")),
         smtp_allow_plaintext_auth=_flag(
             "MAILBUS_SMTP_ALLOW_PLAINTEXT_AUTH", env.get("MAILBUS_SMTP_ALLOW_PLAINTEXT_AUTH")
         ),
@@ -374,16 +371,6 @@ def _otel_exporter(env: Mapping[str, str]) -> str | None:
     if exporter not in ("otlp", "console", "none"):
         raise ConfigError("MAILBUS_OTEL_EXPORTER", f"expected otlp, console or none, got {raw!r}")
     return None if exporter == "none" else exporter
-
-
-def _event_loop(raw: str | None) -> str:
-    """MAILBUS_EVENT_LOOP: uvloop (unset) or asyncio."""
-    if raw is None or not raw.strip():
-        return Settings.event_loop
-    name = raw.strip().lower()
-    if name not in EVENT_LOOPS:
-        raise ConfigError("MAILBUS_EVENT_LOOP", f"expected uvloop or asyncio, got {raw!r}")
-    return name
 
 
 def _header_name(raw: str | None) -> str:

@@ -229,12 +229,6 @@ SETTINGS: tuple[Setting, ...] = (
         ", console, or none; needs the extra mailbus[tracing] (docs/guides/tracing.md)",
         {"consume"},
     ),
-    _s(
-        "EVENT_LOOP",
-        "uvloop",
-        "the asyncio event loop: uvloop (written in C, faster) or asyncio (Python's own)",
-        {"consume", "webhooks", "console"},
-    ),
     _s("SCHEMA_REGISTRY_URL", "off", "Confluent-compatible schema registry", _KAFKA),
     _s(
         "SCHEMA_REGISTRY_AUTH",
