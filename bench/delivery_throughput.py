@@ -7,10 +7,12 @@ latency at a steady rate, and peak RSS per consumer.
 Needs the local stack (make stack-up). The sandbox answers every send after
 ``--latency-ms``; the bound is in-flight ÷ latency per process (64 / 50 ms = 1,280/s).
 For scale it first measures the call path alone: a bare ``HttpProvider`` keeping
-``--in-flight`` sends open, no Kafka or PostgreSQL. Rows are published by the relay before
-the consumers start, so the consumers alone are measured; the rate is that of the middle
-80% of acceptances. The one-process rate is measured ``--runs`` times (this machine is
-noisy) and each run printed with the median. Prints figures only.
+``--in-flight`` sends open, no Kafka or PostgreSQL, and the CPU this benchmark's process
+(the client alone: the sandbox is another process) spends per send meanwhile. Rows are
+published by the relay before the consumers start, so the consumers alone are measured;
+the rate is that of the middle 80% of acceptances. The one-process rate is measured
+``--runs`` times (this machine is noisy) and each run printed with the median. Prints
+figures only.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ SANDBOX_PORT = 8099
 
 async def call_path_alone(
     url: str, api_key: str, in_flight: int, seconds: float
-) -> tuple[float, float]:
-    """Sends/s and mean latency (ms) of ``in_flight`` back-to-back senders."""
+) -> tuple[float, float, float]:
+    """Sends/s, mean latency (ms) and the client's CPU per send (ms) of ``in_flight``
+    back-to-back senders."""
     provider = HttpProvider(url, api_key, 2.0, 15.0, in_flight)
     keys = itertools.count()
     latencies: list[float] = []
@@ -48,11 +51,12 @@ async def call_path_alone(
 
     await asyncio.gather(*(sender(time.monotonic() + 2) for _ in range(in_flight)))  # warm-up
     latencies.clear()
-    started = time.monotonic()
+    started, cpu_started = time.monotonic(), time.process_time()
     await asyncio.gather(*(sender(started + seconds) for _ in range(in_flight)))
-    elapsed = time.monotonic() - started
+    elapsed, cpu = time.monotonic() - started, time.process_time() - cpu_started
     await provider.aclose()
-    return len(latencies) / elapsed, statistics.mean(latencies) * 1000
+    sends = len(latencies)
+    return sends / elapsed, statistics.mean(latencies) * 1000, cpu / sends * 1000
 
 
 def seed(bench: Bench, rows: int, prefix: str) -> None:
@@ -174,15 +178,17 @@ def main() -> None:
         bench.start("relay")
         time.sleep(2)
         bound = args.in_flight / (args.latency_ms / 1000)
-        alone, latency = asyncio.run(
+        alone, latency, cpu_per_send = asyncio.run(
             call_path_alone(env["MAILBUS_PROVIDER_URL"], "bench-key", args.in_flight, 8)
         )
         print(
             f"call path alone ({args.in_flight} sends open, no Kafka or PostgreSQL):"
-            f" {alone:,.0f} sends/s = {alone / bound:.0%} of the bound, {latency:.1f} ms each",
+            f" {alone:,.0f} sends/s = {alone / bound:.0%} of the bound, {latency:.1f} ms each,"
+            f" client CPU {cpu_per_send:.3f} ms/send",
             flush=True,
         )
         record(f"call path alone at {args.in_flight} in flight", alone, "sends/s")
+        record(f"call path client CPU per send at {args.in_flight} in flight", cpu_per_send, "ms")
         for consumers, runs in ((1, args.runs), (2, 1))[: args.max_consumers]:
             rates = []
             for run in range(runs):
