@@ -40,8 +40,9 @@ class InFlight:
 
 
 class CountingPublisher(PointerPublisher):
-    """The real producer; its first batch holds back its acks' wait (at most 5 s) until a
-    second batch is in flight, so an overlap that can happen is observed, not left to luck."""
+    """The real producer; until two batches have been in flight at once, a batch waits (at
+    most 5 s) before it is sent, so an overlap that can happen is observed, not left to
+    luck; a relay that cannot overlap just waits 5 s per batch and is seen at 1."""
 
     def __init__(self, settings: Settings, in_flight: InFlight) -> None:
         super().__init__(kafka_client_config(settings))
