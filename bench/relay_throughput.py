@@ -1,10 +1,22 @@
-"""Relay benchmark: throughput, commit→broker-ack latency and peak RSS, batched vs naive.
+"""Relay benchmark: rows/s against PostgreSQL's claim+mark ceiling, commit→broker-append
+latency and peak RSS, batched vs naive.
 
-    python bench/relay_throughput.py [--rows 100000] [--naive-rows 10000]
+    python bench/relay_throughput.py [--rows 100000] [--naive-rows 10000] [--rate 500]
 
 Needs the local stack (make stack-up). Each measurement gets its own database and topics;
 the topics use LogAppendTime, so a message's timestamp is the moment the broker appended
-it. The naive relay is the same code with one row per transaction. Prints figures.
+it. The naive relay is the same code with one row per transaction. Prints figures:
+
+- **relay rows/s**: the relay already running and idle (its listeners connected), then
+  ``--rows`` rows committed in 10 transactions; rows ÷ (first COMMIT → the broker's append
+  of the last one). The same method and code as the Debezium peer
+  (bench/broker_times.py, bench/peers/debezium_outbox.py);
+- **claim+mark ceiling**: the relay's own claim query (relay/queries.sql ``claim_due``,
+  which marks the rows published) run batch after batch, one transaction each, by a plain
+  psycopg loop with no Kafka, over ``--rows`` rows committed beforehand; rows ÷ the loop's
+  time. What PostgreSQL allows one claimer; the relay's ratio to it is printed;
+- **commit→ack**: rows committed one by one at ``--rate``/s, each row's broker append time
+  minus its commit time, p50 and p99.
 """
 
 from __future__ import annotations
@@ -15,29 +27,70 @@ import time
 import uuid
 
 import psycopg
+from broker_times import APPEND_TIME, append_times, commit_in_transactions
 from confluent_kafka import Consumer
 from harness import Bench, percentile
 from results import record
 
 from mailbus.kernel.settings import load_settings
 from mailbus.schemas.codec import send_pointer_codec
+from mailbus_client.sqlfiles import load_queries
 
-APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
+INSERT = (
+    "INSERT INTO email_sends (dedupe_key, to_address, template, priority)"
+    " SELECT 'tp-' || n, 'u' || n || '@example.com', 'welcome', 'p1'"
+    " FROM generate_series(%(first)s::int, %(last)s::int) n"
+)
+
+
+def wait_until_idle(bench: Bench, timeout: float = 60) -> None:
+    """Until the relay's listeners are connected (pg_stat_activity), then a second more so
+    every lane has made its first, empty pass."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(bench.settings.database_url, autocommit=True) as conn:
+        while not conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND query LIKE 'LISTEN mailbus_outbox%'"
+        ).fetchone()[0]:  # type: ignore[index]
+            if time.monotonic() > deadline:
+                raise TimeoutError("the relay did not start listening")
+            time.sleep(0.1)
+    time.sleep(1.0)
 
 
 def measure_throughput(rows: int, batch_size: int) -> tuple[float, int]:
+    """Relay rows/s (first COMMIT → last broker append, relay already running) and its
+    peak RSS in MB."""
     bench = Bench(load_settings(), APPEND_TIME)
     try:
-        bench.query(
-            "INSERT INTO email_sends (dedupe_key, to_address, template, priority)"
-            " SELECT 'tp-' || n, 'u' || n || '@example.com', 'welcome', 'p1'"
-            " FROM generate_series(1, %s) n RETURNING 1",
-            rows,
-        )
         relay = bench.start("relay", MAILBUS_RELAY_BATCH_SIZE=str(batch_size))
-        started = time.monotonic()
-        bench.wait_for("published_at IS NOT NULL", rows)
-        return rows / (time.monotonic() - started), Bench.stop(relay)
+        wait_until_idle(bench)
+        first_commit = commit_in_transactions(bench.settings.database_url, INSERT, rows)
+        topic = bench.settings.topic("p1")
+        appended = append_times(bench.settings.kafka_bootstrap, [topic], rows, timeout=600)
+        if len(appended) < rows:
+            raise RuntimeError(f"{len(appended)} of {rows} rows reached {topic}")
+        return rows / (max(appended.values()) - first_commit), Bench.stop(relay)
+    finally:
+        bench.close()
+
+
+def measure_ceiling(rows: int, batch_size: int) -> float:
+    """Rows/s of the relay's claim+mark SQL alone: batch after batch, no Kafka."""
+    bench = Bench(load_settings())
+    try:
+        commit_in_transactions(bench.settings.database_url, INSERT, rows, transactions=1)
+        claim = load_queries("mailbus.relay", "queries.sql")["claim_due"]
+        with psycopg.connect(bench.settings.database_url) as conn:
+            started = time.monotonic()
+            claimed = 0
+            while batch := conn.execute(claim, {"limit": batch_size}).fetchall():
+                conn.commit()
+                claimed += len(batch)
+            elapsed = time.monotonic() - started
+        if claimed != rows:
+            raise RuntimeError(f"the ceiling loop claimed {claimed} of {rows} rows")
+        return rows / elapsed
     finally:
         bench.close()
 
@@ -67,7 +120,7 @@ def measure_latency(rate: int, seconds: int, batch_size: int) -> tuple[list[floa
                 key = codec.decode(message.value())["dedupe_key"]
                 latencies.append(message.timestamp()[1] / 1000 - commit_times[key])
 
-        time.sleep(2)  # the relay is idle on LISTEN
+        wait_until_idle(bench)
         reader = threading.Thread(target=read, daemon=True)
         with psycopg.connect(bench.settings.database_url, autocommit=True) as conn:
             reader.start()
@@ -114,8 +167,14 @@ def main() -> None:
             f" peak RSS {max(rss_tp, rss_lat)} MB",
             flush=True,
         )
+    ceiling = measure_ceiling(args.rows, 2000)
+    record("claim+mark ceiling rows/s", ceiling, "rows/s")
+    record("relay / claim+mark ceiling", rates["batched"] / ceiling, "ratio")
+    print(
+        f"claim+mark ceiling: {ceiling:,.0f} rows/s over {args.rows:,} rows (batches of 2,000,"
+        f" no Kafka) | relay / ceiling: {rates['batched'] / ceiling:.2f}"
+    )
     print(f"batched / naive throughput: {rates['batched'] / rates['naive']:.1f}x")
-
 
 if __name__ == "__main__":
     main()

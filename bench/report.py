@@ -51,7 +51,8 @@ SPECS: dict[str, Spec] = {
     "relay": Spec(
         "Relay: outbox → Kafka",
         "Rows/s of `mailbus relay` (batched and one row per"
-        " transaction) and commit→broker-append latency at a steady rate.",
+        " transaction; first commit → last broker append, the relay already running),"
+        " PostgreSQL's claim+mark ceiling and commit→broker-append latency at a steady rate.",
         "relay_throughput.py",
         (),
         ("--rows", "10000", "--naive-rows", "1000", "--rate", "200", "--seconds", "5"),
@@ -276,9 +277,10 @@ def write_doc(store: dict[str, Any], machine_info: dict[str, str]) -> None:
            " for full sizes."] if quick else []),
         "", "## Machine", "", report_doc.machine_section(machine_info), "",
         "## mailbus against its peers", "",
-        "Medians with (min-max). The relay's rows/s counts from the relay's start (process"
-        " start-up included) over rows committed beforehand; Debezium's from the first"
-        " commit to the last broker append, Connect already streaming. PgQueuer's provider"
+        "Medians with (min-max). The relay's and Debezium's rows/s are timed the same way"
+        " (bench/broker_times.py): the relay or Connect already running, the rows committed"
+        " in 10 transactions, from the first commit to the broker's append of the last"
+        " row. PgQueuer's provider"
         " call is an `asyncio.sleep`, cheaper than our HTTP call to the sandbox.", "",
         peers_section(store), "", "## Each benchmark", "", *sections,
     ])  # fmt: skip

@@ -12,9 +12,11 @@ Each pass drains three tables with the same claim-publish-commit transaction
   :mod:`mailbus.relay.events`); published ones are pruned after a day.
 
 The first two are the **pointer lane**, the third the **event lane**. `mailbus relay` runs
-one :class:`Relay` per lane, each in its own thread with its own connections, producer and
-NOTIFY channel, so outcome events (their volume, their ordered waves, trouble with their
-topic) never slow the pointers down; a ``Relay`` built with both lanes drains all three.
+the pointer lane as ``MAILBUS_RELAY_WORKERS`` relays (:mod:`mailbus.relay.workers`, so one
+batch is claimed while another waits for Kafka) and the event lane as one, each in its own
+thread with its own connections, producer and NOTIFY channel, so outcome events (their
+volume, their ordered waves, trouble with their topic) never slow the pointers down; a
+``Relay`` built with both lanes drains all three.
 
 A crash anywhere before a commit rolls that batch's marks back, so the rows are claimed
 again: at-least-once onto Kafka, made harmless by the consumer's guarded claim. Several
@@ -75,10 +77,13 @@ class Relay:
         settings: Settings,
         publisher: PointerPublisher | None = None,
         lanes: frozenset[str] = ALL_LANES,
+        component: str | None = None,
     ) -> None:
+        """``component``: its name in ``/readyz``; by default ``relay`` for a relay with the
+        pointer lane, ``relay.events`` for the event lane alone."""
         self.settings = settings
         self.lanes = lanes
-        self._component = "relay" if POINTERS in lanes else "relay.events"  # for /readyz
+        self._component = component or ("relay" if POINTERS in lanes else "relay.events")
         self.stats = RelayStats()
         self._publisher = publisher or PointerPublisher(kafka_client_config(settings))
         self._queries = load_queries("mailbus.relay", "queries.sql")

@@ -10,8 +10,8 @@ connector runs with Debezium's defaults (pgoutput, a filtered publication, no sn
 Each run routes to topics of its own (aggregatetype = run name), created beforehand with
 LogAppendTime, so a message's timestamp is the moment the broker appended it:
 
-- rows/s: ``--rows`` rows committed in one transaction, counted from that commit to the
-  broker's append of the last one;
+- rows/s: ``--rows`` rows committed in 10 transactions, counted from the first commit to
+  the broker's append of the last one (bench/broker_times.py, as the relay's);
 - commit→broker: rows committed one by one at ``--rate``/s for ``--seconds``; each row's
   broker append time minus its commit time, p50 and p99.
 """
@@ -29,45 +29,22 @@ from pathlib import Path
 
 import debezium_stack as stack
 import psycopg
-from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from broker_times import APPEND_TIME, append_times, commit_in_transactions
 from results import record
-
-APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
-
-
-def read(bootstrap: str, topic: str, expected: int, timeout: float) -> dict[str, float]:
-    """Each key's broker append time (s), until ``expected`` messages or ``timeout``."""
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
-         "auto.offset.reset": "earliest"}
-    )  # fmt: skip
-    consumer.subscribe([topic])
-    appended: dict[str, float] = {}
-    deadline = time.monotonic() + timeout
-    try:
-        while len(appended) < expected and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None or message.error():
-                continue
-            appended[message.key().decode()] = message.timestamp()[1] / 1000
-    finally:
-        consumer.close()
-    return appended
 
 
 def throughput(url: str, bootstrap: str, topic: str, kind: str, rows: int, log: Path) -> float:
-    with psycopg.connect(url) as conn:
-        conn.execute(
-            "INSERT INTO outbox (aggregatetype, aggregateid, payload)"
-            ' SELECT %s, %s || n, \'{"template": "welcome"}\' FROM generate_series(1, %s) n',
-            (kind, f"{kind}-", rows),
-        )
-        conn.commit()
-        committed = time.time()
-    appended = read(bootstrap, topic, rows, timeout=600)
+    committed = commit_in_transactions(
+        url,
+        "INSERT INTO outbox (aggregatetype, aggregateid, payload)"
+        f" SELECT '{kind}', '{kind}-' || n, '{{\"template\": \"welcome\"}}'"
+        " FROM generate_series(%(first)s::int, %(last)s::int) n",
+        rows,
+    )
+    appended = append_times(bootstrap, [topic], rows, timeout=600)
     if len(appended) < rows:
         raise RuntimeError(f"{len(appended)} of {rows} rows reached {topic}: {stack.errors(log)}")
     return rows / (max(appended.values()) - committed)
@@ -80,7 +57,9 @@ def latency(
     result: dict[str, float] = {}
     total = rate * seconds
     reader = threading.Thread(
-        target=lambda: result.update(read(bootstrap, topic, total, timeout=seconds + 120))
+        target=lambda: result.update(
+            append_times(bootstrap, [topic], total, timeout=seconds + 120)
+        )
     )
     reader.start()
     with psycopg.connect(url, autocommit=True) as conn:

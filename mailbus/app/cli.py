@@ -140,11 +140,12 @@ def _versions(versions: Sequence[int]) -> str:
 
 def _relay(settings: Settings, _args: argparse.Namespace) -> int:
     from mailbus.campaigns.pacer import start_pacer_thread
-    from mailbus.relay.relay import EVENTS, POINTERS, Relay
+    from mailbus.relay.relay import EVENTS, Relay
+    from mailbus.relay.workers import PointerWorkers
 
     _check_kafka(settings)
     stop = stop_on_signals()
-    relay = Relay(settings, lanes=frozenset({POINTERS}))
+    relay = PointerWorkers(settings)  # MAILBUS_RELAY_WORKERS pointer-lane workers
     events = Relay(settings, lanes=frozenset({EVENTS}))  # outcome events, never in the way
     events_thread = threading.Thread(
         target=events.run, args=(stop,), name="relay-events", daemon=True

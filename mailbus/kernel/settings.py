@@ -59,6 +59,7 @@ class Settings:
     schema_registry_ca_file: str | None = None  # the CA of the registry's TLS certificate
     relay_batch_size: int = 2000
     relay_poll_interval: float = 1.0
+    relay_workers: int = 2  # pointer-lane relays in one `mailbus relay` (relay/workers.py)
     policy_file: str | None = None  # degradation policies; None: the shipped ones
     queue_cap: int | None = None  # open rows; None: unbounded
     queue_cap_shares: tuple[float, float, float] = DEFAULT_CAP_SHARES  # p2, p1, p0
@@ -203,6 +204,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         relay_poll_interval=reader.number(
             "MAILBUS_RELAY_POLL_INTERVAL", Settings.relay_poll_interval
         ),
+        relay_workers=reader.integer("MAILBUS_RELAY_WORKERS", Settings.relay_workers, 1, 16),
         policy_file=reader.policy_file("MAILBUS_POLICY_FILE"),
         queue_cap=parse_queue_cap(env.get("MAILBUS_QUEUE_CAP")),
         queue_cap_shares=parse_cap_shares(env.get("MAILBUS_QUEUE_CAP_SHARES")),

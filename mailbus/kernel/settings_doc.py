@@ -240,6 +240,13 @@ SETTINGS: tuple[Setting, ...] = (
     _s("SCHEMA_REGISTRY_CA_FILE", "system CAs", "CA of the registry's TLS certificate", _KAFKA),
     _s("RELAY_BATCH_SIZE", "2000", "rows the relay claims per batch", {"relay"}),
     _s("RELAY_POLL_INTERVAL", "1", "seconds between relay polls without NOTIFY", {"relay"}),
+    _s(
+        "RELAY_WORKERS",
+        "2",
+        "pointer-lane workers in one relay process, each claiming and publishing its own"
+        " batches (1-16; the outcome-event lane is always one)",
+        {"relay"},
+    ),
     _s("POLICY_FILE", "the shipped policies", "mail policies (expiry, fallback)", _ENQUEUE),
     _s(
         "QUEUE_CAP",

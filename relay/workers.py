@@ -1,0 +1,72 @@
+"""The pointer lane as several workers in one `mailbus relay` process (issue 21).
+
+One pointer-lane :class:`~mailbus.relay.relay.Relay` is strictly sequential: claim a batch,
+publish it, wait for every acknowledgement, commit, and only then claim the next. While it
+waits for Kafka, PostgreSQL has nothing to do, and the other way round.
+``MAILBUS_RELAY_WORKERS`` workers overlap those waits: each is a pointer-lane ``Relay`` in
+a thread of its own, with its own connections, producer and LISTEN, and ``FOR UPDATE SKIP
+LOCKED`` hands each its own rows, so one worker claims while another waits for its acks.
+
+That is what several relay processes sharing a table already do, so every guarantee of one
+relay holds per worker: a crash before a commit rolls that batch's marks back (the rows
+are claimed again: at least once onto Kafka), and every claim takes P0 rows first. The
+event lane, which must keep each send's order, stays one relay (docs/guides/operators.md).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import fields
+
+from mailbus.kernel.settings import Settings
+from mailbus.relay.publisher import PointerPublisher
+from mailbus.relay.relay import POINTERS, Relay, RelayStats
+
+__all__ = ["PointerWorkers"]
+
+
+class PointerWorkers:
+    """``settings.relay_workers`` pointer-lane relays, run together by :meth:`run`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        publisher: Callable[[], PointerPublisher] | None = None,
+    ) -> None:
+        """``publisher``: makes each worker's producer; by default the relay's own."""
+        self.relays = [
+            Relay(
+                settings,
+                publisher=publisher() if publisher is not None else None,
+                lanes=frozenset({POINTERS}),
+                component="relay" if n == 1 else f"relay.{n}",  # for /readyz
+            )
+            for n in range(1, settings.relay_workers + 1)
+        ]
+
+    def run(self, stop: threading.Event) -> None:
+        """Run every worker until ``stop`` is set, the first in the calling thread; return
+        once all have closed their connections and flushed their producers."""
+        threads = [
+            threading.Thread(target=relay.run, args=(stop,), name=f"relay-{n}", daemon=True)
+            for n, relay in enumerate(self.relays[1:], 2)
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            self.relays[0].run(stop)
+        finally:
+            stop.set()  # the first worker ended (stopped, or failed for good): so do the rest
+            for thread in threads:
+                thread.join(timeout=60)  # a pass cut short is published again later
+
+    @property
+    def stats(self) -> RelayStats:
+        """The workers' counts added up."""
+        total = RelayStats()
+        for relay in self.relays:
+            for field in fields(total):
+                name = field.name
+                setattr(total, name, getattr(total, name) + getattr(relay.stats, name))
+        return total

@@ -1,0 +1,121 @@
+"""The pointer lane's workers (relay/workers.py): several batches in flight at once in one
+relay process, every row of a backlog published once acknowledged and marked, none left
+claimed. Real PostgreSQL and Kafka."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+
+import psycopg
+from kafka_reader import read_pointers
+from relay_runner import wait_until
+
+from mailbus.kernel.kafka_security import kafka_client_config
+from mailbus.kernel.settings import Settings
+from mailbus.kernel.topics import send_topics
+from mailbus.relay.publisher import OutgoingMessage, PointerPublisher
+from mailbus.relay.workers import PointerWorkers
+
+
+class InFlight:
+    """How many batches the workers' producers hold at once (publish called, acks awaited)."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.most = 0
+        self._lock = threading.Lock()
+
+    def enter(self) -> None:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def leave(self) -> None:
+        with self._lock:
+            self.now -= 1
+
+
+class CountingPublisher(PointerPublisher):
+    """The real producer; until two batches have been in flight at once, a batch waits (at
+    most 5 s) before it is sent, so an overlap that can happen is observed, not left to
+    luck; a relay that cannot overlap just waits 5 s per batch and is seen at 1."""
+
+    def __init__(self, settings: Settings, in_flight: InFlight) -> None:
+        super().__init__(kafka_client_config(settings))
+        self._in_flight = in_flight
+
+    def publish(self, messages: Sequence[OutgoingMessage], stop: threading.Event) -> list[int]:
+        self._in_flight.enter()
+        try:
+            deadline = time.monotonic() + 5
+            while self._in_flight.most < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return super().publish(messages, stop)
+        finally:
+            self._in_flight.leave()
+
+
+def seed(database_url: str, count: int) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template, priority)"
+            " SELECT 'w-' || n, 'u' || n || '@example.com', 'welcome', 'p' || n %% 3"
+            " FROM generate_series(1, %s) n",
+            (count,),
+        )
+
+
+def unpublished(database_url: str) -> int:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT count(*) FROM email_sends WHERE published_at IS NULL")
+        return int(row.fetchone()[0])  # type: ignore[index]
+
+
+@contextmanager
+def running(workers: PointerWorkers) -> Iterator[None]:
+    stop = threading.Event()
+    thread = threading.Thread(target=workers.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+
+
+def test_two_workers_have_two_batches_in_flight_at_once(settings: Settings) -> None:
+    seed(settings.database_url, 400)
+    in_flight = InFlight()
+    two = replace(settings, relay_workers=2, relay_batch_size=50)
+    workers = PointerWorkers(two, publisher=lambda: CountingPublisher(two, in_flight))
+    with running(workers):
+        wait_until(lambda: unpublished(settings.database_url) == 0, 60, "the backlog published")
+    assert in_flight.most == 2  # one worker claimed while the other waited for its acks
+    assert all(relay.stats.published > 0 for relay in workers.relays)
+
+
+def test_workers_publish_and_mark_every_row_of_a_backlog(settings: Settings) -> None:
+    total = 3000
+    seed(settings.database_url, total)
+    three = replace(settings, relay_workers=3, relay_batch_size=100)
+    workers = PointerWorkers(three)
+    with running(workers):
+        wait_until(lambda: unpublished(settings.database_url) == 0, 60, "the backlog published")
+    assert workers.stats.published == total  # each acknowledged once, by one worker
+    assert workers.stats.unacknowledged == 0
+    with psycopg.connect(settings.database_url) as conn:  # no worker's claim still open
+        locked = conn.execute("SELECT id FROM email_sends FOR UPDATE NOWAIT").fetchall()
+        assert len(locked) == total
+        idle_in_transaction = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND state LIKE 'idle in transaction%'"
+            " AND pid <> pg_backend_pid()"
+        ).fetchone()
+        assert idle_in_transaction == (0,)
+    seen = read_pointers(settings.kafka_bootstrap, send_topics(settings), total, timeout=60)
+    assert len(seen) == total  # every row's pointer is on its priority topic
