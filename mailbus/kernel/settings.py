@@ -59,7 +59,7 @@ class Settings:
     schema_registry_ca_file: str | None = None  # the CA of the registry's TLS certificate
     relay_batch_size: int = 2000
     relay_poll_interval: float = 1.0
-    relay_workers: int = 1  # pointer-lane relays in one `mailbus relay` (relay/workers.py)
+    relay_workers: int = 2  # pointer-lane relays in one `mailbus relay` (relay/workers.py)
     policy_file: str | None = None  # degradation policies; None: the shipped ones
     queue_cap: int | None = None  # open rows; None: unbounded
     queue_cap_shares: tuple[float, float, float] = DEFAULT_CAP_SHARES  # p2, p1, p0

@@ -242,7 +242,7 @@ SETTINGS: tuple[Setting, ...] = (
     _s("RELAY_POLL_INTERVAL", "1", "seconds between relay polls without NOTIFY", {"relay"}),
     _s(
         "RELAY_WORKERS",
-        "1",
+        "2",
         "pointer-lane workers in one relay process, each claiming and publishing its own"
         " batches (1-16; the outcome-event lane is always one)",
         {"relay"},

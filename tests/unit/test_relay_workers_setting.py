@@ -9,8 +9,8 @@ from mailbus.kernel.settings import load_settings
 
 
 def test_two_workers_by_default_and_any_from_1_to_16() -> None:
-    assert load_settings({}).relay_workers == 1
-    assert load_settings({"MAILBUS_RELAY_WORKERS": "2"}).relay_workers == 2
+    assert load_settings({}).relay_workers == 2
+    assert load_settings({"MAILBUS_RELAY_WORKERS": "1"}).relay_workers == 1
     assert load_settings({"MAILBUS_RELAY_WORKERS": "16"}).relay_workers == 16
 
 
