@@ -76,6 +76,9 @@ def build_app(settings: Settings, config: IntakeConfig, service: IntakeService) 
         stream_wait_empty=False,
         stream_buffer_maxsize=max(4 * config.batch_size, 4096),
         producer_acks=-1,
+        # A topic created after the intake joined its group (a fresh broker: `make demo`)
+        # was read only at the consumer's next metadata refresh, 5 minutes by default.
+        consumer_metadata_max_age_ms=10_000,
     )
     topic = app.topic(config.topic, key_serializer="raw", value_serializer="raw")
 

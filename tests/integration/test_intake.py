@@ -423,3 +423,19 @@ def test_publish_sample_publishes_valid_events_duplicates_and_one_malformed(
             decoded.append(None)
     assert decoded.count(None) == 1
     assert len({order for order in decoded if order}) == 20
+
+
+def test_an_intake_started_before_its_topic_exists_reads_it_soon_after_it_is_created(
+    settings: Settings, intake_env: dict[str, str], start_intake: Callable[..., Intake]
+) -> None:
+    """On a fresh broker the domain topic may appear after the intake started (`make demo`
+    did exactly that): the intake must not wait for its consumer's next metadata refresh,
+    five minutes by default, before it reads the topic."""
+    topic = f"{settings.topic_prefix}.orders.later"
+    intake = start_intake(MAILBUS_INTAKE_TOPIC=topic)
+    time.sleep(3)  # starting: it joins its group while the broker does not have the topic
+    create_topics(settings, [topic])
+    _produce(settings.kafka_bootstrap, topic, [(b"L", _order("L", "evt-L-1"))])
+    _wait_for_rows(settings.database_url, 1, intake, 45)
+    assert intake.stop() == 0, intake.output()
+    assert sorted(_rows(settings.database_url)) == ["order-L-confirmation"]
