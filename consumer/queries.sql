@@ -140,12 +140,14 @@ ON CONFLICT (original_topic, original_partition, original_offset)
 -- Rows whose last call has no known outcome: `unknown` ones that are due, and `sending`
 -- ones whose holder's lease ran out (it crashed or hung): their call may have started as
 -- late as the lease's end, so that is when their doubt starts. Taken with a fresh lease.
+-- The locking sub-select is an ARRAY(…), run once whatever the plan (relay/queries.sql,
+-- claim_due).
 UPDATE email_sends
 SET status = 'sending', lease_token = %(token)s,
     lease_until = clock_timestamp() + make_interval(secs => %(lease_s)s),
     in_doubt_since = CASE WHEN status = 'sending'
                           THEN GREATEST(in_doubt_since, lease_until) ELSE in_doubt_since END
-WHERE id IN (
+WHERE id = ANY(ARRAY(
     SELECT id FROM email_sends
     WHERE priority = ANY(%(priorities)s)
       AND ((status = 'sending' AND lease_until < clock_timestamp())
@@ -153,7 +155,7 @@ WHERE id IN (
     ORDER BY priority, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
+))
 RETURNING id, dedupe_key, to_address, template, payload_json, priority, status, attempts,
           expires_at, next_try_at, in_doubt_since, provider, created_at, first_tried_at, NULL::text,
           campaign_id, clock_timestamp()
@@ -162,13 +164,15 @@ RETURNING id, dedupe_key, to_address, template, payload_json, priority, status, 
 -- A pending row whose pointer was published long ago but never handled (a pointer lost
 -- with a deleted topic, a consumer bug): hand it back to the relay. At most %(limit)s per
 -- pass, oldest first, so a backlog that is merely slow is not flooded with copies.
+-- The locking sub-select is an ARRAY(…), run once whatever the plan (relay/queries.sql,
+-- claim_due).
 UPDATE email_sends SET published_at = NULL
-WHERE id IN (
+WHERE id = ANY(ARRAY(
     SELECT id FROM email_sends
     WHERE status = 'pending' AND priority = ANY(%(priorities)s)
       AND published_at < now() - make_interval(secs => %(after_s)s)
     ORDER BY published_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
+))
 RETURNING id

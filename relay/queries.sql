@@ -1,15 +1,19 @@
 -- name: claim_due
 -- Marks a batch of due rows published and returns them; the transaction stays open
 -- until Kafka acknowledged every pointer, so a crash before that undoes the claim.
+-- The ids are locked in an ARRAY(…), a sub-select PostgreSQL runs once whatever the plan:
+-- as `id IN (…)`, a plan made while the table was empty re-ran it for every row, took
+-- every row past the limit and grew with the square of the backlog
+-- (tests/integration/test_relay_claim_plans.py). Every claim below does the same.
 UPDATE email_sends SET published_at = now()
-WHERE id IN (
+WHERE id = ANY(ARRAY(
     SELECT id FROM email_sends
     WHERE status = 'pending' AND published_at IS NULL
       AND (next_try_at IS NULL OR next_try_at <= now())
     ORDER BY priority, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
+))
 RETURNING id, dedupe_key, priority, attempts, created_at, traceparent, tracestate
 
 -- name: unclaim
@@ -24,13 +28,13 @@ WHERE status = 'pending' AND published_at IS NULL AND next_try_at > now()
 -- Same claim as claim_due, for email_dead_letters; the columns are the fields of
 -- schemas.dead_letter.DeadLetter.
 UPDATE email_dead_letters SET published_at = now()
-WHERE id IN (
+WHERE id = ANY(ARRAY(
     SELECT id FROM email_dead_letters
     WHERE published_at IS NULL
     ORDER BY id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
+))
 RETURNING id, send_id, dedupe_key, priority, template, reason, status_code, error, attempts,
           original_topic, original_partition, original_offset, original_key, original_value,
           created_at
@@ -49,13 +53,13 @@ SELECT pg_try_advisory_xact_lock(7881696737104327426)  -- "mailbus\x02"
 -- fields of schemas.send_event.SendEvent.
 WITH claimed AS (
     UPDATE email_send_events SET published_at = now()
-    WHERE id IN (
+    WHERE id = ANY(ARRAY(
         SELECT id FROM email_send_events
         WHERE published_at IS NULL
         ORDER BY id
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
-    )
+    ))
     RETURNING id AS event_id, send_id, dedupe_key, template, event, status, occurred_at,
               delivery_status, message_id, error
 )
