@@ -23,7 +23,7 @@ from mailbus.app.migrate import apply_migrations  # noqa: E402
 from mailbus.app.scratch_database import drop_database  # noqa: E402
 from mailbus.kernel.settings import Settings  # noqa: E402
 
-__all__ = ["REPO", "Bench", "CpuSampler", "cpu_between", "percentile"]
+__all__ = ["REPO", "Bench", "CpuSampler", "cpu_between", "database_transactions", "percentile"]
 
 
 class CpuSampler(threading.Thread):
@@ -57,6 +57,19 @@ def cpu_between(samples: list[tuple[float, float]], start: float, end: float) ->
         return min(samples, key=lambda sample: abs(sample[0] - moment))[1]
 
     return at(end) - at(start)
+
+
+def database_transactions(url: str) -> int:
+    """Transactions committed or rolled back so far in the database at ``url``, by every
+    process (pg_stat_database; pg_stat_statements is not loaded in the local stack). A
+    backend reports its counts within a second, and at its exit: this waits 1.5 s first."""
+    time.sleep(1.5)
+    with psycopg.connect(url) as conn:
+        [(count,)] = conn.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database"
+            " WHERE datname = current_database()"
+        ).fetchall()
+    return int(count)
 
 
 def percentile(values: list[float], q: int) -> float:
@@ -136,16 +149,9 @@ class Bench:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def transactions(self) -> int:
-        """Transactions committed or rolled back in this benchmark's database so far, by
-        every process (pg_stat_database; pg_stat_statements is not loaded in the local
-        stack). The consumers run in autocommit, so one transaction is one statement; a
-        backend reports its counts within a second, and at its exit."""
-        time.sleep(1.5)
-        rows = self.query(
-            "SELECT xact_commit + xact_rollback FROM pg_stat_database"
-            " WHERE datname = current_database()"
-        )
-        return int(rows[0][0])
+        """Transactions in this benchmark's database so far (:func:`database_transactions`).
+        The consumers run in autocommit, so one transaction is one statement."""
+        return database_transactions(self.settings.database_url)
 
     @staticmethod
     def stop(process: subprocess.Popen[bytes]) -> int:
