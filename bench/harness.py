@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,7 +27,50 @@ from mailbus.app.migrate import apply_migrations  # noqa: E402
 from mailbus.app.scratch_database import drop_database  # noqa: E402
 from mailbus.kernel.settings import Settings  # noqa: E402
 
-__all__ = ["REPO", "Bench", "CpuSampler", "cpu_between", "database_transactions", "percentile"]
+__all__ = [
+    "REPO",
+    "Bench",
+    "CpuSampler",
+    "cpu_between",
+    "database_transactions",
+    "free_port",
+    "percentile",
+    "serving",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def serving(args: list[str], probe: str) -> Iterator[str]:
+    """A server process (``python -m ...`` from this checkout, the port appended to
+    ``args``) on a free port, from the moment ``probe`` answers; its base URL."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", *args, str(port)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(url + probe, timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError(f"{args[0]} did not start") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
 
 
 class CpuSampler(threading.Thread):
