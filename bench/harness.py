@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
@@ -12,7 +13,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -34,6 +35,7 @@ __all__ = [
     "cpu_between",
     "database_transactions",
     "free_port",
+    "middle_80",
     "percentile",
     "serving",
 ]
@@ -117,6 +119,20 @@ def database_transactions(url: str) -> int:
             " WHERE datname = current_database()"
         ).fetchall()
     return int(count)
+
+
+def middle_80(completion_times: Sequence[float]) -> float:
+    """Completions a second between the 10th and the 90th percentile completion (the
+    discrete percentiles, as the delivery benchmark takes them over ``accepted_at``).
+
+    Start-up (connections opening, the first fetch) and the drain tail (the last jobs
+    finishing with fewer in flight, then the idle wait before the run ends) are left out:
+    the rate is the steady one, comparable between runs and between systems."""
+    times = sorted(completion_times)
+    first, last = math.ceil(len(times) / 10) - 1, math.ceil(9 * len(times) / 10) - 1
+    if last <= first or times[last] == times[first]:
+        raise ValueError(f"{len(times)} completion(s): too few to take a rate from")
+    return (last - first) / (times[last] - times[first])
 
 
 def percentile(values: list[float], q: int) -> float:
