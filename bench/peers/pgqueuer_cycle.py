@@ -74,7 +74,9 @@ async def install_and_enqueue(url: str, jobs: int, key_prefix: str) -> float:
         started = time.monotonic()
         for first in range(0, jobs, 1000):
             count = min(1000, jobs - first)
-            payloads = [f"{key_prefix}-{first + n}".encode() for n in range(count)]
+            payloads: list[bytes | None] = [
+                f"{key_prefix}-{first + n}".encode() for n in range(count)
+            ]
             await queries.enqueue(["send"] * count, payloads, [0] * count)
         return jobs / (time.monotonic() - started)
     finally:
