@@ -19,18 +19,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import statistics
-import subprocess
-import sys
-import time
-import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import boto3
 from call_path import sends_per_second
+from harness import serving
 from results import record
 
 from mailbus.consumer.provider import HttpProvider
@@ -52,38 +47,6 @@ _DIALECTS: dict[str, Callable[[], Any]] = {
     "sendgrid": lambda: SendGridDialect(SENDER),
     "mailgun": lambda: MailgunDialect(SENDER, "mg.example.com"),
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextmanager
-def serving(args: list[str], probe: str) -> Iterator[str]:
-    """A server process (``python -m ...``) on a free port, until ``probe`` answers."""
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", *args, str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(url + probe, timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError(f"{args[0]} did not start") from None
-                time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 def adapter(name: str, sandbox: str, moto: str, in_flight: int) -> Provider:

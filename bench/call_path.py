@@ -1,6 +1,6 @@
 """A provider adapter's call path alone: ``in_flight`` senders kept busy through one
 adapter for ``seconds`` after a 1 s warm-up, every send accepted; sends/s. Shared by the
-adapter and SMTP benchmarks."""
+adapter and SMTP benchmarks; :func:`send_accepted` by the PgQueuer peer too."""
 
 from __future__ import annotations
 
@@ -13,7 +13,15 @@ from mailbus.consumer.core.smtp_outcome import classify_call
 from mailbus.consumer.provider import OutgoingMail
 from mailbus.consumer.providers import Provider
 
-__all__ = ["sends_per_second"]
+__all__ = ["send_accepted", "sends_per_second"]
+
+
+async def send_accepted(provider: Provider, mail: OutgoingMail) -> None:
+    """Send ``mail`` as the consumer does (prepared, sent, the result classified); raises
+    unless the provider accepted it."""
+    result = classify_call(await provider.send(provider.prepare(mail)))
+    if result.outcome is not Outcome.ACCEPTED:
+        raise RuntimeError(f"{mail.dedupe_key}: not accepted: {result.reason}")
 
 
 async def sends_per_second(provider: Provider, in_flight: int, seconds: float, name: str) -> float:
@@ -24,9 +32,7 @@ async def sends_per_second(provider: Provider, in_flight: int, seconds: float, n
         nonlocal sent
         while time.monotonic() < until:
             mail = OutgoingMail(f"{name}-{next(keys)}", "u@example.com", "welcome", {"n": 1})
-            result = classify_call(await provider.send(provider.prepare(mail)))
-            if result.outcome is not Outcome.ACCEPTED:
-                raise RuntimeError(f"{name}: not accepted: {result.reason}")
+            await send_accepted(provider, mail)
             sent += count
 
     await asyncio.gather(*(sender(time.monotonic() + 1, False) for _ in range(in_flight)))

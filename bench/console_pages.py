@@ -42,7 +42,7 @@ import psycopg
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "client")]  # this checkout first, client included
 
-from harness import percentile  # noqa: E402
+from harness import free_port, percentile  # noqa: E402
 from results import record  # noqa: E402
 
 from mailbus.app.migrate import apply_migrations, apply_roles  # noqa: E402
@@ -227,12 +227,6 @@ def generate_csv(path: Path, n: int) -> None:
         out.write("user_id,email,first_name\n")
         for i in range(1, n + 1):
             out.write(f"{i},reader{i}@example.com,Name{i}\n")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 EXPLAINED = {

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,7 +28,51 @@ from mailbus.app.migrate import apply_migrations  # noqa: E402
 from mailbus.app.scratch_database import drop_database  # noqa: E402
 from mailbus.kernel.settings import Settings  # noqa: E402
 
-__all__ = ["REPO", "Bench", "CpuSampler", "cpu_between", "percentile"]
+__all__ = [
+    "REPO",
+    "Bench",
+    "CpuSampler",
+    "cpu_between",
+    "database_transactions",
+    "free_port",
+    "middle_80",
+    "percentile",
+    "serving",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def serving(args: list[str], probe: str) -> Iterator[str]:
+    """A server process (``python -m ...`` from this checkout, the port appended to
+    ``args``) on a free port, from the moment ``probe`` answers; its base URL."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", *args, str(port)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(url + probe, timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError(f"{args[0]} did not start") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
 
 
 class CpuSampler(threading.Thread):
@@ -57,6 +106,33 @@ def cpu_between(samples: list[tuple[float, float]], start: float, end: float) ->
         return min(samples, key=lambda sample: abs(sample[0] - moment))[1]
 
     return at(end) - at(start)
+
+
+def database_transactions(url: str) -> int:
+    """Transactions committed or rolled back so far in the database at ``url``, by every
+    process (pg_stat_database; pg_stat_statements is not loaded in the local stack). A
+    backend reports its counts within a second, and at its exit: this waits 1.5 s first."""
+    time.sleep(1.5)
+    with psycopg.connect(url) as conn:
+        [(count,)] = conn.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database"
+            " WHERE datname = current_database()"
+        ).fetchall()
+    return int(count)
+
+
+def middle_80(completion_times: Sequence[float]) -> float:
+    """Completions a second between the 10th and the 90th percentile completion (the
+    discrete percentiles, as the delivery benchmark takes them over ``accepted_at``).
+
+    Start-up (connections opening, the first fetch) and the drain tail (the last jobs
+    finishing with fewer in flight, then the idle wait before the run ends) are left out:
+    the rate is the steady one, comparable between runs and between systems."""
+    times = sorted(completion_times)
+    first, last = math.ceil(len(times) / 10) - 1, math.ceil(9 * len(times) / 10) - 1
+    if last <= first or times[last] == times[first]:
+        raise ValueError(f"{len(times)} completion(s): too few to take a rate from")
+    return (last - first) / (times[last] - times[first])
 
 
 def percentile(values: list[float], q: int) -> float:
@@ -136,16 +212,9 @@ class Bench:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def transactions(self) -> int:
-        """Transactions committed or rolled back in this benchmark's database so far, by
-        every process (pg_stat_database; pg_stat_statements is not loaded in the local
-        stack). The consumers run in autocommit, so one transaction is one statement; a
-        backend reports its counts within a second, and at its exit."""
-        time.sleep(1.5)
-        rows = self.query(
-            "SELECT xact_commit + xact_rollback FROM pg_stat_database"
-            " WHERE datname = current_database()"
-        )
-        return int(rows[0][0])
+        """Transactions in this benchmark's database so far (:func:`database_transactions`).
+        The consumers run in autocommit, so one transaction is one statement."""
+        return database_transactions(self.settings.database_url)
 
     @staticmethod
     def stop(process: subprocess.Popen[bytes]) -> int:

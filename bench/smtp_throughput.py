@@ -20,6 +20,7 @@ import sys
 import time
 
 from call_path import sends_per_second
+from harness import free_port
 from results import record
 
 from mailbus.consumer.providers.smtp import SmtpProvider
@@ -34,12 +35,6 @@ async def one_run(url: str, in_flight: int, seconds: float) -> float:
 
 
 _SINK = ("-c", "aiosmtpd.handlers.Sink")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_listening(port: int, timeout: float = 10) -> None:
