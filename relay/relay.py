@@ -25,7 +25,9 @@ A send's W3C trace context (``traceparent``, ``tracestate``), when its row has o
 the pointer's Kafka headers of the same names (docs/guides/tracing.md).
 Between passes the relay sleeps until a NOTIFY on its lanes' channels (inserts of sends and
 dead letters; recorded outcome events), the next row's ``next_try_at``, or the polling
-interval, whichever comes first.
+interval, whichever comes first; the event lane then waits until
+:data:`~mailbus.relay.events.GATHER_S` has passed since its last pass began, so the events
+of many settles go out in one pass.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from mailbus.kernel.settings import Settings
 from mailbus.kernel.tracecontext import parse
 from mailbus.relay.batch import BatchResult, Outbox, publish_claimed
 from mailbus.relay.dead_letters import dead_letter_outbox
-from mailbus.relay.events import RETENTION_S, prune_due, send_event_outbox
+from mailbus.relay.events import RETENTION_S, gather_left, prune_due, send_event_outbox
 from mailbus.relay.publisher import OutgoingMessage, PointerPublisher, PublishError
 from mailbus.schemas.codec import SendPointer
 from mailbus.schemas.registry import pointer_codec
@@ -99,6 +101,7 @@ class Relay:
         self._dead_letters = dead_letter_outbox(settings, self._queries)
         self._send_events = send_event_outbox(settings, self._queries)
         self._pruned_at: float | None = None
+        self._pass_started: float | None = None  # monotonic
         self._conn: psycopg.Connection | None = None
         self._listener: psycopg.Connection | None = None
 
@@ -128,6 +131,7 @@ class Relay:
 
     def _one_pass(self, stop: threading.Event) -> int:
         """Drain each table of the lanes once; the most rows any of them claimed."""
+        self._pass_started = time.monotonic()
         passes = []
         if POINTERS in self.lanes:
             passes += [self.publish_due_batch, self.publish_dead_letters]
@@ -211,7 +215,9 @@ class Relay:
             if any(
                 True for _ in self._listener.notifies(timeout=min(remaining, 0.25), stop_after=1)
             ):
-                return
+                break
+        if POINTERS not in self.lanes:  # outcome events: gather the settles of a moment
+            stop.wait(gather_left(time.monotonic(), self._pass_started))
 
     def _connect(self) -> None:
         if self._conn is None:

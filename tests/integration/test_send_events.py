@@ -19,6 +19,7 @@ from relay_runner import wait_until
 
 from mailbus.kernel.kafka_security import kafka_client_config
 from mailbus.kernel.settings import Settings
+from mailbus.relay.events import GATHER_S
 from mailbus.relay.publisher import OutgoingMessage, PointerPublisher
 from mailbus.relay.relay import EVENTS, POINTERS, Relay
 from mailbus.schemas.codec import send_event_codec
@@ -213,6 +214,32 @@ def test_the_relay_publishes_each_event_once_in_the_order_of_the_changes(
     events = events_on_topic(settings, 100)
     assert len(events) == 100 and len({e.event_id for e in events}) == 100  # each once
     assert ids_by_send(events) == table_ids_by_send(settings.database_url)  # in order
+
+
+def test_the_event_lane_publishes_the_events_of_close_settles_in_one_pass(
+    settings: Settings,
+) -> None:
+    """A consumer commits a settle every few milliseconds under load, each with a NOTIFY.
+    The event lane starts a pass at most every GATHER_S, so 50 changes committed 4 ms
+    apart go out in a few passes, not one pass (a transaction, a flush) per change."""
+    seed_sends(settings.database_url, 50)
+    kafka = kafka_client_config(settings)
+    with relays(settings, [PointerPublisher(kafka)], [frozenset({EVENTS})]) as [lane]:
+        time.sleep(0.5)  # idle, listening
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            first = time.monotonic()
+            for send in range(1, 51):
+                conn.execute(
+                    "UPDATE email_sends SET status = 'accepted' WHERE dedupe_key = %s",
+                    (f"send-{send}",),
+                )
+                time.sleep(0.004)
+            committing_s = time.monotonic() - first
+        wait_until(lambda: unpublished(settings.database_url) == 0, 30, "50 events published")
+    assert lane.stats.send_events == 50
+    # A pass at the first change, then one per GATHER_S at most (one a pass per change
+    # made about 30 here).
+    assert lane.stats.batches <= committing_s / GATHER_S + 2
 
 
 def test_a_relay_killed_after_the_ack_publishes_the_batch_again(settings: Settings) -> None:

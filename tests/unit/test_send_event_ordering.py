@@ -1,5 +1,5 @@
 """Outcome events, pure parts: waves that keep each send's order, publishing them when Kafka
-refuses some, the prune cadence, and the Avro record."""
+refuses some, the prune and gathering cadences, and the Avro record."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import cast
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from mailbus.relay.events import (
+    GATHER_S,
     PRUNE_EVERY_S,
+    gather_left,
     key_waves,
     prune_due,
     publish_in_key_order,
@@ -100,6 +103,14 @@ def test_published_events_are_pruned_every_ten_minutes() -> None:
     assert prune_due(100.0, None)  # at start
     assert not prune_due(100.0 + PRUNE_EVERY_S - 1, 100.0)
     assert prune_due(100.0 + PRUNE_EVERY_S, 100.0)
+
+
+def test_a_woken_event_lane_waits_out_the_gathering_time_since_its_last_pass() -> None:
+    assert gather_left(100.0, None) == 0.0  # its first pass: at once
+    assert gather_left(100.0, 100.0) == pytest.approx(GATHER_S)  # woken as its pass ended
+    assert gather_left(100.0 + GATHER_S / 4, 100.0) == pytest.approx(GATHER_S * 3 / 4)
+    assert gather_left(100.0 + GATHER_S, 100.0) == 0.0
+    assert gather_left(200.0, 100.0) == 0.0  # idle for long: at once
 
 
 def test_an_event_is_keyed_by_its_send_and_reads_back() -> None:
