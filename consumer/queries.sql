@@ -26,13 +26,17 @@ WHERE s.id = ANY(%(ids)s::bigint[])
 -- `resend_window_s` of its first call (an idempotency key's window, less the time to reach
 -- the provider; NULL: any time). The claim records the guarantee the row is sent under and
 -- the start of its first call.
+-- The rows are found by `id = ANY(ARRAY(…))`, through the primary key: joined to the JSON
+-- batch instead (which PostgreSQL always guesses at 100 rows), a table of up to tens of
+-- thousands of rows was scanned whole, twice per claim.
 -- Returns the claimed ids and the seconds each has left before it expires (NULL: never).
 WITH claims AS (
     SELECT * FROM jsonb_to_recordset(%(claims)s::jsonb)
         AS c (id bigint, attempt int, token uuid, provider text, guarantee text,
               resend_window_s float8)
 ), locked AS (
-    SELECT s.id FROM email_sends s WHERE s.id IN (SELECT id FROM claims) ORDER BY s.id FOR UPDATE
+    SELECT s.id FROM email_sends s WHERE s.id = ANY(ARRAY(SELECT id FROM claims))
+    ORDER BY s.id FOR UPDATE
 )
 UPDATE email_sends s
 SET status = 'sending',
@@ -42,8 +46,8 @@ SET status = 'sending',
     provider = c.provider,
     guarantee = coalesce(c.guarantee, s.guarantee),
     first_tried_at = coalesce(s.first_tried_at, clock_timestamp())
-FROM claims c, locked
-WHERE s.id = c.id AND locked.id = s.id
+FROM claims c
+WHERE s.id = ANY(ARRAY(SELECT id FROM locked)) AND s.id = c.id
   AND ((s.status = 'pending' AND s.attempts = c.attempt
         AND (s.next_try_at IS NULL OR s.next_try_at <= clock_timestamp())
         AND (s.expires_at IS NULL OR s.expires_at > clock_timestamp())
@@ -75,7 +79,8 @@ RETURNING id
 -- reached it) hands its attempt back and leaves no history row. A `failed` whose call
 -- said the address itself is bad (`suppress_source`, e.g. SMTP 550 5.1.1) suppresses the
 -- address as a webhook hard bounce does, in the same statement (widening a bulk-only
--- entry to all mail). Returns the ids whose decision was recorded.
+-- entry to all mail). The rows are found by `id = ANY(ARRAY(…))`, as in claim_for_send.
+-- Returns the ids whose decision was recorded.
 WITH decided AS (
     SELECT * FROM jsonb_to_recordset(%(decisions)s::jsonb) AS d (
         id bigint, attempt int, token uuid, status text, next_try_at timestamptz,
@@ -95,7 +100,7 @@ WITH decided AS (
         accepted_at = CASE WHEN d.status = 'accepted' THEN now() ELSE s.accepted_at END,
         lease_until = NULL, lease_token = NULL, published_at = NULL
     FROM decided d
-    WHERE s.id = d.id
+    WHERE s.id = ANY(ARRAY(SELECT id FROM decided)) AND s.id = d.id
       AND CASE WHEN d.token IS NULL
                THEN s.status = 'pending' AND s.attempts = d.attempt
                ELSE s.status = 'sending' AND s.lease_token = d.token END
