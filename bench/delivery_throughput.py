@@ -22,6 +22,7 @@ import asyncio
 import itertools
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 import psycopg
@@ -30,6 +31,7 @@ from results import record, record_series
 
 from mailbus.consumer.provider import HttpProvider, OutgoingMail
 from mailbus.kernel.settings import load_settings
+from mailbus_client.sqlfiles import load_queries
 
 SANDBOX_PORT = 8099
 
@@ -74,7 +76,26 @@ class Throughput:
     rate: float  # emails/s, the middle 80% of acceptances
     rss_mb: list[int]  # peak per consumer
     cpu_ms_per_mail: float  # the consumers' utime + stime ÷ mails, over the middle 80%
-    statements_per_mail: float  # the database's transactions ÷ mails (see Bench.transactions)
+    transactions_per_mail: float  # the database's transactions ÷ mails (Bench.transactions)
+    statements: Counter[str] | None  # by query name (Bench.statements); None: not loaded
+
+
+def query_names() -> dict[str, str]:
+    """The first line of each of the consumer's and the relay's named queries → its name."""
+    names = {}
+    for package in ("mailbus.consumer", "mailbus.relay"):
+        for name, text in load_queries(package, "queries.sql").items():
+            names[text.split("\n", 1)[0]] = name
+    return names
+
+
+def by_name(counts: Counter[str]) -> Counter[str]:
+    """Statement counts keyed by query name where the first line is a known query's."""
+    names = query_names()
+    named: Counter[str] = Counter()
+    for first_line, calls in counts.items():
+        named[names.get(first_line, first_line[:40])] += calls
+    return named
 
 
 def throughput(
@@ -84,6 +105,7 @@ def throughput(
     seed(bench, rows, prefix)
     bench.wait_for(f"dedupe_key LIKE '{prefix}%' AND published_at IS NOT NULL", rows)
     transactions = bench.transactions()
+    statements = bench.statements()
     procs = [bench.start("consume", "--priority", "p1", **env) for _ in range(consumers)]
     sampler = CpuSampler(procs)
     sampler.start()
@@ -97,12 +119,16 @@ def throughput(
         f"{prefix}%",
     )
     rss = [Bench.stop(p) for p in procs]
-    statements = bench.transactions() - transactions
+    transactions = bench.transactions() - transactions
+    statements_after = bench.statements()
     return Throughput(
         0.8 * rows / (last - first).total_seconds(),
         rss,
         1000 * cpu_between(samples, first.timestamp(), last.timestamp()) / (0.8 * rows),
-        statements / rows,
+        transactions / rows,
+        None
+        if statements is None or statements_after is None
+        else by_name(statements_after - statements),
     )
 
 
@@ -199,10 +225,13 @@ def main() -> None:
                 record(f"delivery emails/s, {label}", rate, "emails/s")
                 record(f"consumer CPU per mail, {label}", measured.cpu_ms_per_mail, "ms")
                 record(
-                    f"database statements per mail, {label}",
-                    measured.statements_per_mail,
-                    "statements",
+                    f"database transactions per mail, {label}",
+                    measured.transactions_per_mail,
+                    "transactions",
                 )
+                if measured.statements is not None:
+                    per_mail = sum(measured.statements.values()) / (args.rows * consumers)
+                    record(f"database statements per mail, {label}", per_mail, "statements")
                 share = 100 * rate / (bound * consumers)
                 record(f"delivery share of the bound, {label}", share, "%")
                 record(f"consumer peak RSS, {label}", max(rss), "MB")
@@ -210,9 +239,18 @@ def main() -> None:
                     f"{consumers} consumer(s): {rate:,.0f} emails/s ="
                     f" {rate / (bound * consumers):.0%} of the bound {bound * consumers:,.0f}/s"
                     f" | peak RSS {rss} MB | CPU {measured.cpu_ms_per_mail:.2f} ms/mail"
-                    f" | {measured.statements_per_mail:.2f} statements/mail",
+                    f" | {measured.transactions_per_mail:.2f} transactions/mail",
                     flush=True,
                 )
+                if measured.statements is not None:
+                    print(
+                        f"  statements/mail {per_mail:.2f}: "
+                        + ", ".join(
+                            f"{name} {calls / (args.rows * consumers):.3f}"
+                            for name, calls in measured.statements.most_common(8)
+                        ),
+                        flush=True,
+                    )
             if runs > 1:
                 median = statistics.median(rates)
                 print(

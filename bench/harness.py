@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import psycopg
 from confluent_kafka.admin import AdminClient, NewTopic
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "client")]  # this checkout first, client included
@@ -38,6 +40,7 @@ __all__ = [
     "middle_80",
     "percentile",
     "serving",
+    "statement_counts",
 ]
 
 
@@ -110,8 +113,8 @@ def cpu_between(samples: list[tuple[float, float]], start: float, end: float) ->
 
 def database_transactions(url: str) -> int:
     """Transactions committed or rolled back so far in the database at ``url``, by every
-    process (pg_stat_database; pg_stat_statements is not loaded in the local stack). A
-    backend reports its counts within a second, and at its exit: this waits 1.5 s first."""
+    process (pg_stat_database; statements: :func:`statement_counts`). A backend reports
+    its counts within a second, and at its exit: this waits 1.5 s first."""
     time.sleep(1.5)
     with psycopg.connect(url) as conn:
         [(count,)] = conn.execute(
@@ -119,6 +122,25 @@ def database_transactions(url: str) -> int:
             " WHERE datname = current_database()"
         ).fetchall()
     return int(count)
+
+
+def statement_counts(url: str) -> Counter[str] | None:
+    """Statements run so far in the database at ``url``, by every process, keyed by their
+    first line (a query file's leading comment, or the SQL itself), from
+    pg_stat_statements: ``stack/local-stack.sh`` loads it and creates its view in the
+    ``postgres`` database, where this reads it. None where it is not loaded."""
+    target = conninfo_to_dict(url)
+    try:
+        with psycopg.connect(make_conninfo(url, dbname="postgres")) as conn:
+            rows = conn.execute(
+                "SELECT split_part(ltrim(s.query), chr(10), 1), sum(s.calls)"
+                " FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
+                " WHERE d.datname = %s GROUP BY 1",
+                (target["dbname"],),
+            ).fetchall()
+    except psycopg.Error:
+        return None
+    return Counter({str(first_line): int(calls) for first_line, calls in rows})
 
 
 def middle_80(completion_times: Sequence[float]) -> float:
@@ -212,9 +234,13 @@ class Bench:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def transactions(self) -> int:
-        """Transactions in this benchmark's database so far (:func:`database_transactions`).
-        The consumers run in autocommit, so one transaction is one statement."""
+        """Transactions in this benchmark's database so far (:func:`database_transactions`)."""
         return database_transactions(self.settings.database_url)
+
+    def statements(self) -> Counter[str] | None:
+        """Statements in this benchmark's database so far, by statement
+        (:func:`statement_counts`)."""
+        return statement_counts(self.settings.database_url)
 
     @staticmethod
     def stop(process: subprocess.Popen[bytes]) -> int:

@@ -246,7 +246,7 @@ def peers_section(store: dict[str, Any]) -> str:
          f(delivery, f"consumer CPU per mail, {consumer}"),
          f(pgq, f"pgqueuer worker CPU per job {worker}")),
         ("PostgreSQL transactions per mail / per job",
-         f(delivery, f"database statements per mail, {consumer}"),
+         f(delivery, f"database transactions per mail, {consumer}"),
          f(pgq, f"pgqueuer transactions per job {worker}")),
         ("jobs/s, no provider call (PgQueuer's ceiling)", None,
          f(pgq, "pgqueuer jobs/s without call, 64 in flight")),

@@ -167,10 +167,16 @@ pg_up() {
   if [ "$(psql_admin -tAc 'SHOW shared_buffers')" != 1GB ]; then
     psql_admin -c "ALTER SYSTEM SET shared_buffers = '1GB'"; restart=1
   fi
+  # Statement counts for the benchmarks' cost per mail (bench/harness.py, statement_counts);
+  # its view lives in the `postgres` database.
+  if [ "$(psql_admin -tAc 'SHOW shared_preload_libraries')" != pg_stat_statements ]; then
+    psql_admin -c "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'"; restart=1
+  fi
   if [ "$restart" = 1 ]; then
-    log "restarting PostgreSQL for max_connections=300, shared_buffers=1GB"
+    log "restarting PostgreSQL for max_connections=300, shared_buffers=1GB, pg_stat_statements"
     pgc restart; pg_wait
   fi
+  psql_admin -c 'CREATE EXTENSION IF NOT EXISTS pg_stat_statements'
   # The app role is no superuser (an older stack made it one: ALTER downgrades it). It owns
   # its database, creates the tests' databases (CREATEDB) and the group roles of
   # `mailbus migrate --roles` (CREATEROLE).
