@@ -78,6 +78,7 @@ class Throughput:
     cpu_ms_per_mail: float  # the consumers' utime + stime ÷ mails, over the middle 80%
     transactions_per_mail: float  # the database's transactions ÷ mails (Bench.transactions)
     statements: Counter[str] | None  # by query name (Bench.statements); None: not loaded
+    database_ms: float | None  # their execution time, ms; None: not loaded
 
 
 def query_names() -> dict[str, str]:
@@ -126,9 +127,14 @@ def throughput(
         rss,
         1000 * cpu_between(samples, first.timestamp(), last.timestamp()) / (0.8 * rows),
         transactions / rows,
-        None
-        if statements is None or statements_after is None
-        else by_name(statements_after - statements),
+        *(
+            (None, None)
+            if statements is None or statements_after is None
+            else (
+                by_name(statements_after[0] - statements[0]),
+                sum((statements_after[1] - statements[1]).values()),
+            )
+        ),
     )
 
 
@@ -229,9 +235,11 @@ def main() -> None:
                     measured.transactions_per_mail,
                     "transactions",
                 )
-                if measured.statements is not None:
-                    per_mail = sum(measured.statements.values()) / (args.rows * consumers)
+                if measured.statements is not None and measured.database_ms is not None:
+                    mails = args.rows * consumers
+                    per_mail = sum(measured.statements.values()) / mails
                     record(f"database statements per mail, {label}", per_mail, "statements")
+                    record(f"database time per mail, {label}", measured.database_ms / mails, "ms")
                 share = 100 * rate / (bound * consumers)
                 record(f"delivery share of the bound, {label}", share, "%")
                 record(f"consumer peak RSS, {label}", max(rss), "MB")
@@ -242,9 +250,10 @@ def main() -> None:
                     f" | {measured.transactions_per_mail:.2f} transactions/mail",
                     flush=True,
                 )
-                if measured.statements is not None:
+                if measured.statements is not None and measured.database_ms is not None:
                     print(
-                        f"  statements/mail {per_mail:.2f}: "
+                        f"  database time {measured.database_ms / mails:.3f} ms/mail;"
+                        f" statements/mail {per_mail:.2f}: "
                         + ", ".join(
                             f"{name} {calls / (args.rows * consumers):.3f}"
                             for name, calls in measured.statements.most_common(8)

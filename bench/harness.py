@@ -124,23 +124,27 @@ def database_transactions(url: str) -> int:
     return int(count)
 
 
-def statement_counts(url: str) -> Counter[str] | None:
-    """Statements run so far in the database at ``url``, by every process, keyed by their
-    first line (a query file's leading comment, or the SQL itself), from
-    pg_stat_statements: ``stack/local-stack.sh`` loads it and creates its view in the
-    ``postgres`` database, where this reads it. None where it is not loaded."""
+def statement_counts(url: str) -> tuple[Counter[str], Counter[str]] | None:
+    """Statements run so far in the database at ``url``, by every process, and their
+    execution time in ms, each keyed by the statement's first line (a query file's leading
+    comment, or the SQL itself), from pg_stat_statements: ``stack/local-stack.sh`` loads
+    it and creates its view in the ``postgres`` database, where this reads it. None where
+    it is not loaded."""
     target = conninfo_to_dict(url)
     try:
         with psycopg.connect(make_conninfo(url, dbname="postgres")) as conn:
             rows = conn.execute(
-                "SELECT split_part(ltrim(s.query), chr(10), 1), sum(s.calls)"
+                "SELECT split_part(ltrim(s.query), chr(10), 1), sum(s.calls),"
+                " sum(s.total_exec_time)"
                 " FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
                 " WHERE d.datname = %s GROUP BY 1",
                 (target["dbname"],),
             ).fetchall()
     except psycopg.Error:
         return None
-    return Counter({str(first_line): int(calls) for first_line, calls in rows})
+    calls = Counter({str(first): int(n) for first, n, _ in rows})
+    exec_ms = Counter({str(first): float(ms) for first, _, ms in rows})
+    return calls, exec_ms
 
 
 def middle_80(completion_times: Sequence[float]) -> float:
@@ -237,9 +241,9 @@ class Bench:
         """Transactions in this benchmark's database so far (:func:`database_transactions`)."""
         return database_transactions(self.settings.database_url)
 
-    def statements(self) -> Counter[str] | None:
-        """Statements in this benchmark's database so far, by statement
-        (:func:`statement_counts`)."""
+    def statements(self) -> tuple[Counter[str], Counter[str]] | None:
+        """Statements in this benchmark's database so far and their execution ms, by
+        statement (:func:`statement_counts`)."""
         return statement_counts(self.settings.database_url)
 
     @staticmethod
