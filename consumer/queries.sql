@@ -28,7 +28,8 @@ WHERE s.id = ANY(%(ids)s::bigint[])
 -- the start of its first call.
 -- The rows are found by `id = ANY(ARRAY(…))`, through the primary key: joined to the JSON
 -- batch instead (which PostgreSQL always guesses at 100 rows), a table of up to tens of
--- thousands of rows was scanned whole, twice per claim.
+-- thousands of rows was scanned whole, twice per claim
+-- (tests/integration/test_batch_statement_plans.py).
 -- Returns the claimed ids and the seconds each has left before it expires (NULL: never).
 WITH claims AS (
     SELECT * FROM jsonb_to_recordset(%(claims)s::jsonb)

@@ -10,6 +10,9 @@
 -- * a hard bounce or a complaint suppresses the sends' addresses, lower-cased; an entry
 --   there already keeps its reason unless a hard bounce widens a bulk-only one (a
 --   complaint's or an unsubscribe's, migration 0019) to all mail.
+-- The sends are found by `message_id = ANY(ARRAY(…))`, through its index: joined to the
+-- JSON batch alone (which PostgreSQL always guesses at 100 rows), a table of up to tens of
+-- thousands of rows was scanned whole (tests/integration/test_batch_statement_plans.py).
 -- Returns one row per event, in batch order: (n, new, matched, updated, suppressed).
 WITH batch AS (
     SELECT * FROM jsonb_to_recordset(%(events)s::jsonb) AS e (
@@ -18,6 +21,7 @@ WITH batch AS (
 ), target AS (
     SELECT b.n, s.id, s.to_address
     FROM batch b JOIN email_sends s ON s.message_id = b.message_id
+    WHERE s.message_id = ANY(ARRAY(SELECT message_id FROM batch))  -- by its index
 ), inserted AS (
     INSERT INTO delivery_events (provider, event_id, type, bounce, message_id, occurred_at, matched)
     SELECT b.provider, b.event_id, b.type, b.bounce, b.message_id, b.occurred_at,

@@ -1,12 +1,13 @@
-"""The consumer's claim and settle read only the rows they name, whatever the table's size.
+"""Statements that take a batch as a JSON array read only the rows it names, whatever the
+table's size: the consumer's claim and settle, the webhook receiver's record_events.
 Real PostgreSQL.
 
-Both take their batch as a JSON array (``jsonb_to_recordset``), which PostgreSQL always
-guesses at 100 rows. Joined to ``email_sends`` by id, that guess made a hash join over a
-sequential scan of the whole table the cheaper plan for any outbox of up to some tens of
-thousands of rows: two scans per claim, one per settle, each a few milliseconds at 10,000
-rows, for batches of about ten. Naming the ids in ``= ANY(ARRAY(…))`` lets the primary key
-find them, so a claim or a settle costs what its rows cost.
+PostgreSQL always guesses a ``jsonb_to_recordset`` at 100 rows. Joined to ``email_sends``
+by id or message id, that guess made a hash join over a sequential scan of the whole
+table the cheaper plan for any outbox of up to some tens of thousands of rows: two scans
+per claim, one per settle and per webhook batch, each a few milliseconds at 10,000 rows,
+for batches of about ten. Naming the keys in ``= ANY(ARRAY(…))`` lets an index find them,
+so a statement costs what its rows cost.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ ROWS = 10_000
 BATCH = 12
 
 QUERIES = load_queries("mailbus.consumer", "queries.sql")
+WEBHOOKS = load_queries("mailbus.feedback", "events.sql")
 
 
 def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
@@ -103,3 +105,26 @@ def test_a_settle_reads_only_the_rows_it_names(outbox: psycopg.Connection[Any]) 
     ]
     params = {"decisions": Jsonb(decisions)}
     assert "email_sends" not in tables_scanned_whole(outbox, QUERIES["settle"], params)
+
+
+def test_a_webhook_batch_reads_only_the_sends_it_names(outbox: psycopg.Connection[Any]) -> None:
+    outbox.execute("UPDATE email_sends SET status = 'accepted', message_id = 'msg-' || id")
+    outbox.execute("ANALYZE email_sends")
+    events = [
+        {
+            "n": n,
+            "provider": "sandbox",
+            "event_id": f"event-{n}",
+            "type": "delivered",
+            "bounce": None,
+            "message_id": f"msg-{n + 1}",
+            "occurred_at": "2026-12-04T18:00:00Z",
+            "rank": 1,
+            "suppress": False,
+            "reason": None,
+            "source": None,
+        }
+        for n in range(BATCH)
+    ]
+    params = {"events": json.dumps(events), "ranks": ["deferred", "delivered"]}
+    assert "email_sends" not in tables_scanned_whole(outbox, WEBHOOKS["record_events"], params)
