@@ -122,19 +122,17 @@ def throughput(
     rss = [Bench.stop(p) for p in procs]
     transactions = bench.transactions() - transactions
     statements_after = bench.statements()
+    named, database_ms = None, None
+    if statements is not None and statements_after is not None:
+        named = by_name(statements_after[0] - statements[0])
+        database_ms = sum((statements_after[1] - statements[1]).values())
     return Throughput(
         0.8 * rows / (last - first).total_seconds(),
         rss,
         1000 * cpu_between(samples, first.timestamp(), last.timestamp()) / (0.8 * rows),
         transactions / rows,
-        *(
-            (None, None)
-            if statements is None or statements_after is None
-            else (
-                by_name(statements_after[0] - statements[0]),
-                sum((statements_after[1] - statements[1]).values()),
-            )
-        ),
+        named,
+        database_ms,
     )
 
 
@@ -235,11 +233,6 @@ def main() -> None:
                     measured.transactions_per_mail,
                     "transactions",
                 )
-                if measured.statements is not None and measured.database_ms is not None:
-                    mails = args.rows * consumers
-                    per_mail = sum(measured.statements.values()) / mails
-                    record(f"database statements per mail, {label}", per_mail, "statements")
-                    record(f"database time per mail, {label}", measured.database_ms / mails, "ms")
                 share = 100 * rate / (bound * consumers)
                 record(f"delivery share of the bound, {label}", share, "%")
                 record(f"consumer peak RSS, {label}", max(rss), "MB")
@@ -251,11 +244,15 @@ def main() -> None:
                     flush=True,
                 )
                 if measured.statements is not None and measured.database_ms is not None:
+                    mails = args.rows * consumers
+                    per_mail = sum(measured.statements.values()) / mails
+                    record(f"database statements per mail, {label}", per_mail, "statements")
+                    record(f"database time per mail, {label}", measured.database_ms / mails, "ms")
                     print(
                         f"  database time {measured.database_ms / mails:.3f} ms/mail;"
                         f" statements/mail {per_mail:.2f}: "
                         + ", ".join(
-                            f"{name} {calls / (args.rows * consumers):.3f}"
+                            f"{name} {calls / mails:.3f}"
                             for name, calls in measured.statements.most_common(8)
                         ),
                         flush=True,
