@@ -22,7 +22,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from mailbus.consumer.core import Decision, SendView, Status
-from mailbus.consumer.core.decide import MAX_AGE_REASON
+from mailbus.consumer.core.decide import MAX_AGE_REASON, SEND_HEADROOM_S
 from mailbus.consumer.core.suppression import Scope
 from mailbus.consumer.db_clock import DatabaseClock
 from mailbus.kernel.coalescer import Coalescer
@@ -58,8 +58,8 @@ class MessageOrigin:
 
 @dataclass(frozen=True)
 class Claim:
-    """A claimed row: its lease token, and the monotonic time by which its call must have
-    reached the provider (the row's expiry on this process's clock; None: never)."""
+    """A claimed row: its lease token, and the monotonic time by which its call must start
+    (``SEND_HEADROOM_S`` before the row's expiry, on this process's clock; None: never)."""
 
     token: uuid.UUID
     send_by: float | None
@@ -225,14 +225,14 @@ class SendLedger:
                 "claims": Jsonb(rows),
                 "lease_s": self._lease_s,
                 "max_age_s": self._max_age_s,
+                "headroom_s": SEND_HEADROOM_S,
             }
             left = dict(await self._run("claim_for_send", params))  # id -> seconds to expiry
             for c in claims_of_round:
                 if c.send_id in left:
                     seconds = left[c.send_id]
-                    won[c.token] = Claim(
-                        c.token, None if seconds is None else c.submitted + seconds
-                    )
+                    send_by = None if seconds is None else c.submitted + seconds - SEND_HEADROOM_S
+                    won[c.token] = Claim(c.token, send_by)
         return [won.get(claim.token) for claim in claims]
 
     async def _settle_batch(self, settlements: Sequence[_Settlement]) -> list[bool]:

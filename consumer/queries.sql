@@ -14,7 +14,8 @@ WHERE s.id = ANY(%(ids)s::bigint[])
 
 -- name: claim_for_send
 -- pending -> sending for a batch of claims. Every guard that decides a send is here: the
--- attempt the pointer names, due, not expired, a retry not past MAILBUS_MAX_AGE, the
+-- attempt the pointer names, due, not expired (nor expiring within `headroom_s`: a call
+-- started then could reach the provider after it, consumer/core/decide.py), a retry not past MAILBUS_MAX_AGE, the
 -- provider fixed once a row was tried (a mail one provider may have taken is never offered
 -- to another), and no row of a paused or cancelled campaign, whatever its attempts (a row
 -- that was in flight when its campaign paused comes back pending, with its own retry time;
@@ -51,7 +52,8 @@ FROM claims c
 WHERE s.id = ANY(ARRAY(SELECT id FROM locked)) AND s.id = c.id
   AND ((s.status = 'pending' AND s.attempts = c.attempt
         AND (s.next_try_at IS NULL OR s.next_try_at <= clock_timestamp())
-        AND (s.expires_at IS NULL OR s.expires_at > clock_timestamp())
+        AND (s.expires_at IS NULL
+             OR s.expires_at > clock_timestamp() + make_interval(secs => %(headroom_s)s))
         AND (s.attempts = 0 OR %(max_age_s)s::float8 IS NULL
              OR s.created_at + make_interval(secs => %(max_age_s)s::float8) > clock_timestamp())
         AND (s.attempts = 0 OR s.provider IS NOT DISTINCT FROM c.provider)

@@ -41,6 +41,7 @@ from mailbus_client.send_request import validate_address
 
 __all__ = [
     "MAX_AGE_REASON",
+    "SEND_HEADROOM_S",
     "Decision",
     "SendView",
     "after_call",
@@ -59,6 +60,11 @@ __all__ = [
 ]
 
 Rand = Callable[[], float]
+
+SEND_HEADROOM_S = 0.05
+"""A call starts at least this long before the mail's ``expires_at``: a request takes time
+to reach the provider, and one that could arrive after the expiry is not made. A mail with
+less left is ``expired`` (the claim refuses it too, consumer/queries.sql)."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +122,7 @@ def before_send(
     """
     if row.status != Status.PENDING:
         raise ValueError(f"before_send needs a pending row, got {row.status.value}")
-    if row.expires_at is not None and row.expires_at <= now:
+    if row.expires_at is not None and row.expires_at <= now + timedelta(seconds=SEND_HEADROOM_S):
         return Decision(Status.EXPIRED, reason="expired before sending")
     if row.attempts > 0 and too_old(row, now, max_age_s):
         return _max_age(row, "no retry past the maximum age")

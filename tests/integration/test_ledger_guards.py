@@ -12,6 +12,7 @@ import psycopg
 from ledger_support import ORIGIN, claim, rows, seed, with_ledger
 
 from mailbus.consumer.core import Decision, Status
+from mailbus.consumer.core.decide import SEND_HEADROOM_S
 from mailbus.consumer.ledger import Claim, SendLedger
 
 
@@ -72,27 +73,30 @@ def test_a_row_tried_at_one_provider_is_never_claimed_for_another(database_url: 
 def test_an_expired_row_is_not_claimed_and_a_claim_knows_its_time_left(
     database_url: str,
 ) -> None:
-    expired, fresh = seed(database_url, 2)
+    # A row expiring within SEND_HEADROOM_S is refused too: its call could arrive late.
+    expired, expiring, fresh = seed(database_url, 3)
     with psycopg.connect(database_url) as conn:
         conn.execute(
             "UPDATE email_sends SET expires_at = now() + CASE id WHEN %s"
-            " THEN interval '-1 second' ELSE interval '60 seconds' END",
-            (expired,),
+            " THEN interval '-1 second' WHEN %s THEN interval '30 milliseconds'"
+            " ELSE interval '60 seconds' END",
+            (expired, expiring),
         )
 
-    async def scenario(ledger: SendLedger) -> tuple[Claim | None, Claim | None, float]:
+    async def scenario(ledger: SendLedger) -> tuple[list[Claim | None], float]:
         before = time.monotonic()
-        return (
-            await ledger.claim_for_send(expired, 0, None, uuid.uuid4()),
-            await ledger.claim_for_send(fresh, 0, None, uuid.uuid4()),
-            before,
-        )
+        claims = [
+            await ledger.claim_for_send(send_id, 0, None, uuid.uuid4())
+            for send_id in (expired, expiring, fresh)
+        ]
+        return claims, before
 
-    lost, won, before = with_ledger(database_url, scenario)
-    assert lost is None
+    (lost, too_late, won), before = with_ledger(database_url, scenario)
+    assert lost is None and too_late is None
     assert won is not None and won.send_by is not None
-    assert before + 58 < won.send_by <= time.monotonic() + 60
+    assert before + 58 < won.send_by <= time.monotonic() + 60 - SEND_HEADROOM_S
     assert rows(database_url)[expired] == ("pending", 0, None)
+    assert rows(database_url)[expiring] == ("pending", 0, None)
 
 
 def test_an_undecodable_message_is_recorded_once(database_url: str) -> None:

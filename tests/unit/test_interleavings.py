@@ -20,6 +20,7 @@ import pytest
 
 from mailbus.consumer.core import Decision, RetryPolicy, SendView, Status
 from mailbus.consumer.core.breaker import BreakerPolicy
+from mailbus.consumer.core.decide import SEND_HEADROOM_S
 from mailbus.consumer.core.outcome import CallResult, ProviderReply, TransportFailure
 from mailbus.consumer.db_clock import DatabaseClock
 from mailbus.consumer.gate import ProviderGate
@@ -76,7 +77,10 @@ class ModelLedger:
             view.status is Status.PENDING
             and view.attempts == attempt
             and (view.next_try_at is None or view.next_try_at <= now)
-            and (view.expires_at is None or view.expires_at > now)
+            and (
+                view.expires_at is None
+                or view.expires_at > now + timedelta(seconds=SEND_HEADROOM_S)
+            )
             and (view.attempts == 0 or row.provider == provider)
         )
         if not fresh and not (view.status is Status.SENDING and row.token == token):
@@ -86,7 +90,7 @@ class ModelLedger:
         row.token, row.provider = token, provider
         row.lease_until = now + timedelta(seconds=LEASE_S)
         left = None if view.expires_at is None else (view.expires_at - now).total_seconds()
-        return Claim(token, None if left is None else submitted + left)
+        return Claim(token, None if left is None else submitted + left - SEND_HEADROOM_S)
 
     async def release_claim(self, send_id: int, token: uuid.UUID) -> None:
         row = self.rows[send_id]
@@ -205,6 +209,24 @@ class FlakyProvider:
             self._accept(key)
 
 
+def _service(
+    ledger: ModelLedger, provider: Any, rng: random.Random, late_accept_s: float
+) -> DeliveryService:
+    gate = ProviderGate(
+        8, BreakerPolicy(failure_threshold=10**6), None, lambda _s: None, lambda _l: None
+    )
+    policy = RetryPolicy(max_attempts=6, base_s=0.02, cap_s=0.1, late_accept_s=late_accept_s)
+    return DeliveryService(
+        ledger,  # type: ignore[arg-type]
+        provider,
+        gate,
+        policy,
+        slot_wait_s=0.05,
+        policies=configured_policy_book({}),
+        rand=rng.random,
+    )
+
+
 async def _run(seed: int, late_accept_s: float) -> tuple[ModelLedger, FlakyProvider]:
     rng = random.Random(seed)
     start = datetime(2026, 1, 1, tzinfo=UTC)
@@ -224,20 +246,8 @@ async def _run(seed: int, late_accept_s: float) -> tuple[ModelLedger, FlakyProvi
     ledger = ModelLedger(views)
     ledger.clock.observe(start)
     provider = FlakyProvider(rng, ledger)
-    gate = ProviderGate(
-        8, BreakerPolicy(failure_threshold=10**6), None, lambda _s: None, lambda _l: None
-    )
-    policy = RetryPolicy(max_attempts=6, base_s=0.02, cap_s=0.1, late_accept_s=late_accept_s)
-    service = DeliveryService(
-        ledger,  # type: ignore[arg-type]
-        provider,  # type: ignore[arg-type]
-        gate,
-        policy,
-        slot_wait_s=0.05,
-        policies=configured_policy_book({}),
-        rand=rng.random,
-    )
-    reconciler = Reconciler(service, ["p1"], gate.slots, interval_s=0.02)
+    service = _service(ledger, provider, rng, late_accept_s)
+    reconciler = Reconciler(service, ["p1"], service.gate.slots, interval_s=0.02)
     reconciling = asyncio.create_task(reconciler.run())
     codec = send_pointer_codec()
     deliveries: set[asyncio.Task[None]] = set()
@@ -295,3 +305,61 @@ def test_without_the_late_acceptance_window_the_table_can_disagree() -> None:
         }
         disagreements += len(set(provider.accepted) - table)
     assert disagreements > 0
+
+
+class DistantProvider:
+    """Accepts every request, which reaches it ``travel_s`` after the call starts."""
+
+    capability = MailbusDialect.capability
+
+    def __init__(self, ledger: ModelLedger, travel_s: float) -> None:
+        self.ledger, self.travel_s = ledger, travel_s
+        self.arrived_at: dict[str, datetime] = {}
+
+    def prepare(self, mail: OutgoingMail) -> PreparedMail:
+        return PreparedMail(mail.dedupe_key, HttpCall("POST", "http://provider/v1/send", {}))
+
+    async def send(self, mail: PreparedMail) -> CallResult:
+        await asyncio.sleep(self.travel_s)
+        self.arrived_at[mail.dedupe_key] = self.ledger.now()
+        return ProviderReply(200, f"msg-{mail.dedupe_key}")
+
+
+def test_a_call_that_could_reach_the_provider_after_the_expiry_is_not_made() -> None:
+    # A request is on its way for a while after the expiry check: a mail with less time
+    # left than SEND_HEADROOM_S is expired, not sent, so no request arrives too late.
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    left_s = {1: 0.01, 2: 1.0, 3: None}  # seconds before it expires
+
+    async def deliver_all() -> tuple[ModelLedger, DistantProvider]:
+        views = [
+            SendView(
+                n,
+                f"k-{n}",
+                "ana@example.com",
+                "password_reset",
+                "p0",
+                Status.PENDING,
+                0,
+                expires_at=None if left is None else start + timedelta(seconds=left),
+            )
+            for n, left in left_s.items()
+        ]
+        ledger = ModelLedger(views)
+        ledger.clock.observe(start)
+        provider = DistantProvider(ledger, travel_s=0.025)
+        service = _service(ledger, provider, random.Random(0), 2 * SLOWEST_ACCEPT_S)
+        codec = send_pointer_codec()
+        for view in views:
+            pointer = SendPointer.of(view.id, view.dedupe_key, "p0", 0, start)
+            await service.handle(
+                MessageOrigin("mailbus.send.p0", 0, 0, None, codec.encode(pointer))
+            )
+        return ledger, provider
+
+    ledger, provider = asyncio.run(deliver_all())
+    statuses = {row.view.dedupe_key: row.view.status for row in ledger.rows.values()}
+    assert statuses == {"k-1": Status.EXPIRED, "k-2": Status.ACCEPTED, "k-3": Status.ACCEPTED}
+    for key, arrived in provider.arrived_at.items():
+        expires = ledger.rows[int(key[2:])].view.expires_at
+        assert expires is None or arrived < expires, key
