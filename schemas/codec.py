@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from datetime import datetime
 from functools import cache
 from importlib import resources
@@ -19,10 +20,12 @@ import fastavro.schema
 from fastavro.read import SchemaResolutionError
 
 from mailbus.kernel.errors import CodecError, SchemaUnavailable
+from mailbus.schemas.flat_writer import flat_writer
 
 __all__ = [
     "AvroCodec",
     "SendPointer",
+    "body_writer",
     "dead_letter_codec",
     "order_placed_codec",
     "read_body",
@@ -31,7 +34,6 @@ __all__ = [
     "send_pointer_codec",
     "shipped_schema",
     "single_object_fingerprint",
-    "write_body",
 ]
 
 _MAGIC = b"\xc3\x01"
@@ -63,7 +65,7 @@ class AvroCodec:
         self._schema = fastavro.parse_schema(json.loads(schema_json))
         self.schema: Any = self._schema  # parsed; its "name" is the record's full name
         self.fingerprint = schema_fingerprint(self._schema)
-        self._header = _MAGIC + self.fingerprint
+        self._write = body_writer(_MAGIC + self.fingerprint, self._schema)
         self._writers: dict[bytes, Any] = {}
         for text in older:
             writer = fastavro.parse_schema(json.loads(text))
@@ -76,7 +78,7 @@ class AvroCodec:
         return (self.fingerprint, *self._writers)
 
     def encode(self, record: dict[str, Any]) -> bytes:
-        return write_body(self._header, self._schema, record)
+        return self._write(record)
 
     def decode(self, value: bytes | None) -> dict[str, Any]:
         found = single_object_fingerprint(value)
@@ -107,12 +109,22 @@ def read_body(value: bytes, offset: int, writer: Any, reader: Any) -> dict[str, 
     return record
 
 
-def write_body(header: bytes, schema: Any, record: dict[str, Any]) -> bytes:
-    """``header`` followed by the Avro binary body of ``record``."""
-    body = io.BytesIO()
-    body.write(header)
-    fastavro.schemaless_writer(body, schema, record)
-    return body.getvalue()
+def body_writer(header: bytes, schema: Any) -> Callable[[dict[str, Any]], bytes]:
+    """Writes ``header`` then the Avro binary body of a record of ``schema``: compiled for a
+    flat schema (:mod:`mailbus.schemas.flat_writer`), by fastavro for the rest and for any
+    value the compiled writer does not take. Shared by both framings."""
+    compiled = flat_writer(schema, header)
+
+    def write(record: dict[str, Any]) -> bytes:
+        written = None if compiled is None else compiled(record)
+        if written is not None:
+            return written
+        body = io.BytesIO()
+        body.write(header)
+        fastavro.schemaless_writer(body, schema, record)
+        return body.getvalue()
+
+    return write
 
 
 class SendPointer(dict[str, Any]):

@@ -32,12 +32,12 @@ from mailbus_client.send_request import PRIORITIES
 
 from .codec import (
     AvroCodec,
+    body_writer,
     dead_letter_codec,
     read_body,
     send_event_codec,
     send_pointer_codec,
     shipped_schema,
-    write_body,
 )
 
 __all__ = [
@@ -158,13 +158,13 @@ class RegistryCodec:
         if not ids:
             raise ValueError("a registry codec needs at least one topic")
         self.schema_id = ids[0]
-        self._header = _MAGIC + struct.pack(">I", self.schema_id)
+        self._write = body_writer(_MAGIC + struct.pack(">I", self.schema_id), self._schema)
         self._writers = RegistryWriters(client)
         for schema_id in ids:
             self._writers.add(schema_id, self._schema)
 
     def encode(self, record: dict[str, Any]) -> bytes:
-        return write_body(self._header, self._schema, record)
+        return self._write(record)
 
     def decode(self, value: bytes | None) -> dict[str, Any]:
         return self._writers.decode(value, self._schema)
