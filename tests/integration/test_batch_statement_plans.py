@@ -21,6 +21,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from mailbus.consumer.core.decide import SEND_HEADROOM_S
 from mailbus_client.sqlfiles import load_queries
 
 ROWS = 10_000
@@ -73,7 +74,12 @@ def test_a_claim_reads_only_the_rows_it_names(outbox: psycopg.Connection[Any]) -
         }
         for id_ in ids
     ]
-    params = {"claims": Jsonb(claims), "lease_s": 60.0, "max_age_s": None}
+    params = {
+        "claims": Jsonb(claims),
+        "lease_s": 60.0,
+        "headroom_s": SEND_HEADROOM_S,
+        "max_age_s": None,
+    }
     assert "email_sends" not in tables_scanned_whole(outbox, QUERIES["claim_for_send"], params)
 
 

@@ -21,6 +21,7 @@ from mailbus.campaigns.errors import CampaignError
 from mailbus.campaigns.pacer import Pacer
 from mailbus.campaigns.store import CampaignSpec, create_campaign, transition
 from mailbus.campaigns.views import collect_status
+from mailbus.consumer.core.decide import SEND_HEADROOM_S
 from mailbus_client.sqlfiles import load_queries
 
 
@@ -428,7 +429,13 @@ def claimable(database_url: str, campaign_id: int) -> int:
             {"id": i, "attempt": 0, "token": str(uuid.uuid4()), "provider": None} for i in ids
         ]
         taken = conn.execute(
-            claim, {"claims": json.dumps(claims), "lease_s": 30, "max_age_s": None}
+            claim,
+            {
+                "claims": json.dumps(claims),
+                "lease_s": 30,
+                "headroom_s": SEND_HEADROOM_S,
+                "max_age_s": None,
+            },
         ).fetchall()
         conn.rollback()
     return len(taken)
