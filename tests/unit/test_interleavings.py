@@ -296,15 +296,16 @@ def test_the_table_agrees_with_the_provider_under_random_interleavings(seed: int
 def test_without_the_late_acceptance_window_the_table_can_disagree() -> None:
     # The same runs with the window at 0: a 404 right after a timeout is believed, and a
     # code the provider accepts a moment later ends expired or failed. This shows the
-    # check above can fail, and what the window is for.
-    disagreements = 0
-    for seed in range(6):
+    # check above can fail, and what the window is for. About one seed in three shows it
+    # (13 of 40 on a quiet machine), so the seeds run until one does.
+    for seed in range(40):
         ledger, provider = asyncio.run(_run(seed, late_accept_s=0.0))
         table = {
             r.view.dedupe_key for r in ledger.rows.values() if r.view.status is Status.ACCEPTED
         }
-        disagreements += len(set(provider.accepted) - table)
-    assert disagreements > 0
+        if set(provider.accepted) - table:
+            return
+    pytest.fail("40 runs without the window, and the table agreed with the provider in each")
 
 
 class DistantProvider:
