@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import psycopg
-from harness import Bench, CpuSampler, cpu_between, percentile
+from harness import Bench, CpuSampler, cpu_between, percentile, processes_cpu
 from results import record, record_series
 
 from mailbus.consumer.provider import HttpProvider, OutgoingMail
@@ -108,7 +108,7 @@ def throughput(
     transactions = bench.transactions()
     statements = bench.statements()
     procs = [bench.start("consume", "--priority", "p1", **env) for _ in range(consumers)]
-    sampler = CpuSampler(procs)
+    sampler = CpuSampler({"consumers": processes_cpu(procs)})
     sampler.start()
     bench.wait_for(f"dedupe_key LIKE '{prefix}%' AND status = 'accepted'", rows, interval=1.0)
     samples = sampler.stop()
@@ -129,7 +129,9 @@ def throughput(
     return Throughput(
         0.8 * rows / (last - first).total_seconds(),
         rss,
-        1000 * cpu_between(samples, first.timestamp(), last.timestamp()) / (0.8 * rows),
+        1000
+        * cpu_between(samples, first.timestamp(), last.timestamp())["consumers"]
+        / (0.8 * rows),
         transactions / rows,
         named,
         database_ms,

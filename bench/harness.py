@@ -14,7 +14,7 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -37,8 +37,12 @@ __all__ = [
     "cpu_between",
     "database_transactions",
     "free_port",
+    "machine_busy",
     "middle_80",
+    "named_cpu",
+    "own_cpu",
     "percentile",
+    "processes_cpu",
     "serving",
     "statement_counts",
 ]
@@ -79,36 +83,89 @@ def serving(args: list[str], probe: str) -> Iterator[str]:
 
 
 class CpuSampler(threading.Thread):
-    """The CPU seconds ``processes`` have used, read from /proc every ``interval`` s (no
-    database work, so the measured processes are not slowed by it), as (time, CPU s)."""
+    """CPU seconds used so far by named groups, each read by its own function, sampled
+    every ``interval`` s (from /proc, no database work, so the measured processes are not
+    slowed by it), as (time, {group: CPU s})."""
 
-    def __init__(self, processes: list[subprocess.Popen[bytes]], interval: float = 0.1) -> None:
+    def __init__(self, groups: Mapping[str, Callable[[], float]], interval: float = 0.1) -> None:
         super().__init__(daemon=True)
-        self.samples: list[tuple[float, float]] = []
-        self._processes = processes
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._groups = groups
         self._interval = interval
         self._done = threading.Event()
 
     def run(self) -> None:
         while not self._done.is_set():
-            cpu = sum(map(Bench.cpu_seconds, self._processes))
+            cpu = {name: read() for name, read in self._groups.items()}
             self.samples.append((time.time(), cpu))
             self._done.wait(self._interval)
 
-    def stop(self) -> list[tuple[float, float]]:
+    def stop(self) -> list[tuple[float, dict[str, float]]]:
         self._done.set()
         self.join()
         return self.samples
 
 
-def cpu_between(samples: list[tuple[float, float]], start: float, end: float) -> float:
-    """CPU seconds used between the wall-clock times ``start`` and ``end``, from the samples
-    nearest each (a window inside the samples)."""
+def cpu_between(
+    samples: list[tuple[float, dict[str, float]]], start: float, end: float
+) -> dict[str, float]:
+    """Each group's CPU seconds between the wall-clock times ``start`` and ``end``, from the
+    samples nearest each (a window inside the samples)."""
 
-    def at(moment: float) -> float:
+    def at(moment: float) -> dict[str, float]:
         return min(samples, key=lambda sample: abs(sample[0] - moment))[1]
 
-    return at(end) - at(start)
+    before, after = at(start), at(end)
+    return {name: after[name] - before[name] for name in after}
+
+
+def processes_cpu(processes: Sequence[subprocess.Popen[bytes]]) -> Callable[[], float]:
+    """Reads the CPU seconds ``processes`` have used so far."""
+    return lambda: sum(_pid_cpu(process.pid) for process in processes)
+
+
+def named_cpu(command: str, argument: str | None = None) -> Callable[[], float]:
+    """Reads the CPU seconds used so far by every running process whose command name
+    (/proc/PID/comm) is ``command``, e.g. "postgres", and whose command line contains
+    ``argument`` if given (``"java", "kafka.Kafka"``: the broker, not the registry). A
+    process that exits between two reads takes its CPU with it: for long-lived ones."""
+
+    def read() -> float:
+        total = 0.0
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                if (proc / "comm").read_text().strip() != command:
+                    continue
+                if (
+                    argument is not None
+                    and argument.encode() not in (proc / "cmdline").read_bytes()
+                ):
+                    continue
+                total += _pid_cpu(int(proc.name))
+            except (FileNotFoundError, ProcessLookupError):
+                pass  # exited while we looked
+        return total
+
+    return read
+
+
+def own_cpu() -> float:
+    """CPU seconds this benchmark process has used so far (every thread)."""
+    return _pid_cpu(os.getpid())
+
+
+def machine_busy() -> float:
+    """CPU seconds every core of the machine has spent busy so far (/proc/stat: all but
+    idle and iowait)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]
+    return (sum(values[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _pid_cpu(pid: int) -> float:
+    """User + system CPU time process ``pid`` has used so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def database_transactions(url: str) -> int:
@@ -230,12 +287,6 @@ class Bench:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{where}: {count} of {target}")
                 time.sleep(interval)
-
-    @staticmethod
-    def cpu_seconds(process: subprocess.Popen[bytes]) -> float:
-        """User + system CPU time the process has used so far (/proc/PID/stat)."""
-        fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def transactions(self) -> int:
         """Transactions in this benchmark's database so far (:func:`database_transactions`)."""

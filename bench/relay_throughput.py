@@ -22,6 +22,7 @@ it. The naive relay is the same code with one row per transaction. Prints figure
 from __future__ import annotations
 
 import argparse
+import os
 import threading
 import time
 import uuid
@@ -29,7 +30,16 @@ import uuid
 import psycopg
 from broker_times import APPEND_TIME, append_times, commit_in_transactions
 from confluent_kafka import Consumer
-from harness import Bench, percentile
+from harness import (
+    Bench,
+    CpuSampler,
+    cpu_between,
+    machine_busy,
+    named_cpu,
+    own_cpu,
+    percentile,
+    processes_cpu,
+)
 from results import record
 
 from mailbus.kernel.settings import load_settings
@@ -58,41 +68,76 @@ def wait_until_idle(bench: Bench, timeout: float = 60) -> None:
     time.sleep(1.0)
 
 
-def measure_throughput(rows: int, batch_size: int) -> tuple[float, int]:
-    """Relay rows/s (first COMMIT → last broker append, relay already running) and its
-    peak RSS in MB."""
+def measure_throughput(rows: int, batch_size: int) -> tuple[float, int, dict[str, float]]:
+    """Relay rows/s (first COMMIT → last broker append, relay already running), its peak
+    RSS in MB, and where the machine's CPU went in that window (:func:`cpu_per_row`)."""
     bench = Bench(load_settings(), APPEND_TIME)
     try:
         relay = bench.start("relay", MAILBUS_RELAY_BATCH_SIZE=str(batch_size))
         wait_until_idle(bench)
+        sampler = CpuSampler(
+            {
+                "machine": machine_busy,
+                "relay": processes_cpu([relay]),
+                "postgres": named_cpu("postgres"),
+                "broker": named_cpu("java", "kafka.Kafka"),
+                "benchmark": own_cpu,
+            }
+        )
+        sampler.start()
         first_commit = commit_in_transactions(bench.settings.database_url, INSERT, rows)
         topic = bench.settings.topic("p1")
         appended = append_times(bench.settings.kafka_bootstrap, [topic], rows, timeout=600)
         if len(appended) < rows:
             raise RuntimeError(f"{len(appended)} of {rows} rows reached {topic}")
-        return rows / (max(appended.values()) - first_commit), Bench.stop(relay)
+        last_append = max(appended.values())
+        cpu = cpu_per_row(sampler.stop(), first_commit, last_append, rows)
+        return rows / (last_append - first_commit), Bench.stop(relay), cpu
     finally:
         bench.close()
 
 
-def measure_ceiling(rows: int, batch_size: int) -> float:
-    """Rows/s of the relay's claim+mark SQL alone: batch after batch, no Kafka."""
+def measure_ceiling(rows: int, batch_size: int) -> tuple[float, dict[str, float]]:
+    """Rows/s of the relay's claim+mark SQL alone: batch after batch, no Kafka; and where
+    the machine's CPU went meanwhile."""
     bench = Bench(load_settings())
     try:
         commit_in_transactions(bench.settings.database_url, INSERT, rows, transactions=1)
         claim = load_queries("mailbus.relay", "queries.sql")["claim_due"]
+        sampler = CpuSampler(
+            {"machine": machine_busy, "postgres": named_cpu("postgres"), "benchmark": own_cpu}
+        )
         with psycopg.connect(bench.settings.database_url) as conn:
-            started = time.monotonic()
+            sampler.start()
+            started = time.time()
             claimed = 0
             while batch := conn.execute(claim, {"limit": batch_size}).fetchall():
                 conn.commit()
                 claimed += len(batch)
-            elapsed = time.monotonic() - started
+            ended = time.time()
         if claimed != rows:
             raise RuntimeError(f"the ceiling loop claimed {claimed} of {rows} rows")
-        return rows / elapsed
+        return rows / (ended - started), cpu_per_row(sampler.stop(), started, ended, rows)
     finally:
         bench.close()
+
+
+def cpu_per_row(
+    samples: list[tuple[float, dict[str, float]]], start: float, end: float, rows: int
+) -> dict[str, float]:
+    """Each group's CPU µs per row between ``start`` and ``end``, "other" for the machine's
+    busy time no group accounts for, and "busy": the share of all cores busy."""
+    used = cpu_between(samples, start, end)
+    machine = used.pop("machine")
+    shares = {name: seconds * 1e6 / rows for name, seconds in used.items()}
+    shares["other"] = max(0.0, machine - sum(used.values())) * 1e6 / rows
+    shares["busy"] = machine / ((end - start) * (os.cpu_count() or 1))
+    return shares
+
+
+def cpu_line(cpu: dict[str, float]) -> str:
+    parts = ", ".join(f"{name} {us:.1f}" for name, us in cpu.items() if name != "busy")
+    return f"CPU µs/row: {parts}; cores busy {cpu['busy']:.0%}"
 
 
 def measure_latency(rate: int, seconds: int, batch_size: int) -> tuple[list[float], int]:
@@ -152,7 +197,7 @@ def main() -> None:
     args = parser.parse_args()
     rates = {}
     for label, batch, rows in (("batched", 2000, args.rows), ("naive", 1, args.naive_rows)):
-        rate, rss_tp = measure_throughput(rows, batch)
+        rate, rss_tp, cpu = measure_throughput(rows, batch)
         latencies, rss_lat = measure_latency(args.rate, args.seconds, batch)
         rates[label] = rate
         record(f"relay rows/s, {label}", rate, "rows/s")
@@ -167,14 +212,28 @@ def main() -> None:
             f" peak RSS {max(rss_tp, rss_lat)} MB",
             flush=True,
         )
-    ceiling = measure_ceiling(args.rows, 2000)
+        if label == "batched":
+            record_cpu("relay run", cpu)
+            print(f"  relay run: {cpu_line(cpu)}", flush=True)
+    ceiling, ceiling_cpu = measure_ceiling(args.rows, 2000)
     record("claim+mark ceiling rows/s", ceiling, "rows/s")
+    record_cpu("ceiling loop", ceiling_cpu)
     record("relay / claim+mark ceiling", rates["batched"] / ceiling, "ratio")
     print(
         f"claim+mark ceiling: {ceiling:,.0f} rows/s over {args.rows:,} rows (batches of 2,000,"
         f" no Kafka) | relay / ceiling: {rates['batched'] / ceiling:.2f}"
     )
+    print(f"  ceiling loop: {cpu_line(ceiling_cpu)}")
     print(f"batched / naive throughput: {rates['batched'] / rates['naive']:.1f}x")
+
+
+def record_cpu(run: str, cpu: dict[str, float]) -> None:
+    for name, value in cpu.items():
+        if name == "busy":
+            record(f"{run}: cores busy", value, "ratio")
+        else:
+            record(f"{run}: {name} CPU per row", value, "µs")
+
 
 if __name__ == "__main__":
     main()
