@@ -140,6 +140,7 @@ def _versions(versions: Sequence[int]) -> str:
 
 def _relay(settings: Settings, _args: argparse.Namespace) -> int:
     from mailbus.campaigns.pacer import start_pacer_thread
+    from mailbus.relay.garbage import tune_collector
     from mailbus.relay.relay import EVENTS, Relay
     from mailbus.relay.workers import PointerWorkers
 
@@ -156,6 +157,7 @@ def _relay(settings: Settings, _args: argparse.Namespace) -> int:
         from mailbus.relay.outbox_metrics import OutboxCollector
 
         start_metrics_server(settings.metrics_port, OutboxCollector(settings.database_url))
+    tune_collector()  # batches of rows, not a heap walk per 120 rows (relay/garbage.py)
     events_thread.start()
     relay.run(stop)
     events_thread.join(timeout=60)  # a pass cut short is published again by the next relay
