@@ -2,12 +2,11 @@
 
 A pointer batch keeps thousands of container objects alive at once (rows, records,
 messages, delivery callbacks) until it commits. With the default thresholds (700, 10, 10)
-the collector ran every ~120 rows, found almost nothing to free (those objects die by
-reference counting when the batch ends), promoted them, and now and then walked the whole
-heap, modules and all: 15% of the relay's samples in a native profile were
-``gc_collect_main`` (docs/benchmarks/speed.md). Freezing what start-up built takes it out
-of every later collection, and a young generation of 50,000 objects collects after some
-batches rather than within each. Cycles are still collected, just later.
+the collector ran every ~200 rows and found almost nothing to free (those objects die by
+reference counting when the batch ends): 461 collections and 0.11 s of CPU for 100,000
+rows, about 1 µs of the relay's 10 µs per row (docs/benchmarks/speed.md). Freezing what
+start-up built takes it out of every later collection, and with a young generation of
+50,000 objects the same 100,000 rows ran none. Cycles are still collected, just later.
 """
 
 from __future__ import annotations
