@@ -8,12 +8,14 @@ one for p2, and:
    rate, so the relay fans it out as fast as it can and p2 fills with newsletters;
 2. once the first newsletter is accepted, commits P0 rows (``password_reset``) at
    ``--p0-rate`` per second for ``--seconds`` while the campaign drains;
-3. reports the P0 commit→accepted p50 / p99 / max, the newsletters accepted meanwhile and
-   the campaign backlog left at the end (the campaign is not waited for: draining a
-   million mails at the provider's pace takes longer than the measurement), and the
-   share of the P0 window during which an autovacuum worker ran in the benchmark's
-   database (sampled every 0.5 s from ``pg_stat_activity``): a million new rows make
-   PostgreSQL vacuum and analyse ``email_sends`` on one of the machine's two cores.
+3. reports the P0 commit→accepted p50 / p99 / max, and of the wait before the call the
+   part up to the pointer's append to the p0 topic and the part after it (each p99), the
+   newsletters accepted meanwhile and the campaign backlog left at the end (the campaign
+   is not waited for: draining a million mails at the provider's pace takes longer than
+   the measurement), and the share of the P0 window during which an autovacuum worker ran
+   in the benchmark's database (sampled every 0.5 s from ``pg_stat_activity``): a million
+   new rows make PostgreSQL vacuum and analyse ``email_sends`` on one of the machine's two
+   cores.
 
 Three runs by default; min / median / max printed. Target (issue 10): P0 p99 under 1 s.
 
@@ -32,6 +34,7 @@ import time
 from pathlib import Path
 
 import psycopg
+from broker_times import APPEND_TIME, append_times
 from campaign_fanout import generate
 from harness import Bench, percentile
 from results import record
@@ -69,7 +72,7 @@ class AutovacuumSampler(threading.Thread):
 
 
 def one_run(audience: Path, args: argparse.Namespace) -> dict[str, float]:
-    bench = Bench(load_settings())
+    bench = Bench(load_settings(), APPEND_TIME)  # the p0 pointers' append times
     env = {
         "MAILBUS_PROVIDER_URL": f"http://127.0.0.1:{SANDBOX_PORT}",
         "MAILBUS_PROVIDER_API_KEY": "bench-key",
@@ -106,13 +109,22 @@ def one_run(audience: Path, args: argparse.Namespace) -> dict[str, float]:
         bench.wait_for("priority = 'p0' AND status = 'accepted'", p0, timeout=120, interval=0.5)
         autovacuum_share = autovacuum.stop()
         p0_rows = bench.query(
-            "SELECT extract(epoch FROM s.accepted_at - s.created_at),"
+            "SELECT s.dedupe_key, extract(epoch FROM s.created_at),"
+            " extract(epoch FROM s.accepted_at - s.created_at),"
             " extract(epoch FROM a.at - s.created_at) - a.latency_ms / 1000.0"
             " FROM email_sends s JOIN email_attempts a ON a.send_id = s.id"
             " AND a.attempt = s.attempts WHERE s.priority = 'p0'"
         )
-        delays = [float(total) for total, _ in p0_rows]
-        before_call = [float(waited) for _, waited in p0_rows]
+        delays = [float(total) for _, _, total, _ in p0_rows]
+        before_call = [float(waited) for _, _, _, waited in p0_rows]
+        # The wait before the call, split at the pointer's append to the p0 topic.
+        appended = append_times(
+            bench.settings.kafka_bootstrap, [bench.settings.topic("p0")], p0, timeout=60
+        )
+        to_broker = [appended[key] - float(created) for key, created, _, _ in p0_rows]
+        after_broker = [
+            float(waited) - (appended[key] - float(created)) for key, created, _, waited in p0_rows
+        ]
         [(accepted, rows)] = bench.query(
             "SELECT count(*) FILTER (WHERE status = 'accepted'), count(*) FROM email_sends"
             " WHERE campaign_id = %s",
@@ -123,6 +135,8 @@ def one_run(audience: Path, args: argparse.Namespace) -> dict[str, float]:
             "p0_p99_ms": percentile(delays, 99) * 1000,
             "p0_max_ms": max(delays) * 1000,
             "p0_before_call_p99_ms": percentile(before_call, 99) * 1000,
+            "p0_to_broker_p99_ms": percentile(to_broker, 99) * 1000,
+            "p0_broker_to_call_p99_ms": percentile(after_broker, 99) * 1000,
             "newsletters_accepted": accepted,
             "campaign_rows": rows,
             "rows_when_p0_began": fan_out_rows_at_start,
@@ -152,7 +166,9 @@ def main() -> None:
             print(
                 f"run {i + 1}: P0 p50 {result['p0_p50_ms']:.0f} ms, p99"
                 f" {result['p0_p99_ms']:.0f} ms, max {result['p0_max_ms']:.0f} ms"
-                f" (commit→call p99 {result['p0_before_call_p99_ms']:.0f} ms);"
+                f" (commit→call p99 {result['p0_before_call_p99_ms']:.0f} ms: commit→broker"
+                f" {result['p0_to_broker_p99_ms']:.0f}, broker→call"
+                f" {result['p0_broker_to_call_p99_ms']:.0f});"
                 f" campaign rows {result['campaign_rows']:,} ({result['rows_when_p0_began']:,}"
                 f" when P0 began), newsletters accepted {result['newsletters_accepted']:,},"
                 f" backlog left {result['backlog_left']:,}; autovacuum running"
@@ -164,6 +180,8 @@ def main() -> None:
         ("p0_p99_ms", "P0 commit→accepted p99 ms"),
         ("p0_max_ms", "P0 commit→accepted max ms"),
         ("p0_before_call_p99_ms", "P0 commit→call p99 ms"),
+        ("p0_to_broker_p99_ms", "P0 commit→broker p99 ms"),
+        ("p0_broker_to_call_p99_ms", "P0 broker→call p99 ms"),
         ("newsletters_accepted", "newsletters accepted"),
     ):
         values = sorted(r[key] for r in runs)

@@ -31,6 +31,7 @@ from collections import Counter
 from pathlib import Path
 
 import psycopg
+from broker_times import APPEND_TIME
 from confluent_kafka import Consumer, TopicPartition
 from harness import Bench, percentile
 from results import record
@@ -39,7 +40,6 @@ from mailbus.kernel.settings import load_settings
 from mailbus.schemas.codec import send_pointer_codec
 
 SANDBOX_PORT = 8098
-APPEND_TIME = {"message.timestamp.type": "LogAppendTime"}
 STAGES = (
     ("commit → relay claim", "created", "claimed_by_relay"),
     ("relay claim → broker append", "claimed_by_relay", "appended"),
