@@ -16,6 +16,20 @@ WHERE id = ANY(ARRAY(
 ))
 RETURNING id, dedupe_key, priority, attempts, created_at, traceparent, tracestate
 
+-- name: claim_due_p0
+-- claim_due for P0 rows alone: the P0 lane's claim (relay/relay.py), so a password reset
+-- never waits for a batch of newsletters to be acknowledged. The same index, its p0 part.
+UPDATE email_sends SET published_at = now()
+WHERE id = ANY(ARRAY(
+    SELECT id FROM email_sends
+    WHERE priority = 'p0' AND status = 'pending' AND published_at IS NULL
+      AND (next_try_at IS NULL OR next_try_at <= now())
+    ORDER BY priority, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+))
+RETURNING id, dedupe_key, priority, attempts, created_at, traceparent, tracestate
+
 -- name: unclaim
 UPDATE email_sends SET published_at = NULL WHERE id = ANY(%(ids)s)
 

@@ -16,7 +16,11 @@ the pointer lane as ``MAILBUS_RELAY_WORKERS`` relays (:mod:`mailbus.relay.worker
 batch is claimed while another waits for Kafka) and the event lane as one, each in its own
 thread with its own connections, producer and NOTIFY channel, so outcome events (their
 volume, their ordered waves, trouble with their topic) never slow the pointers down; a
-``Relay`` built with both lanes drains all three.
+``Relay`` built with both lanes drains all three. Beside them runs the **P0 lane**, one
+relay that claims P0 sends alone (``claim_due_p0``): while a campaign keeps the pointer
+workers inside batches of newsletters, a P0 row waits for a NOTIFY and a small claim, not
+for a batch of thousands to be acknowledged (docs/benchmarks/speed.md). The pointer lane
+still claims P0 rows first too; SKIP LOCKED gives each row to one of them.
 
 A crash anywhere before a commit rolls that batch's marks back, so the rows are claimed
 again: at-least-once onto Kafka, made harmless by the consumer's guarded claim. Several
@@ -35,7 +39,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import psycopg
@@ -53,13 +57,27 @@ from mailbus.schemas.codec import SendPointer
 from mailbus.schemas.registry import pointer_codec
 from mailbus_client.sqlfiles import load_queries
 
-__all__ = ["ALL_LANES", "EVENTS", "NOTIFY_CHANNEL", "POINTERS", "Relay", "RelayStats"]
+__all__ = [
+    "ALL_LANES",
+    "EVENTS",
+    "NOTIFY_CHANNEL",
+    "P0_POINTERS",
+    "POINTERS",
+    "Relay",
+    "RelayStats",
+]
 
 NOTIFY_CHANNEL = "mailbus_outbox"  # new sends and dead letters
 POINTERS = "pointers"  # send pointers and dead letters
 EVENTS = "events"  # outcome events
+P0_POINTERS = "p0 pointers"  # send pointers of P0 rows alone
 ALL_LANES = frozenset({POINTERS, EVENTS})
-_CHANNELS = {POINTERS: NOTIFY_CHANNEL, EVENTS: "mailbus_send_events"}  # schemas/sql/0015
+_SEND_LANES = frozenset({POINTERS, P0_POINTERS})
+_CHANNELS = {
+    POINTERS: NOTIFY_CHANNEL,
+    P0_POINTERS: NOTIFY_CHANNEL,
+    EVENTS: "mailbus_send_events",  # schemas/sql/0015
+}
 Row = TypeVar("Row")
 log = logging.getLogger("mailbus.relay")
 
@@ -98,6 +116,9 @@ class Relay:
             row_id=lambda row: int(row[0]),
             to_message=self._pointer_message,
         )
+        self._p0_sends = replace(
+            self._sends, name="P0 send pointers", claim=self._queries["claim_due_p0"]
+        )
         self._dead_letters = dead_letter_outbox(settings, self._queries)
         self._send_events = send_event_outbox(settings, self._queries)
         self._pruned_at: float | None = None
@@ -135,6 +156,8 @@ class Relay:
         passes = []
         if POINTERS in self.lanes:
             passes += [self.publish_due_batch, self.publish_dead_letters]
+        if P0_POINTERS in self.lanes:
+            passes += [self.publish_due_p0_batch]
         if EVENTS in self.lanes:
             passes += [self.publish_send_events]
         claimed = [0 if stop.is_set() else one(stop) for one in passes]
@@ -150,6 +173,12 @@ class Relay:
     def publish_due_batch(self, stop: threading.Event) -> int:
         """One pass over due sends; returns the number of rows claimed."""
         result = self._publish(self._sends, stop)
+        self.stats.published += result.published
+        return result.claimed
+
+    def publish_due_p0_batch(self, stop: threading.Event) -> int:
+        """One pass over due P0 sends alone; returns the number of rows claimed."""
+        result = self._publish(self._p0_sends, stop)
         self.stats.published += result.published
         return result.claimed
 
@@ -204,7 +233,7 @@ class Relay:
     def _wait_for_work(self, stop: threading.Event) -> None:
         conn = self._require_connection()
         timeout = self.settings.relay_poll_interval
-        if POINTERS in self.lanes:  # a retry coming due is only a pointer lane's business
+        if self.lanes & _SEND_LANES:  # a retry coming due is only a send lane's business
             row = conn.execute(self._queries["seconds_until_next_due"]).fetchone()
             if row is not None and row[0] is not None:
                 timeout = max(0.0, min(timeout, float(row[0])))
@@ -216,7 +245,7 @@ class Relay:
                 True for _ in self._listener.notifies(timeout=min(remaining, 0.25), stop_after=1)
             ):
                 break
-        if POINTERS not in self.lanes:  # outcome events: gather the settles of a moment
+        if not self.lanes & _SEND_LANES:  # outcome events: gather the settles of a moment
             stop.wait(gather_left(time.monotonic(), self._pass_started))
 
     def _connect(self) -> None:

@@ -141,7 +141,7 @@ def _versions(versions: Sequence[int]) -> str:
 def _relay(settings: Settings, _args: argparse.Namespace) -> int:
     from mailbus.campaigns.pacer import start_pacer_thread
     from mailbus.relay.garbage import tune_collector
-    from mailbus.relay.relay import EVENTS, Relay
+    from mailbus.relay.relay import EVENTS, P0_POINTERS, Relay
     from mailbus.relay.workers import PointerWorkers
 
     _check_kafka(settings)
@@ -151,6 +151,9 @@ def _relay(settings: Settings, _args: argparse.Namespace) -> int:
     events_thread = threading.Thread(
         target=events.run, args=(stop,), name="relay-events", daemon=True
     )
+    # P0 alone: a password reset never waits behind a batch of newsletters (relay/relay.py)
+    p0 = Relay(settings, lanes=frozenset({P0_POINTERS}), component="relay.p0")
+    p0_thread = threading.Thread(target=p0.run, args=(stop,), name="relay-p0", daemon=True)
     pacer = start_pacer_thread(settings, stop)  # paces running campaigns (campaigns/pacer.py)
     if settings.metrics_port is not None:
         from mailbus.kernel.metrics import start_metrics_server
@@ -159,19 +162,22 @@ def _relay(settings: Settings, _args: argparse.Namespace) -> int:
         start_metrics_server(settings.metrics_port, OutboxCollector(settings.database_url))
     tune_collector()  # batches of rows, not a heap walk per 120 rows (relay/garbage.py)
     events_thread.start()
+    p0_thread.start()
     relay.run(stop)
-    events_thread.join(timeout=60)  # a pass cut short is published again by the next relay
+    for thread in (events_thread, p0_thread):
+        thread.join(timeout=60)  # a pass cut short is published again by the next relay
     pacer.join(timeout=10)
     stats = relay.stats
+    published, batches = stats.published + p0.stats.published, stats.batches + p0.stats.batches
     logging.getLogger("mailbus.relay").info(
         "relay stopped: %d published in %d batches, %d dead letters, %d outcome events",
-        stats.published,
-        stats.batches,
+        published,
+        batches,
         stats.dead_letters,
         events.stats.send_events,
         extra={
-            "published": stats.published,
-            "batches": stats.batches,
+            "published": published,
+            "batches": batches,
             "dead_letters": stats.dead_letters,
             "outcome_events": events.stats.send_events,
         },

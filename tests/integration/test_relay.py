@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import psycopg
@@ -15,6 +16,7 @@ from services import REPO, settings_env, stack_script
 
 from mailbus.kernel.settings import Settings
 from mailbus.kernel.topics import send_topics
+from mailbus.relay.relay import P0_POINTERS, Relay
 
 _SEED = """
 INSERT INTO email_sends (dedupe_key, to_address, template, priority)
@@ -69,6 +71,24 @@ def test_committed_rows_reach_their_priority_topic(settings: Settings) -> None:
                 )
             }
         assert set(seen) == keys
+
+
+def test_the_p0_lane_publishes_p0_rows_alone(settings: Settings) -> None:
+    seed(settings.database_url, 30)  # 10 of each priority
+    relay = Relay(settings, lanes=frozenset({P0_POINTERS}), component="relay.p0")
+    try:
+        assert relay.publish_due_p0_batch(threading.Event()) == 10
+        assert relay.publish_due_p0_batch(threading.Event()) == 0
+    finally:
+        relay.close()
+    with psycopg.connect(settings.database_url) as conn:
+        published_priorities = conn.execute(
+            "SELECT priority, count(*) FROM email_sends WHERE published_at IS NOT NULL"
+            " GROUP BY priority"
+        ).fetchall()
+    assert published_priorities == [("p0", 10)]
+    seen = read_pointers(settings.kafka_bootstrap, [settings.topic("p0")], 10, timeout=30)
+    assert len(seen) == 10
 
 
 def test_a_row_inserted_while_the_relay_idles_is_published_promptly(settings: Settings) -> None:
