@@ -13,7 +13,7 @@ export MAILBUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:9092
 
 install:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -c constraints.txt \
-		-e ./client -e '.[test]'
+		-e ./client -e '.[test,bench]'
 	@# Debian's Chromium for the console's browser test (Playwright drives it; no download)
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 

@@ -55,13 +55,25 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(args: list[str], probe: str) -> Iterator[str]:
-    """A server process (``python -m ...`` from this checkout, the port appended to
-    ``args``) on a free port, from the moment ``probe`` answers; its base URL."""
+def serving(
+    args: list[str],
+    probe: str,
+    env: Mapping[str, str] | None = None,
+    listen_variable: str | None = None,
+) -> Iterator[str]:
+    """A server process (``python -m ...`` from this checkout) on a free port, from the
+    moment ``probe`` answers; its base URL. The port is appended to ``args``, or, with
+    ``listen_variable``, given as ``127.0.0.1:PORT`` in that variable of ``env``."""
     port = free_port()
+    environment = dict(os.environ if env is None else env)
+    if listen_variable is None:
+        args = [*args, str(port)]
+    else:
+        environment[listen_variable] = f"127.0.0.1:{port}"
     process = subprocess.Popen(
-        [sys.executable, "-m", *args, str(port)],
+        [sys.executable, "-m", *args],
         cwd=REPO,
+        env=environment,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

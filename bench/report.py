@@ -2,11 +2,17 @@
 writes docs/benchmarks.md with the machine, min / median / max tables and PNG charts.
 
     python3 bench/report.py [--runs 3] [--quick] [--only relay,delivery,...] [--lock FILE]
+    python3 bench/report.py --smoke [--only ...]   # each once at a tiny size; stores nothing
 
 Each benchmark script hands its figures over through bench/results.py; the raw results are
 kept in docs/benchmarks/results.json, so ``--only`` re-runs some benchmarks and keeps the
 others' last results. ``--lock FILE`` takes an exclusive flock on FILE around each benchmark
 (other heavy jobs on the machine wait for it, and it for them). Needs the local stack.
+
+Each stored result names the commit it was measured on; a section whose code (``measures``)
+changed since that commit says so, so an old figure is never read as today's. ``--smoke``
+runs every benchmark once at a size of seconds, as `make test` does, so a benchmark that
+hangs or breaks fails CI rather than the next report.
 """
 
 from __future__ import annotations
@@ -25,8 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import freshness
 import machine
-import report_charts
 import report_doc
 import results
 
@@ -45,6 +51,8 @@ class Spec:
     quick: tuple[str, ...]
     runs_flag: bool = False  # the script repeats itself with --runs N
     sweep: tuple[tuple[str, ...], ...] = ((),)  # extra argument sets, each one invocation
+    smoke: tuple[str, ...] = ()  # seconds, not figures: `make test` runs it (--smoke)
+    measures: tuple[str, ...] = ()  # the code its figures describe, as git paths
 
 
 SPECS: dict[str, Spec] = {
@@ -56,6 +64,8 @@ SPECS: dict[str, Spec] = {
         "relay_throughput.py",
         (),
         ("--rows", "10000", "--naive-rows", "1000", "--rate", "200", "--seconds", "5"),
+        smoke=("--rows", "2000", "--naive-rows", "200", "--rate", "100", "--seconds", "2"),
+        measures=("relay", "schemas", "bench/relay_throughput.py"),
     ),
     "delivery": Spec(
         "Delivery: Kafka → provider",
@@ -64,6 +74,11 @@ SPECS: dict[str, Spec] = {
         "delivery_throughput.py",
         ("--runs", "1"),
         ("--runs", "1", "--rows", "3000", "--rate", "100", "--seconds", "10"),
+        smoke=(
+            *("--runs", "1", "--max-consumers", "1"),
+            *("--rows", "300", "--rate", "50", "--seconds", "2"),
+        ),
+        measures=("consumer", "relay", "schemas", "bench/delivery_throughput.py"),
     ),
     "in_flight": Spec(
         "Delivery against the in-flight limit",
@@ -73,6 +88,8 @@ SPECS: dict[str, Spec] = {
         ("--runs", "1", "--max-consumers", "1", "--no-steady", "--rows", "10000"),
         ("--runs", "1", "--max-consumers", "1", "--no-steady", "--rows", "2000"),
         sweep=tuple(("--in-flight", str(n)) for n in (8, 16, 32, 64)),
+        smoke=("--runs", "1", "--max-consumers", "1", "--no-steady", "--rows", "300"),
+        measures=("consumer", "relay", "schemas", "bench/delivery_throughput.py"),
     ),
     "outage": Spec(
         "Provider outage",
@@ -81,6 +98,8 @@ SPECS: dict[str, Spec] = {
         "outage.py",
         (),
         ("--compress", "20", "--before-s", "10"),
+        smoke=("--compress", "40", "--rate-limit", "200", "--before-s", "1"),
+        measures=("consumer", "relay", "bench/outage.py"),
     ),
     "intake": Spec(
         "Intake: OrderPlaced events → email_sends",
@@ -89,6 +108,8 @@ SPECS: dict[str, Spec] = {
         (),
         ("--events", "10000"),
         runs_flag=True,
+        smoke=("--events", "1000"),
+        measures=("intake", "schemas", "bench/intake_throughput.py"),
     ),
     "webhooks": Spec(
         "Webhook ingestion",
@@ -97,6 +118,8 @@ SPECS: dict[str, Spec] = {
         (),
         ("--events", "2000", "--sends", "1000"),
         runs_flag=True,
+        smoke=("--events", "300", "--sends", "100"),
+        measures=("feedback", "bench/webhooks.py"),
     ),
     "smtp": Spec(
         "SMTP adapter",
@@ -105,6 +128,8 @@ SPECS: dict[str, Spec] = {
         (),
         ("--seconds", "2"),
         runs_flag=True,
+        smoke=("--seconds", "0.5"),
+        measures=("consumer/providers/smtp.py", "bench/smtp_throughput.py"),
     ),
     "adapters": Spec(
         "Provider adapters' call path",
@@ -116,6 +141,8 @@ SPECS: dict[str, Spec] = {
         (),
         ("--seconds", "2"),
         runs_flag=True,
+        smoke=("--seconds", "0.5"),
+        measures=("consumer/provider.py", "consumer/providers", "bench/adapter_call_path.py"),
     ),
     "campaign_fanout": Spec(
         "Campaign import and fan-out",
@@ -124,6 +151,8 @@ SPECS: dict[str, Spec] = {
         (),
         ("--recipients", "20000"),
         runs_flag=True,
+        smoke=("--recipients", "1000"),
+        measures=("campaigns", "bench/campaign_fanout.py"),
     ),
     "campaign_p0": Spec(
         "P0 latency during a campaign",
@@ -132,6 +161,8 @@ SPECS: dict[str, Spec] = {
         (),
         ("--recipients", "20000", "--seconds", "10"),
         runs_flag=True,
+        smoke=("--recipients", "1000", "--seconds", "3"),
+        measures=("relay", "consumer", "campaigns", "bench/campaign_p0_latency.py"),
     ),
     "pgqueuer": Spec(
         "Peer: PgQueuer",
@@ -145,6 +176,8 @@ SPECS: dict[str, Spec] = {
         (),
         ("--jobs", "3000"),
         runs_flag=True,
+        smoke=("--jobs", "300"),
+        measures=("bench/peers/pgqueuer_cycle.py",),
     ),
     "debezium": Spec(
         "Peer: Debezium outbox event router",
@@ -157,6 +190,8 @@ SPECS: dict[str, Spec] = {
         (),
         ("--rows", "10000", "--rate", "200", "--seconds", "5"),
         runs_flag=True,
+        smoke=("--rows", "1000", "--rate", "100", "--seconds", "2"),
+        measures=("bench/peers",),
     ),
 }
 
@@ -209,10 +244,26 @@ def run_bench(spec: Spec, runs: int, quick: bool, lock: str | None) -> dict[str,
         shown += " with " + ", ".join(" ".join(extra) for extra in spec.sweep)
     return {
         "command": f"python3 bench/{shown}",
+        "commit": freshness.head(BENCH.parent),
         "quick": quick,
         "taken": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "runs": outcomes,
     }
+
+
+def smoke(names: list[str]) -> int:
+    """Each benchmark once at its smoke size; the number that failed or recorded nothing."""
+    failed = 0
+    for name in names:
+        spec = SPECS[name]
+        args = [spec.script, *spec.smoke, *(("--runs", "1") if spec.runs_flag else ())]
+        outcome = invoke([*args, *spec.sweep[-1]])
+        if outcome["error"] or not outcome["figures"]:
+            failed += 1
+            print(f"[smoke] {name} FAILED: {outcome['error'] or 'no figure recorded'}")
+        else:
+            print(f"[smoke] {name}: {len(outcome['figures'])} figures, {outcome['seconds']:.0f} s")
+    return failed
 
 
 def peers_section(store: dict[str, Any]) -> str:
@@ -255,6 +306,8 @@ def peers_section(store: dict[str, Any]) -> str:
 
 
 def write_doc(store: dict[str, Any], machine_info: dict[str, str]) -> None:
+    import report_charts  # matplotlib (the bench extra); --smoke runs without it
+
     charts_dir = DOCS / "benchmarks"
     charts: dict[str, list[str]] = {name: [] for name in SPECS}
     drawn = [
@@ -267,7 +320,13 @@ def write_doc(store: dict[str, Any], machine_info: dict[str, str]) -> None:
             charts[name].append(f"benchmarks/{file}")
     quick = any(entry.get("quick") for entry in store.values())
     sections = [
-        report_doc.bench_section(SPECS[name].title, SPECS[name].about, store[name], charts[name])
+        report_doc.bench_section(
+            SPECS[name].title,
+            SPECS[name].about,
+            store[name],
+            charts[name],
+            freshness.staleness(store[name], SPECS[name].measures, BENCH.parent),
+        )
         for name in SPECS
         if name in store
     ]
@@ -316,11 +375,16 @@ def main() -> None:
     parser.add_argument(
         "--render-only", action="store_true", help="rewrite the document from stored results"
     )
+    parser.add_argument(
+        "--smoke", action="store_true", help="each once at a tiny size, storing nothing"
+    )
     args = parser.parse_args()
     names = [] if args.render_only else args.only.split(",") if args.only else list(SPECS)
     unknown = set(names) - set(SPECS)
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
+    if args.smoke:
+        sys.exit(1 if smoke(names) else 0)
     machine_info = machine.describe(os.environ["MAILBUS_DATABASE_URL"])
     for name in names:
         entry = run_bench(SPECS[name], args.runs, args.quick, args.lock)

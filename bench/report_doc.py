@@ -78,7 +78,11 @@ def machine_section(machine: Mapping[str, str]) -> str:
 
 
 def bench_section(
-    title: str, about: str, entry: Mapping[str, Any], charts: Sequence[str] = ()
+    title: str,
+    about: str,
+    entry: Mapping[str, Any],
+    charts: Sequence[str] = (),
+    stale: str | None = None,
 ) -> str:
     runs = entry.get("runs", [])
     figures = [f for r in runs for f in r.get("figures", [])]
@@ -92,6 +96,8 @@ def bench_section(
         f"{load_range(runs)}.",
         "",
     ]
+    if stale:
+        parts += [f"**Stale**: {stale}", ""]
     errors = [r["error"] for r in runs if r.get("error")]
     if errors:
         parts += [f"**{len(errors)} run(s) failed**: `{errors[-1]}`", ""]

@@ -17,9 +17,7 @@ import asyncio
 import json
 import os
 import random
-import signal
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -32,6 +30,7 @@ import psycopg
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "client")]  # this checkout first, client included
 
+from harness import serving  # noqa: E402
 from results import record  # noqa: E402
 
 from mailbus.app.migrate import apply_migrations  # noqa: E402
@@ -98,7 +97,6 @@ def main() -> None:
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{dbname}"')
     url = admin_url.rsplit("/", 1)[0] + f"/{dbname}"
-    server = None
     try:
         apply_migrations(url)
         with psycopg.connect(url) as conn:
@@ -112,26 +110,21 @@ def main() -> None:
             **os.environ,
             "MAILBUS_DATABASE_URL": url,
             "MAILBUS_WEBHOOK_SECRET": SECRET,
-            "MAILBUS_WEBHOOK_LISTEN": "127.0.0.1:0",
             "MAILBUS_LOG_LEVEL": "WARNING",
         }
-        server = subprocess.Popen(
-            [sys.executable, "-m", "mailbus", "webhooks"],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            text=True,
+        listening = serving(
+            ["mailbus", "webhooks"], "/readyz", env=env, listen_variable="MAILBUS_WEBHOOK_LISTEN"
         )
-        assert server.stdout is not None
-        endpoint = server.stdout.readline().split()[-1] + PATH
-        rng = random.Random(7)
-        rates = []
-        for run in range(args.runs):
-            bodies = make_events(run, args.sends, args.events, rng)
-            rate = asyncio.run(drive(endpoint, bodies, args.concurrency))
-            rates.append(rate)
-            record(f"webhook events/s at {args.concurrency} in flight", rate, "events/s")
-            print(f"run {run + 1}: {len(bodies)} events, {rate:,.0f} events/s", flush=True)
+        with listening as base_url:
+            endpoint = base_url + PATH
+            rng = random.Random(7)
+            rates = []
+            for run in range(args.runs):
+                bodies = make_events(run, args.sends, args.events, rng)
+                rate = asyncio.run(drive(endpoint, bodies, args.concurrency))
+                rates.append(rate)
+                record(f"webhook events/s at {args.concurrency} in flight", rate, "events/s")
+                print(f"run {run + 1}: {len(bodies)} events, {rate:,.0f} events/s", flush=True)
         with psycopg.connect(url) as conn:
             stored = conn.execute("SELECT count(*) FROM delivery_events").fetchone()
         print(f"stored events: {stored[0] if stored else 0} (20% of requests were duplicates)")
@@ -141,9 +134,6 @@ def main() -> None:
             f" / max {max(rates):,.0f}"
         )
     finally:
-        if server is not None:
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=30)
         drop_database(admin_url, dbname)
 
 
