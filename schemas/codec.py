@@ -2,7 +2,8 @@
 
 A value is ``C3 01``, the writer schema's CRC-64-AVRO fingerprint (8 bytes,
 little-endian), then the Avro binary body (Avro 1.11 specification, "Single object
-encoding"). fastavro writes the body; avro-python3 is not used (see README).
+encoding"). fastavro writes the body (flat records: the compiled writer of ``flat_writer``,
+byte for byte the same); avro-python3, deprecated upstream, is not used.
 """
 
 from __future__ import annotations
