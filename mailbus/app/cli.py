@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 
-from mailbus.kernel.errors import ConfigError, MailbusError
+from mailbus.kernel.errors import ConfigError, MailbusError, StorageError
 from mailbus.kernel.logs import configure_logging, redact, register_secret
 from mailbus.kernel.settings import Settings, load_env_file, load_settings
 from mailbus.kernel.settings_doc import add_command
@@ -113,7 +113,7 @@ def _migrate_plan(settings: Settings, *, dry_run: bool, roles: bool) -> int:
     try:
         state = schema_state(settings.database_url)
     except psycopg.OperationalError as exc:
-        raise ConfigError("MAILBUS_DATABASE_URL", f"cannot connect: {exc}") from None
+        raise StorageError(f"cannot reach the database: {exc}") from None  # exit 1
     applied = state.applied
     print(f"schema: database at {state.database_version}, this build at {state.build_version}")
     print(f"applied: {_versions(applied) if applied else 'nothing'}")
