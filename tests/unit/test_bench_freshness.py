@@ -26,7 +26,7 @@ def test_a_result_is_fresh_until_the_code_it_measures_changes(tmp_path: Path) ->
     measured = commit(tmp_path, "relay/relay.py", "v1")
     entry = {"commit": measured}
     assert freshness.staleness(entry, ["relay"], tmp_path) is None
-    commit(tmp_path, "docs/other.md", "unrelated")
+    commit(tmp_path, "notes/other.md", "unrelated")
     assert freshness.staleness(entry, ["relay"], tmp_path) is None
     commit(tmp_path, "relay/relay.py", "v2")
     stale = freshness.staleness(entry, ["relay"], tmp_path)
