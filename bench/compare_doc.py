@@ -1,5 +1,6 @@
 """The pure parts of bench/compare.py: the alternating run order, the arguments a
-benchmark is run with, and the A/B table (min / median / max per side, ratio B/A of the
+benchmark is run with, which bench/baselines/ patch ports today's benchmarks onto a
+commit, and the A/B table (min / median / max per side, ratio B/A of the
 medians). No I/O."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 
 from report_doc import Summary, number, summarize
 
-__all__ = ["BENCHES", "Pair", "benches", "order", "pairs", "ratio", "table"]
+__all__ = ["BENCHES", "Pair", "baseline_patch", "benches", "order", "pairs", "ratio", "table"]
 
 # name -> (script, arguments): sizes that keep one A/B round in minutes on two shared cores.
 BENCHES: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -59,6 +60,23 @@ def benches(spec: str) -> list[str]:
     if not names or unknown:
         raise ValueError(f"unknown benchmark {unknown or spec!r}; known: {', '.join(BENCHES)}")
     return names
+
+
+def baseline_patch(sha: str, names: Iterable[str]) -> str | None:
+    """Of ``names`` (the files in bench/baselines/), the one for commit ``sha`` (full):
+    ``<sha or an abbreviation of it, at least 7 hex digits>.patch``; None when none is.
+    Two that both match are an error (which to apply would be a guess)."""
+    found = [
+        name
+        for name in names
+        if name.endswith(".patch")
+        and len(stem := name.removesuffix(".patch")) >= 7
+        and all(c in "0123456789abcdef" for c in stem)
+        and sha.lower().startswith(stem)
+    ]
+    if len(found) > 1:
+        raise ValueError(f"several patches in bench/baselines/ match {sha}: {sorted(found)}")
+    return found[0] if found else None
 
 
 def order(runs: int) -> list[tuple[str, int]]:
