@@ -61,7 +61,9 @@ class ResendDialect:
         key = mail.key
         if not (key.isascii() and key.isprintable() and 0 < len(key) <= _MAX_KEY_CHARS):
             raise InvalidSendError(
-                "dedupe_key", "must be 1-256 printable ASCII characters (Resend's Idempotency-Key)"
+                "dedupe_key",
+                "must be 1-256 printable ASCII characters with its prefix and life"
+                " (Resend's Idempotency-Key)",
             )
         subject, text, html = mail_parts(mail)
         document: dict[str, Any] = {

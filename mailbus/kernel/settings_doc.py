@@ -140,7 +140,7 @@ SETTINGS: tuple[Setting, ...] = (
         "put before every key the provider sees (e.g. staging:), so deployments sharing one"
         " provider account never share a key; up to 32 of A-Z a-z 0-9 . _ : -"
         " (docs/providers.md#the-key-the-provider-sees)",
-        {"consume", "send", "webhooks", "console"},
+        {"consume", "send", "console"},
     ),
     _s(
         "MAIL_FROM",
