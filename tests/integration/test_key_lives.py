@@ -164,3 +164,29 @@ def test_send_show_prints_the_provider_key_and_the_life(
     assert "key_life: 2" in shown.stdout
     as_json = json.loads(run_mailbus("send", "show", "order-9", "--json", env=env).stdout)
     assert (as_json["send"]["provider_key"], as_json["send"]["key_life"]) == ("stg:order-9~2", 2)
+
+
+@pytest.mark.parametrize(
+    ("group", "statement"),
+    [
+        ("mailbus_consumer", "INSERT INTO email_key_lives (dedupe_key, lives) VALUES ('x', 9)"),
+        ("mailbus_consumer", "UPDATE email_key_lives SET lives = 9"),
+        ("mailbus_enqueuer", "SELECT lives FROM email_key_lives"),
+        ("mailbus_webhooks", "UPDATE email_key_lives SET lives = 9"),
+        ("mailbus_operator", "DELETE FROM email_key_lives"),
+        ("mailbus_retention", "DELETE FROM email_key_lives"),
+        ("mailbus_retention", "SELECT to_address FROM email_sends"),
+    ],
+)
+def test_only_retention_counts_lives_and_nobody_forgets_them(
+    database_url: str, group: str, statement: str
+) -> None:
+    """A life gone missing would give a new mail an old key, which the provider answers
+    with the old mail's id: no role but retention writes the table, none deletes from it."""
+    apply_roles(database_url)
+    with (
+        login_as(database_url, group) as url,
+        psycopg.connect(url) as conn,
+        pytest.raises(psycopg.errors.InsufficientPrivilege),
+    ):
+        conn.execute(statement)
