@@ -9,10 +9,9 @@ SELECT set_config('mailbus.retention_s', %(retention_s)s, true)
 
 -- name: prune_sends
 -- One batch of sends, with their dead letters and those letters' replays (attempts and
--- resolutions go by ON DELETE CASCADE). Each deleted send's dedupe key counts one more
--- life in email_key_lives (migration 0048), in the same transaction: the key enqueued
--- again is its next life, sent under a key of its own. A key has one row at a time, so
--- the count of lives is exact, and the statement's row count is the sends deleted.
+-- resolutions go by ON DELETE CASCADE). Each deleted send counts one more life of its
+-- dedupe key in email_key_lives, in the same transaction (a trigger: migration 0048), so
+-- the key enqueued again is a new mail under a key of its own.
 WITH doomed AS (
     SELECT id FROM email_sends_past_retention
     ORDER BY updated_at LIMIT %(batch)s
@@ -23,12 +22,8 @@ WITH doomed AS (
     DELETE FROM email_replays r USING letters WHERE r.dead_letter_id = letters.id
 ), letters_gone AS (
     DELETE FROM email_dead_letters d USING letters WHERE d.id = letters.id
-), gone AS (
-    DELETE FROM email_sends s USING doomed WHERE s.id = doomed.id RETURNING s.dedupe_key
 )
-INSERT INTO email_key_lives AS k (dedupe_key, lives)
-SELECT dedupe_key, 1 FROM gone
-ON CONFLICT (dedupe_key) DO UPDATE SET lives = k.lives + 1, retired_at = now()
+DELETE FROM email_sends s USING doomed WHERE s.id = doomed.id
 
 -- name: prune_dead_letters
 WITH doomed AS (

@@ -124,6 +124,16 @@ def test_each_life_of_a_key_gets_a_key_of_its_own(database_url: str, retention_u
     assert lives == [("order-7", 2)]
 
 
+def test_a_row_deleted_by_hand_counts_a_life_too(database_url: str) -> None:
+    """Whoever deletes the row (here the tables' owner, not the retention command), the
+    key enqueued again is its next life."""
+    first = enqueue(database_url, "invoice-3")
+    with psycopg.connect(database_url) as conn:
+        conn.execute("DELETE FROM email_sends WHERE id = %s", (first,))
+        conn.execute("DELETE FROM email_sends WHERE false")  # a statement deleting nothing
+    assert loaded_key(database_url, enqueue(database_url, "invoice-3")) == "invoice-3~2"
+
+
 def test_the_first_claims_key_is_kept(database_url: str) -> None:
     """A row in doubt is looked up and resent under the key it went out under, even after
     the deployment's prefix changed."""

@@ -121,12 +121,13 @@ GRANT INSERT ON email_sends TO mailbus_operator;
 GRANT SELECT, UPDATE (id) ON email_sends_past_retention, email_dead_letters_past_retention
     TO mailbus_retention;
 GRANT SELECT, UPDATE (provider) ON delivery_events_past_retention TO mailbus_retention;
-GRANT SELECT (id, dedupe_key), DELETE ON email_sends TO mailbus_retention;
+GRANT SELECT (id), DELETE ON email_sends TO mailbus_retention;
 GRANT SELECT (id, send_id), DELETE ON email_dead_letters TO mailbus_retention;
 GRANT SELECT (dead_letter_id), DELETE ON email_replays TO mailbus_retention;
 GRANT SELECT (provider, event_id), DELETE ON delivery_events TO mailbus_retention;
--- ... and records each deleted send's dedupe key in email_key_lives (its lives so far), so
--- the key enqueued again is a new mail under a new key (docs/retention.md).
+-- ... and its deletes count each deleted send's dedupe key in email_key_lives (a trigger
+-- that runs as the deleting role), so the key enqueued again is a new mail under a new key
+-- (docs/retention.md).
 GRANT SELECT, INSERT, UPDATE ON email_key_lives TO mailbus_retention;
 -- `mailbus console` writes its audit (docs/guides/console.md); SELECT comes with ALL TABLES.
 GRANT INSERT ON console_audit TO mailbus_operator;
