@@ -21,7 +21,7 @@ async def send_accepted(provider: Provider, mail: OutgoingMail) -> None:
     unless the provider accepted it."""
     result = classify_call(await provider.send(provider.prepare(mail)))
     if result.outcome is not Outcome.ACCEPTED:
-        raise RuntimeError(f"{mail.dedupe_key}: not accepted: {result.reason}")
+        raise RuntimeError(f"{mail.key}: not accepted: {result.reason}")
 
 
 async def sends_per_second(provider: Provider, in_flight: int, seconds: float, name: str) -> float:

@@ -43,7 +43,8 @@ async def mail(request: web.Request) -> web.Response:
         matches = await run_on(request, figures.find_keys, text)
         if len(matches) == 1:
             key = matches[0]["dedupe_key"]
-    story = await run(request, send_admin.story, key) if key else None
+    prefix = console_of(request).key_prefix
+    story = await run(request, send_admin.story, key, prefix) if key else None
     variables = sorted((story.send.get("payload_json") or {}).keys()) if story else []
     return render(
         request, "mail.html", q=text or key, matches=matches, story=story, variables=variables

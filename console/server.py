@@ -79,6 +79,7 @@ def console_from_settings(settings: Settings, overview: Overview) -> Console:
         proxy_header=settings.console_proxy_header,
         replay_rate=parse_rate(DEFAULT_REPLAY_RATE),
         import_part=settings.campaign_import_part,
+        key_prefix=settings.provider_key_prefix,
     )
 
 

@@ -72,6 +72,7 @@ class Console:
     replay_rate: float | None = 5.0  # replays a second (DEFAULT_REPLAY_RATE)
     import_part: int = 50_000
     secure_cookie: bool = False
+    key_prefix: str = ""  # MAILBUS_PROVIDER_KEY_PREFIX: a mail's page shows its provider key
     sessions: Sessions = field(default_factory=Sessions)
     replays: ReplayJobs = field(default_factory=ReplayJobs)
     # Opened by `mailbus console` at start, closed at its stop (console/server.py); without

@@ -75,7 +75,7 @@ class Doubt:
 
     async def confirm(self, row: SendView, final: Decision, route: str | None) -> Decision:
         """A final state other than accepted, checked against the provider that took it."""
-        found = await self._lookup(row.dedupe_key, route)
+        found = await self._lookup(row.key, route)
         return confirm_final(
             row,
             final,
@@ -100,7 +100,7 @@ class Doubt:
             resend = resolution is Resolution.RESEND
             keyed = capability.key is not None
             return doubt_without_lookup(row, resend, keyed, now, self.policy, self.rand)
-        found = await self._lookup(row.dedupe_key, route)
+        found = await self._lookup(row.key, route)
         return after_lookup(
             row,
             found.message_id,
@@ -111,8 +111,9 @@ class Doubt:
             detail=found.detail,
         )
 
-    async def _lookup(self, dedupe_key: str, route: str | None) -> LookupResult:
-        """Ask the provider that took the calls whether it accepted the key."""
+    async def _lookup(self, key: str, route: str | None) -> LookupResult:
+        """Ask the provider that took the calls whether it accepted the key (the row's
+        provider key, mailbus/kernel/provider_key.py)."""
         provider = self.routing.provider_for(route)
         if provider is None:
             return LookupResult(None, True, f"the {route} provider is not configured here")
@@ -123,4 +124,4 @@ class Doubt:
         if route != FALLBACK:
             await self.gate.before_request()
         metrics.observe_lookup()
-        return await provider.lookup(dedupe_key)
+        return await provider.lookup(key)

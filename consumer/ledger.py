@@ -27,6 +27,7 @@ from mailbus.consumer.core.suppression import Scope
 from mailbus.consumer.db_clock import DatabaseClock
 from mailbus.kernel.coalescer import Coalescer
 from mailbus.kernel.errors import StorageError
+from mailbus.kernel.provider_key import row_provider_key
 from mailbus.kernel.tracecontext import TraceContext
 from mailbus_client.sqlfiles import load_queries
 
@@ -74,6 +75,7 @@ class _ClaimRequest:
     submitted: float  # monotonic, before the statement ran: the deadline errs early
     guarantee: str | None
     resend_window_s: float | None
+    provider_key: str | None
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,7 @@ class SendLedger:
         max_connections: int,
         lease_s: float,
         max_age_s: float | None = None,
+        key_prefix: str = "",
     ) -> None:
         self._pool = AsyncConnectionPool(
             database_url,
@@ -107,6 +110,7 @@ class SendLedger:
         }
         self._lease_s = lease_s
         self._max_age_s = max_age_s  # MAILBUS_MAX_AGE: the claim refuses a retry past it
+        self._key_prefix = key_prefix  # MAILBUS_PROVIDER_KEY_PREFIX, before every provider key
         self.clock = DatabaseClock()  # advanced from every load's clock_timestamp()
         self._loads = Coalescer(self._load_batch)
         self._claims = Coalescer(self._claim_batch)
@@ -130,15 +134,23 @@ class SendLedger:
         *,
         guarantee: str | None = None,
         resend_window_s: float | None = None,
+        provider_key: str | None = None,
     ) -> Claim | None:
         """pending → sending for the attempt the pointer names, under ``token``; None if
         the row is not ours to send (claimed elsewhere, not due, expired, tried at another
         provider, of a paused or cancelled campaign, or in doubt past ``resend_window_s`` of
         its first call). Claiming again with the same token (a retry after a lost reply)
         returns the claim again without counting another attempt. ``guarantee`` is recorded
-        on the row."""
+        on the row, and ``provider_key`` (the key the call carries) unless one already is."""
         request = _ClaimRequest(
-            send_id, attempt, token, provider, time.monotonic(), guarantee, resend_window_s
+            send_id,
+            attempt,
+            token,
+            provider,
+            time.monotonic(),
+            guarantee,
+            resend_window_s,
+            provider_key,
         )
         return await self._claims.submit(request)
 
@@ -218,6 +230,7 @@ class SendLedger:
                     "provider": c.provider,
                     "guarantee": c.guarantee,
                     "resend_window_s": c.resend_window_s,
+                    "provider_key": c.provider_key,
                 }
                 for c in claims_of_round
             ]
@@ -261,6 +274,8 @@ class SendLedger:
             provider,
             created_at,
             first_tried_at,
+            sent_key,
+            life,
             suppression,
             campaign_id,
             database_now,
@@ -279,6 +294,7 @@ class SendLedger:
             in_doubt_since,
             created_at,
             first_tried_at,
+            row_provider_key(self._key_prefix, key, life, sent_key, attempts),
         )
         variables = payload if isinstance(payload, dict) else {}
         return LoadedSend(view, variables, suppression, provider, campaign_id)

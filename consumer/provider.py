@@ -91,7 +91,7 @@ _REMEMBERED_PATHS = 64  # request paths whose URL a provider keeps (send paths a
 class OutgoingMail:
     """What one send carries to the provider."""
 
-    dedupe_key: str
+    key: str  # the key the provider sees: the row's provider key (mailbus/kernel/provider_key.py)
     to_address: str
     template: str
     variables: Mapping[str, Any]
@@ -103,7 +103,7 @@ class OutgoingMail:
 class PreparedMail:
     """A mail encoded into its request: whatever could not be encoded failed already."""
 
-    dedupe_key: str
+    key: str
     call: HttpCall
 
 
@@ -170,7 +170,7 @@ class MailbusDialect:
         body's top-level ``"headers"`` field, the mail headers the provider adds. A mail
         rendered from a local template also carries ``"subject"``, ``"text"`` and
         ``"html"``."""
-        key = mail.dedupe_key
+        key = mail.key
         if not (key.isascii() and key.isprintable() and key.strip()):
             raise InvalidSendError(
                 "dedupe_key", "must be printable ASCII to travel as the Idempotency-Key header"
@@ -287,7 +287,7 @@ class HttpProvider:
         """Encode ``mail`` into its request, before any row is claimed for it; raises
         :class:`InvalidSendError` naming the field that cannot travel (see the dialect's
         ``encode``)."""
-        return PreparedMail(mail.dedupe_key, self._call(self._dialect.encode(mail)))
+        return PreparedMail(mail.key, self._call(self._dialect.encode(mail)))
 
     def _call(self, wire: WireRequest) -> HttpCall:
         url = self._urls.get(wire.path)

@@ -2,10 +2,12 @@
 -- The rows a batch of pointers names, with the widest scope of the suppressions of each
 -- address (compared case-insensitively; 'all' over 'bulk', NULL: none, see
 -- consumer/core/suppression.py), its campaign and the database's clock, which every time
--- decision is made on.
+-- decision is made on; the key it was first sent under and its life (one more than the
+-- lives its dedupe key had before, email_key_lives: migration 0048).
 SELECT s.id, s.dedupe_key, s.to_address, s.template, s.payload_json, s.priority, s.status,
        s.attempts, s.expires_at, s.next_try_at, s.in_doubt_since, s.provider, s.created_at,
-       s.first_tried_at,
+       s.first_tried_at, s.provider_key,
+       coalesce((SELECT k.lives + 1 FROM email_key_lives k WHERE k.dedupe_key = s.dedupe_key), 1),
        (SELECT min(x.scope) FROM email_suppressions x
         WHERE lower(x.address) = lower(s.to_address)),  -- 'all' < 'bulk'
        s.campaign_id, clock_timestamp()
@@ -25,8 +27,8 @@ WHERE s.id = ANY(%(ids)s::bigint[])
 -- once the row is ours: a claim that waited on the relay's lock is not born lapsed.
 -- A row in doubt (a call of it had no known outcome) is sent again only within
 -- `resend_window_s` of its first call (an idempotency key's window, less the time to reach
--- the provider; NULL: any time). The claim records the guarantee the row is sent under and
--- the start of its first call.
+-- the provider; NULL: any time). The claim records the guarantee the row is sent under,
+-- the start of its first call and the key its first call carries (never changed after).
 -- The rows are found by `id = ANY(ARRAY(…))`, through the primary key: joined to the JSON
 -- batch instead (which PostgreSQL always guesses at 100 rows), a table of up to tens of
 -- thousands of rows was scanned whole, twice per claim
@@ -35,7 +37,7 @@ WHERE s.id = ANY(%(ids)s::bigint[])
 WITH claims AS (
     SELECT * FROM jsonb_to_recordset(%(claims)s::jsonb)
         AS c (id bigint, attempt int, token uuid, provider text, guarantee text,
-              resend_window_s float8)
+              resend_window_s float8, provider_key text)
 ), locked AS (
     SELECT s.id FROM email_sends s WHERE s.id = ANY(ARRAY(SELECT id FROM claims))
     ORDER BY s.id FOR UPDATE
@@ -47,7 +49,8 @@ SET status = 'sending',
     lease_until = clock_timestamp() + make_interval(secs => %(lease_s)s),
     provider = c.provider,
     guarantee = coalesce(c.guarantee, s.guarantee),
-    first_tried_at = coalesce(s.first_tried_at, clock_timestamp())
+    first_tried_at = coalesce(s.first_tried_at, clock_timestamp()),
+    provider_key = coalesce(s.provider_key, c.provider_key)
 FROM claims c
 WHERE s.id = ANY(ARRAY(SELECT id FROM locked)) AND s.id = c.id
   AND ((s.status = 'pending' AND s.attempts = c.attempt
@@ -165,8 +168,11 @@ WHERE id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED
 ))
 RETURNING id, dedupe_key, to_address, template, payload_json, priority, status, attempts,
-          expires_at, next_try_at, in_doubt_since, provider, created_at, first_tried_at, NULL::text,
-          campaign_id, clock_timestamp()
+          expires_at, next_try_at, in_doubt_since, provider, created_at, first_tried_at,
+          provider_key,
+          coalesce((SELECT k.lives + 1 FROM email_key_lives k
+                    WHERE k.dedupe_key = email_sends.dedupe_key), 1),
+          NULL::text, campaign_id, clock_timestamp()
 
 -- name: republish_stale
 -- A pending row whose pointer was published long ago but never handled (a pointer lost

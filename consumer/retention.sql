@@ -9,7 +9,9 @@ SELECT set_config('mailbus.retention_s', %(retention_s)s, true)
 
 -- name: prune_sends
 -- One batch of sends, with their dead letters and those letters' replays (attempts and
--- resolutions go by ON DELETE CASCADE).
+-- resolutions go by ON DELETE CASCADE). Each deleted send counts one more life of its
+-- dedupe key in email_key_lives, in the same transaction (a trigger: migration 0048), so
+-- the key enqueued again is a new mail under a key of its own.
 WITH doomed AS (
     SELECT id FROM email_sends_past_retention
     ORDER BY updated_at LIMIT %(batch)s

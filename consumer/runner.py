@@ -91,6 +91,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         max_connections=min(settings.max_in_flight, 20),
         lease_s=lease_seconds(settings),
         max_age_s=settings.max_age,
+        key_prefix=settings.provider_key_prefix,
     )
     own, provider, provider_url = _process_provider(settings, priorities)
     reporter = _HealthReporter(ledger, provider_url)

@@ -23,6 +23,7 @@ from psycopg.rows import dict_row
 from mailbus.consumer.dead_letter_admin import operator_name
 from mailbus.consumer.dead_letter_views import jsonable
 from mailbus.kernel.errors import MailbusError, StorageError
+from mailbus.kernel.provider_key import row_provider_key
 from mailbus.kernel.settings import Settings
 from mailbus_client.sqlfiles import load_queries
 
@@ -52,14 +53,21 @@ def _queries() -> dict[str, str]:
     return load_queries("mailbus.consumer", "send_admin.sql")
 
 
-def story(database_url: str, key: str) -> SendStory:
-    """The send with dedupe key ``key`` and everything recorded about it."""
+def story(database_url: str, key: str, key_prefix: str = "") -> SendStory:
+    """The send with dedupe key ``key`` and everything recorded about it; its
+    ``provider_key`` is the key the provider sees (or will see: the first claim records it,
+    under the consumer's ``MAILBUS_PROVIDER_KEY_PREFIX``), beside its ``key_life``."""
     q = _queries()
     try:
         with psycopg.connect(database_url, row_factory=dict_row) as conn:
             send = conn.execute(q["send_by_key"], {"key": key}).fetchone()
             if send is None:
-                raise SendNotFound(f"no send has the key {key!r}")
+                lives = conn.execute(q["key_lives"], {"key": key}).fetchone()
+                before = f" (retention deleted its {lives['lives']} earlier)" if lives else ""
+                raise SendNotFound(f"no send has the key {key!r}{before}")
+            send["provider_key"] = row_provider_key(
+                key_prefix, key, send["key_life"], send["provider_key"], send["attempts"]
+            )
             ids = {"send_id": send["id"], "message_id": send["message_id"]}
             return SendStory(
                 send=send,
@@ -104,7 +112,7 @@ def change(
 
 
 def print_show(settings: Settings, key: str, *, as_json: bool) -> int:
-    told = story(settings.database_url, key)
+    told = story(settings.database_url, key, settings.provider_key_prefix)
     document = {
         "send": told.send,
         "attempts": told.attempts,

@@ -1,7 +1,14 @@
 -- Named queries of `mailbus send show / resolve / cancel` (consumer/send_admin.py).
 
 -- name: send_by_key
-SELECT * FROM email_sends WHERE dedupe_key = %(key)s
+-- The send, and its key's life (one more than the lives retention recorded, migration 0048).
+SELECT s.*,
+       coalesce((SELECT k.lives + 1 FROM email_key_lives k WHERE k.dedupe_key = s.dedupe_key),
+                1) AS key_life
+FROM email_sends s WHERE s.dedupe_key = %(key)s
+
+-- name: key_lives
+SELECT lives FROM email_key_lives WHERE dedupe_key = %(key)s
 
 -- name: attempts
 SELECT attempt, outcome, status_code, reason, latency_ms, at

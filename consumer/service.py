@@ -203,7 +203,7 @@ class DeliveryService:
         closed = self.doubt.gate_resend(row, provider, now)
         if closed is not None:
             return closed
-        mail = OutgoingMail(row.dedupe_key, row.to_address, row.template, loaded.variables)
+        mail = OutgoingMail(row.key, row.to_address, row.template, loaded.variables)
         try:
             return provider.prepare(mail)
         except InvalidSendError as exc:
@@ -290,6 +290,7 @@ class DeliveryService:
                     token,
                     guarantee=guarantee,
                     resend_window_s=window_s,
+                    provider_key=row.key,
                 )
             )
             span.set("mailbus.claimed", claim is not None)

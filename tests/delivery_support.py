@@ -38,11 +38,11 @@ class ScriptedProvider:
         self.looked_up: list[str] = []
 
     def prepare(self, mail: OutgoingMail) -> PreparedMail:
-        return PreparedMail(mail.dedupe_key, HttpCall("POST", "http://provider/v1/send", {}))
+        return PreparedMail(mail.key, HttpCall("POST", "http://provider/v1/send", {}))
 
     async def send(self, mail: PreparedMail) -> CallResult:
-        self.sent.append(mail.dedupe_key)
-        return self.reply(mail.dedupe_key)
+        self.sent.append(mail.key)
+        return self.reply(mail.key)
 
     async def lookup(self, key: str) -> LookupResult:
         self.looked_up.append(key)

@@ -83,6 +83,14 @@ class SendView:
     in_doubt_since: datetime | None = None  # start of the latest call with no known outcome
     created_at: datetime | None = None
     first_tried_at: datetime | None = None  # start of the first call (a key's window)
+    # the key the provider sees (mailbus/kernel/provider_key.py), set by the ledger;
+    # None: the dedupe key itself (no prefix, the key's first life)
+    provider_key: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The key this row is sent and looked up under at its provider."""
+        return self.dedupe_key if self.provider_key is None else self.provider_key
 
 
 @dataclass(frozen=True)

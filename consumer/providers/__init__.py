@@ -25,7 +25,8 @@ class Provider(Protocol):
     """The interface the delivery service depends on; ``prepare``'s value is only ever
     handed back to the same provider's ``send``. ``capability`` says what it offers against
     doubt (an idempotency key and its window, a look-up, or neither); ``lookup`` is called
-    only when it offers a look-up."""
+    only when it offers a look-up, with the row's provider key (``OutgoingMail.key``:
+    mailbus/kernel/provider_key.py), never its bare dedupe key."""
 
     capability: Capability
 

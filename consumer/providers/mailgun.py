@@ -17,8 +17,9 @@ us), subject, to, size, recipient, tags (limited per domain) and severity -- not
 than "e.g. half an hour" is not to be trusted
 (https://documentation.mailgun.com/docs/mailgun/user-manual/events/event-polling). A call in
 doubt stays ``unknown`` for an operator (at most once), or is resent with
-``MAILBUS_UNKNOWN_OUTCOME=at_least_once``. The dedupe key travels as ``v:dedupe_key``, so
-every event of the mail, and the webhook's ``user-variables``, carry it.
+``MAILBUS_UNKNOWN_OUTCOME=at_least_once``. The row's provider key (its dedupe key, with
+the prefix and life of docs/providers.md#the-key-the-provider-sees) travels as
+``v:dedupe_key``, so every event of the mail, and the webhook's ``user-variables``, carry it.
 
 Errors are ``{"message": ...}``; a 429 says when to try again in its message ("... limit
 exceeded, try again after Mon, 20 Dec 2021 20:33:21 UTC"), which (or a ``Retry-After``
@@ -87,7 +88,7 @@ class MailgunDialect:
         headers = mail.variables.get("headers")
         if headers is not None:
             fields.extend((f"h:{name}", value) for name, value in mail_headers(headers).items())
-        fields.append((f"v:{DEDUPE_VARIABLE}", mail.dedupe_key))
+        fields.append((f"v:{DEDUPE_VARIABLE}", mail.key))
         boundary = uuid.uuid4().hex
         return WireRequest(
             "POST",

@@ -10,7 +10,8 @@ Postmark has no idempotency key, but it keeps what mailbus sends with a mail as 
 metadata_<name>=<value>`` answers ``{"TotalCount", "Messages": [{"MessageID", "Metadata",
 ...}]}`` (https://postmarkapp.com/developer/api/messages-api,
 https://postmarkapp.com/support/article/1125-custom-metadata-faq). So every mail carries its
-dedupe key as the metadata field ``mailbus_key`` (a key longer than the 80 characters a
+provider key (docs/providers.md#the-key-the-provider-sees) as the metadata field
+``mailbus_key`` (a key longer than the 80 characters a
 metadata value may hold travels as ``sha256:<hex>``), and a call in doubt is looked up by
 it: a *look-up* capability (:mod:`mailbus.consumer.core.capability`), exactly once.
 
@@ -87,7 +88,7 @@ class PostmarkDialect:
             if html is not None:
                 document["HtmlBody"] = html
         document["MessageStream"] = self.message_stream
-        document["Metadata"] = {METADATA_FIELD: metadata_value(mail.dedupe_key)}
+        document["Metadata"] = {METADATA_FIELD: metadata_value(mail.key)}
         headers = mail.variables.get("headers")
         if headers is not None:
             document["Headers"] = [

@@ -1,7 +1,9 @@
 """Resend's email API as a dialect of :class:`~mailbus.consumer.provider.HttpProvider`.
 
-``POST {base}/emails`` with ``Authorization: Bearer <key>`` and ``Idempotency-Key: <dedupe
-key>``; ``200 {"id": ...}``. Resend keeps an idempotency key for 24 hours: the same key in
+``POST {base}/emails`` with ``Authorization: Bearer <key>`` and ``Idempotency-Key: <provider
+key>`` (the dedupe key, with the prefix and life of docs/providers.md#the-key-the-provider-sees:
+two deployments on one team, or a key enqueued again after retention, never share one);
+``200 {"id": ...}``. Resend keeps an idempotency key for 24 hours: the same key in
 that window gives the same answer and no second mail (keys of 1-256 characters; ``409
 invalid_idempotent_request`` when the body differs, ``409 concurrent_idempotent_requests``
 while the first request is still in progress, safe to retry)
@@ -56,10 +58,12 @@ class ResendDialect:
         return {"Authorization": f"Bearer {api_key}"}
 
     def encode(self, mail: OutgoingMail) -> WireRequest:
-        key = mail.dedupe_key
+        key = mail.key
         if not (key.isascii() and key.isprintable() and 0 < len(key) <= _MAX_KEY_CHARS):
             raise InvalidSendError(
-                "dedupe_key", "must be 1-256 printable ASCII characters (Resend's Idempotency-Key)"
+                "dedupe_key",
+                "must be 1-256 printable ASCII characters with its prefix and life"
+                " (Resend's Idempotency-Key)",
             )
         subject, text, html = mail_parts(mail)
         document: dict[str, Any] = {

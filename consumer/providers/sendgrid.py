@@ -15,7 +15,8 @@ its index is filled after the send, so "not found" may mean "not yet indexed"
 (https://www.twilio.com/docs/sendgrid/for-developers/sending-email/getting-started-email-activity-api);
 resending on such an answer would duplicate mail. A call in doubt therefore stays
 ``unknown`` for an operator (at most once), or is resent with
-``MAILBUS_UNKNOWN_OUTCOME=at_least_once``. The dedupe key still travels as
+``MAILBUS_UNKNOWN_OUTCOME=at_least_once``. The row's provider key (its dedupe key, with
+the prefix and life of docs/providers.md#the-key-the-provider-sees) still travels as
 ``custom_args.dedupe_key``, so the operator finds the mail in Email Activity and every
 Event Webhook post carries it.
 
@@ -83,7 +84,7 @@ class SendGridDialect:
                 content.append({"type": "text/html", "value": html})
             document["subject"] = subject
             document["content"] = content
-        document["custom_args"] = {DEDUPE_ARG: mail.dedupe_key}
+        document["custom_args"] = {DEDUPE_ARG: mail.key}
         headers = mail.variables.get("headers")
         if headers is not None:
             document["headers"] = mail_headers(headers)

@@ -11,7 +11,9 @@ chose: its capability is *neither* (:mod:`mailbus.consumer.core.capability`). A 
 outcome is unknown stays ``unknown`` for an operator (at most once, the default), or is
 resent with ``MAILBUS_UNKNOWN_OUTCOME=at_least_once``. For the same reason the SDK's own
 retries are off (``total_max_attempts=1``): botocore would otherwise resend a timed-out
-call by itself, and a second call can be a second mail.
+call by itself, and a second call can be a second mail. The row's provider key
+(docs/providers.md#the-key-the-provider-sees) travels as an ``EmailTags`` entry
+(:func:`key_tag`), so SES's events carry it.
 
 Errors of SendEmail (its "Errors" section, the SDK's service model):
 
@@ -37,7 +39,10 @@ read timeout, connection closed after sending   lost reply      unknown
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
+import hashlib
+import re
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -61,9 +66,12 @@ from mailbus.consumer.templates import ProviderTemplate
 from mailbus.kernel.errors import ConfigError, InvalidSendError
 from mailbus_client.send_request import mail_headers
 
-__all__ = ["SesPrepared", "SesProvider", "ses_error_result"]
+__all__ = ["KEY_TAG", "SesPrepared", "SesProvider", "key_tag", "ses_error_result"]
 
 NO_LOOKUP = "SES has no look-up by anything mailbus chooses"
+KEY_TAG = "mailbus_key"  # the EmailTags entry carrying the provider key (key_tag)
+_TAG_VALUE = re.compile(r"[A-Za-z0-9_-]+")
+_MAX_TAG_CHARS = 256
 _THROTTLED = frozenset({"TooManyRequestsException", "Throttling", "ThrottlingException"})
 _ACCOUNT = frozenset(
     {
@@ -82,8 +90,24 @@ _ACCOUNT = frozenset(
 class SesPrepared:
     """A mail encoded into SendEmail's arguments."""
 
-    dedupe_key: str
+    key: str
     arguments: Mapping[str, Any]
+
+
+def key_tag(key: str) -> dict[str, str]:
+    """The ``EmailTags`` entry carrying the provider key, which SES puts in the ``tags`` of
+    its events. A tag value may hold only ASCII letters, digits, ``_`` and ``-``, at most
+    256 of them (https://docs.aws.amazon.com/ses/latest/APIReference-V2/API_MessageTag.html),
+    so the tag's name says the form: ``mailbus_key`` (the key as it is),
+    ``mailbus_key_b32`` (its UTF-8 in lower-case base32 without padding) or
+    ``mailbus_key_sha256`` (the hex SHA-256 of its UTF-8, for a key of more than 160 bytes)."""
+    if len(key) <= _MAX_TAG_CHARS and _TAG_VALUE.fullmatch(key):
+        return {"Name": KEY_TAG, "Value": key}
+    raw = key.encode("utf-8", "surrogatepass")
+    encoded = base64.b32encode(raw).decode().rstrip("=").lower()
+    if len(encoded) <= _MAX_TAG_CHARS:
+        return {"Name": f"{KEY_TAG}_b32", "Value": encoded}
+    return {"Name": f"{KEY_TAG}_sha256", "Value": hashlib.sha256(raw).hexdigest()}
 
 
 def ses_error_result(status: int, code: str, message: str) -> CallResult:
@@ -177,7 +201,8 @@ class SesProvider:
         }
         if self._configuration_set:
             arguments["ConfigurationSetName"] = self._configuration_set
-        return SesPrepared(mail.dedupe_key, arguments)
+        arguments["EmailTags"] = [key_tag(mail.key)]
+        return SesPrepared(mail.key, arguments)
 
     async def send(self, mail: OutgoingMail | SesPrepared) -> CallResult:
         """One SendEmail call in a worker thread; a result value, never raises for a

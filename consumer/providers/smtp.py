@@ -22,8 +22,9 @@ SMTP has neither an idempotency key nor a look-up (:attr:`SmtpProvider.capabilit
 unknown outcome (the connection lost after DATA) stays ``unknown`` -- never resent (at
 most once) -- until an operator resolves it; with MAILBUS_UNKNOWN_OUTCOME=at_least_once
 the mail is sent again at its next retry (a duplicate possible). Each mail
-carries a deterministic ``Message-ID: <sha256(dedupe_key)[:32]@domain>``, so a receiver
-can spot a duplicate.
+carries a deterministic ``Message-ID: <sha256(key)[:32]@domain>`` of its provider key
+(docs/providers.md#the-key-the-provider-sees), so a receiver can spot a duplicate, and a
+key enqueued again after retention is a new Message-ID.
 Connections are kept and reused (at most ``max_connections``); a kept connection that
 fails before DATA (or answers MAIL with, say, ``421`` as it closes) is replaced once,
 without counting as a call. ``smtp://user@host`` would send the password in the clear: it
@@ -112,15 +113,16 @@ class SmtpTarget:
 class SmtpPrepared:
     """A mail encoded into its SMTP transaction."""
 
-    dedupe_key: str
+    key: str
     recipient: str
     message: bytes
     message_id: str
 
 
-def message_id_for(dedupe_key: str, domain: str) -> str:
-    """``<sha256(dedupe_key)[:32]@domain>``: the same key, the same Message-ID."""
-    digest = hashlib.sha256(dedupe_key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+def message_id_for(key: str, domain: str) -> str:
+    """``<sha256(key)[:32]@domain>`` of the row's provider key: the same key, the same
+    Message-ID; a key enqueued again after retention, a new one."""
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return f"<{digest}@{domain}>"
 
 
@@ -195,7 +197,7 @@ class SmtpProvider:
         for field, value in (("to_address", mail.to_address), ("subject", subject)):
             if "\r" in value or "\n" in value:
                 raise InvalidSendError(field, "must not contain CR or LF (header injection)")
-        message_id = message_id_for(mail.dedupe_key, self._domain)
+        message_id = message_id_for(mail.key, self._domain)
         headers = mail.variables.get("headers")
         extra = {} if headers is None else mail_headers(headers)  # e.g. List-Unsubscribe
         if own := sorted(_OWN_HEADERS.intersection(name.lower() for name in extra)):
@@ -215,7 +217,7 @@ class SmtpProvider:
             data = msg.as_bytes()
         except (ValueError, TypeError, UnicodeError) as exc:
             raise InvalidSendError("payload_json", f"not a mail SMTP can carry: {exc}") from None
-        return SmtpPrepared(mail.dedupe_key, mail.to_address, data, message_id)
+        return SmtpPrepared(mail.key, mail.to_address, data, message_id)
 
     async def send(self, mail: SmtpPrepared) -> AnyCallResult:
         """One SMTP transaction; a reply or a transport failure, never raises for network

@@ -56,6 +56,7 @@ GROWING_TABLES = (
     "email_dead_letters",
     "delivery_events",
     "email_send_events",
+    "email_key_lives",  # one row per dedupe key retention deleted, kept (docs/retention.md)
 )
 _TABLE_SIZES = """
 SELECT c.relname, greatest(c.reltuples, 0)::bigint, pg_total_relation_size(c.oid)

@@ -19,6 +19,7 @@ from dotenv.parser import parse_stream
 from mailbus.kernel.durations import parse_duration, parse_rate, parse_schedule
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.kafka_security import KafkaSecurity, parse_kafka_security
+from mailbus.kernel.provider_key import prefix_problem
 from mailbus_client.policies import (
     DEFAULT_CAP_SHARES,
     load_policy_book,
@@ -84,6 +85,7 @@ class Settings:
     mailgun_domain: str = ""  # MAILBUS_MAILGUN_DOMAIN: the sending domain (mailgun)
     mailgun_region: str = "us"  # MAILBUS_MAILGUN_REGION: us | eu, the API's base URL
     idempotency_window: float | None = None  # None: the provider's documented window
+    provider_key_prefix: str = ""  # before every key the provider sees (kernel/provider_key.py)
     ses_region: str | None = None  # None: the SDK's (AWS_REGION, the profile)
     ses_endpoint_url: str | None = None  # an SES endpoint override (tests: moto)
     ses_access_key_id: str = ""  # empty: the SDK's default credential chain
@@ -233,6 +235,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         mailgun_domain=(reader._raw("MAILBUS_MAILGUN_DOMAIN") or "").strip(),
         mailgun_region=_mailgun_region(env.get("MAILBUS_MAILGUN_REGION")),
         idempotency_window=reader.optional_number("MAILBUS_IDEMPOTENCY_WINDOW"),
+        provider_key_prefix=_provider_key_prefix(env.get("MAILBUS_PROVIDER_KEY_PREFIX")),
         ses_region=reader._raw("MAILBUS_SES_REGION"),
         ses_endpoint_url=reader.optional_url("MAILBUS_SES_ENDPOINT_URL", ("http", "https")),
         ses_access_key_id=reader.secret("MAILBUS_SES_ACCESS_KEY_ID"),
@@ -334,6 +337,14 @@ def parse_provider_templates(raw: str | None) -> tuple[tuple[str, str], ...]:
             raise ConfigError("MAILBUS_PROVIDER_TEMPLATES", f"template {name!r} mapped twice")
         pairs[name] = reference
     return tuple(pairs.items())
+
+
+def _provider_key_prefix(raw: str | None) -> str:
+    prefix = (raw or "").strip()
+    problem = prefix_problem(prefix)
+    if problem is not None:
+        raise ConfigError("MAILBUS_PROVIDER_KEY_PREFIX", problem)
+    return prefix
 
 
 def _mailgun_region(raw: str | None) -> str:

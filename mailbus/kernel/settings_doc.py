@@ -135,6 +135,14 @@ SETTINGS: tuple[Setting, ...] = (
         {"consume"},
     ),
     _s(
+        "PROVIDER_KEY_PREFIX",
+        "none",
+        "put before every key the provider sees (e.g. staging:), so deployments sharing one"
+        " provider account never share a key; up to 32 of A-Z a-z 0-9 . _ : -"
+        " (docs/providers.md#the-key-the-provider-sees)",
+        {"consume", "send", "console"},
+    ),
+    _s(
         "MAIL_FROM",
         "-",
         "sender address of a named provider's mail (resend, postmark, sendgrid, mailgun, ses)",

@@ -18,6 +18,7 @@ import pytest
 from relay_runner import wait_until
 from services import REPO, settings_env
 
+from mailbus.kernel.provider_key import provider_key
 from mailbus.kernel.settings import Settings
 from mailbus.sandbox.server import ThreadedSandbox, start_in_thread
 
@@ -150,10 +151,14 @@ class Stack:
     def accepted_twice(self) -> list[str]:
         return [k for k, v in self.ledger()["keys"].items() if v["accepted"] > 1]
 
-    def assert_table_agrees_with_providers(self, fallback_url: str | None = None) -> None:
+    def assert_table_agrees_with_providers(
+        self, fallback_url: str | None = None, key_prefix: str = ""
+    ) -> None:
         """The invariant every e2e test ends with (docs/architecture.md#rules-every-path-keeps):
         a key is ``accepted`` exactly when a provider accepted it, with that provider's id,
         recorded as the provider that took it; no key is accepted twice or by two providers.
+        The keys are the ones the provider sees (docs/providers.md#the-key-the-provider-sees);
+        a provider also holds the keys of lives retention deleted, and only those.
         Only at rest: every row settled, or no consumer running (a call in flight is accepted
         at the provider before the table can say so)."""
         providers = {None: self.sandbox.url}
@@ -167,13 +172,27 @@ class Stack:
                 assert entry["accepted"] == 1, f"{key} accepted {entry['accepted']}x by {name}"
                 assert key not in held, f"{key} accepted by two providers"
                 held[key] = (name, entry["id"])
-        rows = self.query("SELECT dedupe_key, status, message_id, provider FROM email_sends")
+        rows = self.query(
+            "SELECT coalesce(provider_key, dedupe_key), status, message_id, provider"
+            " FROM email_sends"
+        )
         table = {
             key: (provider, message_id)
             for key, status, message_id, provider in rows
             if status == "accepted"
         }
-        assert table == held, "the table disagrees with what the providers accepted"
+        retired = {
+            provider_key(key_prefix, key, life)
+            for key, lives in self.query("SELECT dedupe_key, lives FROM email_key_lives")
+            for life in range(1, lives + 1)
+        }
+        assert not retired & table.keys(), "a deleted life's key is on a row"
+        live = {  # this deployment's: under its prefix (another's may share the account)
+            key: taken
+            for key, taken in held.items()
+            if key not in retired and key.startswith(key_prefix)
+        }
+        assert table == live, "the table disagrees with what the providers accepted"
 
 
 def control(sandbox_url: str, path: str, body: dict[str, Any] | None = None) -> Any:

@@ -300,3 +300,24 @@ def test_the_command_needs_users_and_hashes_a_password(database_url: str, tmp_pa
     bad.write_text("ana:admin:$argon2id$x\n")
     wrong = run_mailbus("console", env={**env, "MAILBUS_CONSOLE_USERS_FILE": str(bad)})
     assert wrong.returncode == 2 and "line 1: role must be viewer or operator" in wrong.stderr
+
+
+def test_a_mails_page_shows_the_key_the_provider_sees(
+    database_url: str, operator_url: str
+) -> None:
+    """docs/providers.md#the-key-the-provider-sees: the life after retention and the
+    deployment's prefix."""
+    with psycopg.connect(database_url) as conn:
+        conn.execute("INSERT INTO email_key_lives (dedupe_key, lives) VALUES ('order-5', 1)")
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template)"
+            " VALUES ('order-5', 'o@example.com', 'welcome')"
+        )
+
+    async def scenario(client: TestClient) -> None:  # type: ignore[type-arg]
+        await sign_in(client, "vic", "vic-secret")
+        page = await (await client.get("/mail", params={"key": "order-5"})).text()
+        assert "<dt>provider_key</dt><dd>stg:order-5~2</dd>" in page
+        assert "<dt>key_life</dt><dd>2</dd>" in page
+
+    serve(operator_url, scenario, key_prefix="stg:")

@@ -100,3 +100,33 @@ def test_an_online_migration_rebuilds_an_interrupted_index(scratch: str) -> None
         ).fetchall()
     assert valid
     assert "(updated_at, id) WHERE (status = ANY" in definition
+
+
+def test_0048_gives_up_on_a_long_transaction_instead_of_queueing_enqueues(scratch: str) -> None:
+    """docs/runbook.md#upgrades: its ALTER TABLE waits at most 5 s behind a transaction
+    that holds email_sends, then stops with nothing of 0048 applied; run again, it applies."""
+    apply_migrations(scratch)
+    with psycopg.connect(scratch, autocommit=True) as conn:  # the database before 0048
+        conn.execute("ALTER TABLE email_sends DROP COLUMN provider_key")
+        conn.execute("DROP TABLE email_key_lives")
+        conn.execute("DELETE FROM mailbus_schema_migrations WHERE version = 48")
+
+    def has_0048() -> bool:
+        with psycopg.connect(scratch) as conn:
+            found = conn.execute(
+                "SELECT to_regclass('email_key_lives') IS NOT NULL,"
+                " EXISTS (SELECT FROM mailbus_schema_migrations WHERE version = 48)"
+            ).fetchone()
+        assert found is not None and found[0] == found[1]
+        return bool(found[0])
+
+    env = {"MAILBUS_DATABASE_URL": scratch}
+    with psycopg.connect(scratch) as long_transaction:
+        long_transaction.execute("SELECT count(*) FROM email_sends")  # holds ACCESS SHARE
+        stopped = run_mailbus("migrate", "--skip-topics", env=env)
+        assert stopped.returncode != 0
+        assert "lock timeout" in stopped.stderr, stopped.stderr
+        assert not has_0048()
+    applied = run_mailbus("migrate", "--skip-topics", env=env)
+    assert applied.returncode == 0, applied.stderr
+    assert has_0048()

@@ -26,6 +26,7 @@ from mailbus.consumer.providers.postmark import PostmarkDialect
 from mailbus.consumer.providers.resend import ResendDialect
 from mailbus.consumer.providers.sendgrid import SendGridDialect
 from mailbus.consumer.templates import ProviderTemplate, Rendered
+from mailbus.kernel.provider_key import provider_key
 from mailbus.sandbox.app import SandboxState
 from mailbus.sandbox.faults import build_plan
 from mailbus.sandbox.server import ThreadedSandbox, start_in_thread
@@ -91,7 +92,7 @@ def accepted_by_sandbox(sandbox: ThreadedSandbox) -> dict[str, tuple[int, str | 
 def test_accepted_carries_the_providers_id(sandbox: ThreadedSandbox, dialect: Dialect) -> None:
     result = send_once(sandbox, dialect)
     assert result.outcome is Outcome.ACCEPTED
-    assert accepted_by_sandbox(sandbox) == {MAIL.dedupe_key: (1, result.message_id)}
+    assert accepted_by_sandbox(sandbox) == {MAIL.key: (1, result.message_id)}
 
 
 @pytest.mark.parametrize(
@@ -125,13 +126,13 @@ def test_doubt_after_a_timeout_is_settled_without_a_second_mail(
     async def scenario(provider: HttpProvider) -> tuple[Any, Any]:
         lost = classify(await provider.send(MAIL))
         if provider.capability.look_up:
-            found = await provider.lookup(MAIL.dedupe_key)
+            found = await provider.lookup(MAIL.key)
             return lost, found.message_id
         if provider.capability.key is None:
             assert guarantee_of(provider.capability, False) is Guarantee.AT_MOST_ONCE
-            assert (await provider.lookup(MAIL.dedupe_key)).failed
+            assert (await provider.lookup(MAIL.key)).failed
             await asyncio.sleep(0.3)  # the sandbox records the mail it kept working on
-            return lost, sandbox.call(lambda s: s.ledger.lookup(MAIL.dedupe_key))
+            return lost, sandbox.call(lambda s: s.ledger.lookup(MAIL.key))
         again = classify(await provider.send(MAIL))
         return lost, again.message_id
 
@@ -139,7 +140,7 @@ def test_doubt_after_a_timeout_is_settled_without_a_second_mail(
         sandbox, dialect, scenario, ("hang_after_accept:next=1:hang_seconds=3",)
     )
     assert lost.outcome is Outcome.UNKNOWN
-    assert accepted_by_sandbox(sandbox) == {MAIL.dedupe_key: (1, settled_id)}
+    assert accepted_by_sandbox(sandbox) == {MAIL.key: (1, settled_id)}
 
 
 RENDERED = replace(MAIL, content=Rendered("Order 7 confirmed", "Your order ships.", "<p>7</p>"))
@@ -154,7 +155,7 @@ def test_a_locally_rendered_mail_is_accepted(sandbox: ThreadedSandbox, dialect: 
     """A mail rendered from a local template travels in every dialect's own shape."""
     result = classify(call(sandbox, dialect, lambda p: p.send(RENDERED)))  # type: ignore[arg-type]
     assert result.outcome is Outcome.ACCEPTED, result
-    assert accepted_by_sandbox(sandbox) == {MAIL.dedupe_key: (1, result.message_id)}
+    assert accepted_by_sandbox(sandbox) == {MAIL.key: (1, result.message_id)}
 
 
 @pytest.mark.parametrize("name", ["postmark", "sendgrid"])
@@ -177,6 +178,36 @@ def test_a_provider_template_goes_by_reference(
     if fault:
         time.sleep(0.3)  # the sandbox records the mail it kept working on
     keys = sandbox.call(lambda state: state.ledger.snapshot())["keys"]
-    assert keys[MAIL.dedupe_key]["accepted"] == 1
-    assert keys[MAIL.dedupe_key]["provider_template"] == "order-confirmation-v2"
-    assert keys[MAIL.dedupe_key]["template_data"] == {"order_id": "7"}
+    assert keys[MAIL.key]["accepted"] == 1
+    assert keys[MAIL.key]["provider_template"] == "order-confirmation-v2"
+    assert keys[MAIL.key]["template_data"] == {"order_id": "7"}
+
+
+def test_each_life_and_each_deployment_is_a_mail_of_its_own(
+    sandbox: ThreadedSandbox, dialect: Dialect
+) -> None:
+    """docs/providers.md#the-key-the-provider-sees: the key enqueued again after retention
+    (``~2``) and the same key of another deployment (its prefix) are new mails at every
+    provider, and a look-up finds each under its own key, never the other's."""
+    keys = [
+        provider_key("", "order-7", 1),
+        provider_key("", "order-7", 2),
+        provider_key("staging:", "order-7", 1),
+    ]
+
+    async def scenario(provider: HttpProvider) -> list[tuple[str | None, str | None]]:
+        found = []
+        for key in keys:
+            sent = classify(await provider.send(replace(MAIL, key=key)))
+            assert sent.outcome is Outcome.ACCEPTED, sent
+            looked = await provider.lookup(key) if provider.capability.look_up else None
+            found.append((sent.message_id, looked.message_id if looked else sent.message_id))
+        return found
+
+    found = call(sandbox, dialect, scenario)
+    ids = [sent for sent, _ in found]
+    assert len(set(ids)) == 3  # three mails, none answered with another's id
+    assert [looked for _, looked in found] == ids
+    assert accepted_by_sandbox(sandbox) == {
+        key: (1, message_id) for key, message_id in zip(keys, ids, strict=True)
+    }

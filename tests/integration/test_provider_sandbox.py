@@ -68,7 +68,7 @@ def run(
 
 def send_then_lookup(mail: OutgoingMail = MAIL) -> Scenario[tuple[Any, LookupResult]]:
     async def scenario(provider: HttpProvider) -> tuple[Any, LookupResult]:
-        return await provider.send(mail), await provider.lookup(mail.dedupe_key)
+        return await provider.send(mail), await provider.lookup(mail.key)
 
     return scenario
 
@@ -90,7 +90,7 @@ def ledger_entry(sandbox: ThreadedSandbox, key: str) -> dict[str, Any]:
 def test_accepted_and_found(sandbox: ThreadedSandbox, transport: str) -> None:
     sent, found = run(sandbox.url, transport, send_then_lookup())
     assert isinstance(sent, ProviderReply) and sent.status_code == 200
-    assert sent.message_id == ledger_entry(sandbox, MAIL.dedupe_key)["id"]
+    assert sent.message_id == ledger_entry(sandbox, MAIL.key)["id"]
     assert found == LookupResult(sent.message_id, False)
 
 
@@ -99,20 +99,20 @@ def test_drop_before_accept_is_sent_and_not_found(sandbox: ThreadedSandbox, tran
 
     async def scenario(provider: HttpProvider) -> tuple[Any, LookupResult, Any]:
         failure = await provider.send(MAIL)
-        return failure, await provider.lookup(MAIL.dedupe_key), await provider.send(MAIL)
+        return failure, await provider.lookup(MAIL.key), await provider.send(MAIL)
 
     failure, found, retried = run(sandbox.url, transport, scenario)
     assert isinstance(failure, TransportFailure) and failure.request_sent is True
     assert found == LookupResult(None, False)
     assert isinstance(retried, ProviderReply) and retried.message_id  # the pool recovers
-    assert ledger_entry(sandbox, MAIL.dedupe_key)["accepted"] == 1
+    assert ledger_entry(sandbox, MAIL.key)["accepted"] == 1
 
 
 def test_drop_after_accept_is_sent_and_found(sandbox: ThreadedSandbox, transport: str) -> None:
     set_faults(sandbox, "drop_after_accept:next=1")
     failure, found = run(sandbox.url, transport, send_then_lookup())
     assert isinstance(failure, TransportFailure) and failure.request_sent is True
-    assert found == LookupResult(ledger_entry(sandbox, MAIL.dedupe_key)["id"], False)
+    assert found == LookupResult(ledger_entry(sandbox, MAIL.key)["id"], False)
 
 
 def test_hang_after_accept_times_out_as_sent(sandbox: ThreadedSandbox, transport: str) -> None:
@@ -121,7 +121,7 @@ def test_hang_after_accept_times_out_as_sent(sandbox: ThreadedSandbox, transport
     failure, found = run(sandbox.url, transport, send_then_lookup(), request_timeout=1.0)
     assert time.monotonic() - started < 4
     assert isinstance(failure, TransportFailure) and failure.request_sent is True
-    assert found == LookupResult(ledger_entry(sandbox, MAIL.dedupe_key)["id"], False)
+    assert found == LookupResult(ledger_entry(sandbox, MAIL.key)["id"], False)
 
 
 def test_malformed_reply_has_no_message_id(sandbox: ThreadedSandbox, transport: str) -> None:
@@ -180,7 +180,7 @@ def test_concurrent_sends_are_each_accepted_once(sandbox: ThreadedSandbox, trans
     ids: dict[str, set[str | None]] = {}
     for mail, result in zip(mails, results, strict=True):
         assert isinstance(result, ProviderReply) and result.status_code == 200
-        ids.setdefault(mail.dedupe_key, set()).add(result.message_id)
+        ids.setdefault(mail.key, set()).add(result.message_id)
     assert all(len(found) == 1 and None not in found for found in ids.values())
     totals = sandbox.call(lambda state: state.ledger.snapshot())["totals"]
     assert totals["accepted"] == 100

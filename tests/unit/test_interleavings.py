@@ -69,6 +69,7 @@ class ModelLedger:
         *,
         guarantee: str | None = None,
         resend_window_s: float | None = None,  # None: the model's provider has a look-up
+        provider_key: str | None = None,
     ) -> Claim | None:
         submitted = asyncio.get_running_loop().time()  # as the real ledger: errs early
         row, now = self.rows[send_id], self.now()
@@ -162,10 +163,10 @@ class FlakyProvider:
         self._background: set[asyncio.Task[None]] = set()
 
     def prepare(self, mail: OutgoingMail) -> PreparedMail:
-        return PreparedMail(mail.dedupe_key, HttpCall("POST", "http://provider/v1/send", {}))
+        return PreparedMail(mail.key, HttpCall("POST", "http://provider/v1/send", {}))
 
     async def send(self, mail: PreparedMail) -> CallResult:
-        key = mail.dedupe_key
+        key = mail.key
         expires = next(
             r.view.expires_at for r in self.ledger.rows.values() if r.view.dedupe_key == key
         )
@@ -318,12 +319,12 @@ class DistantProvider:
         self.arrived_at: dict[str, datetime] = {}
 
     def prepare(self, mail: OutgoingMail) -> PreparedMail:
-        return PreparedMail(mail.dedupe_key, HttpCall("POST", "http://provider/v1/send", {}))
+        return PreparedMail(mail.key, HttpCall("POST", "http://provider/v1/send", {}))
 
     async def send(self, mail: PreparedMail) -> CallResult:
         await asyncio.sleep(self.travel_s)
-        self.arrived_at[mail.dedupe_key] = self.ledger.now()
-        return ProviderReply(200, f"msg-{mail.dedupe_key}")
+        self.arrived_at[mail.key] = self.ledger.now()
+        return ProviderReply(200, f"msg-{mail.key}")
 
 
 def test_a_call_that_could_reach_the_provider_after_the_expiry_is_not_made() -> None:

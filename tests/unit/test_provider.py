@@ -38,7 +38,7 @@ Handler = (
 
 
 def call(handler: Handler, fn: str = "send", *, request_timeout: float = 5.0) -> Any:
-    """Run one ``send(MAIL)`` or ``lookup(MAIL.dedupe_key)`` against ``handler``."""
+    """Run one ``send(MAIL)`` or ``lookup(MAIL.key)`` against ``handler``."""
 
     async def main() -> Any:
         provider = HttpProvider(
@@ -53,7 +53,7 @@ def call(handler: Handler, fn: str = "send", *, request_timeout: float = 5.0) ->
         try:
             if fn == "send":
                 return await provider.send(MAIL)
-            return await provider.lookup(MAIL.dedupe_key)
+            return await provider.lookup(MAIL.key)
         finally:
             await provider.aclose()
 
@@ -84,7 +84,7 @@ def test_send_request_is_as_specified() -> None:
     assert request.method == "POST"
     assert str(request.url) == "https://mail.example.test/api/v1/send"
     assert request.headers["Authorization"] == f"Bearer {API_KEY}"
-    assert request.headers["Idempotency-Key"] == MAIL.dedupe_key
+    assert request.headers["Idempotency-Key"] == MAIL.key
     assert request.headers["Content-Type"] == "application/json"
     assert json.loads(request.content) == {
         "to": "ana@example.com",
@@ -104,7 +104,7 @@ def test_lookup_request_is_as_specified() -> None:
     (request,) = seen
     assert request.method == "GET"
     assert request.url.path == "/api/v1/messages"
-    assert request.url.params["idempotency_key"] == MAIL.dedupe_key
+    assert request.url.params["idempotency_key"] == MAIL.key
     assert request.headers["Authorization"] == f"Bearer {API_KEY}"
 
 

@@ -76,6 +76,9 @@ GRANT SELECT, INSERT, UPDATE ON rate_limits, provider_health, recovery_pacing
     TO mailbus_consumer;
 -- ... and its claim refuses the rows of a paused or cancelled campaign.
 GRANT SELECT (id, state) ON campaigns TO mailbus_consumer;
+-- ... and reads how many lives a dedupe key had before (docs/retention.md), to send a key
+-- enqueued again after retention under a key of its own.
+GRANT SELECT ON email_key_lives TO mailbus_consumer;
 
 -- `mailbus intake`: inserts sends from domain events (an event older than
 -- MAILBUS_INTAKE_MAX_AGE as an expired row, saying why), dead-letters the undecodable.
@@ -114,7 +117,7 @@ GRANT INSERT ON email_sends TO mailbus_operator;
 -- `mailbus retention run` (docs/retention.md): deletes what the *_past_retention views name,
 -- nothing else. It locks their rows through the views (FOR UPDATE needs an UPDATE grant
 -- on a column: their key columns are read-only expressions), and deletes by key; a send's
--- attempts and resolutions go by ON DELETE CASCADE. It inserts and updates nothing.
+-- attempts and resolutions go by ON DELETE CASCADE. It inserts and updates nothing else.
 GRANT SELECT, UPDATE (id) ON email_sends_past_retention, email_dead_letters_past_retention
     TO mailbus_retention;
 GRANT SELECT, UPDATE (provider) ON delivery_events_past_retention TO mailbus_retention;
@@ -122,5 +125,9 @@ GRANT SELECT (id), DELETE ON email_sends TO mailbus_retention;
 GRANT SELECT (id, send_id), DELETE ON email_dead_letters TO mailbus_retention;
 GRANT SELECT (dead_letter_id), DELETE ON email_replays TO mailbus_retention;
 GRANT SELECT (provider, event_id), DELETE ON delivery_events TO mailbus_retention;
+-- ... and its deletes count each deleted send's dedupe key in email_key_lives (a trigger
+-- that runs as the deleting role), so the key enqueued again is a new mail under a new key
+-- (docs/retention.md).
+GRANT SELECT, INSERT, UPDATE ON email_key_lives TO mailbus_retention;
 -- `mailbus console` writes its audit (docs/guides/console.md); SELECT comes with ALL TABLES.
 GRANT INSERT ON console_audit TO mailbus_operator;
