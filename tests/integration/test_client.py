@@ -1,0 +1,238 @@
+"""Client and AsyncClient against real PostgreSQL: batches, scheduled mail, trace context,
+status and cancel, inside the caller's transaction, as the owner and as the least-privilege
+enqueuer role."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from relay_runner import wait_until
+from transport_security import login_as
+
+from mailbus.app.migrate import apply_roles
+from mailbus.kernel.settings import Settings
+from mailbus.relay.relay import Relay
+from mailbus_client import (
+    AsyncClient,
+    Client,
+    EnqueueResult,
+    QueueCap,
+    QueueFullError,
+    SendRequest,
+)
+
+PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def rows(database_url: str, columns: str = "dedupe_key") -> list[tuple[Any, ...]]:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute(f"SELECT {columns} FROM email_sends ORDER BY id").fetchall()
+
+
+def batch(count: int, prefix: str = "k-", **fields: Any) -> list[SendRequest]:
+    return [
+        SendRequest(f"{prefix}{n}", f"u{n}@example.com", "welcome", **fields) for n in range(count)
+    ]
+
+
+def test_enqueue_many_writes_new_keys_and_tells_which_were_new(database_url: str) -> None:
+    client = Client()
+    with psycopg.connect(database_url) as conn:
+        before = client.enqueue(conn, SendRequest("k-1", "old@example.com", "welcome"))
+        conn.commit()
+        results = client.enqueue_many(
+            conn, [*batch(3), SendRequest("k-0", "x@example.com", "welcome")]
+        )
+        conn.commit()
+    assert [r.created for r in results] == [True, False, True, False]
+    assert results[1] == EnqueueResult(before.send_id, False)
+    assert results[3].send_id == results[0].send_id
+    assert rows(database_url, "dedupe_key, to_address") == [
+        ("k-1", "old@example.com"),
+        ("k-0", "u0@example.com"),
+        ("k-2", "u2@example.com"),
+    ]
+
+
+def test_enqueue_many_never_commits_and_a_rollback_leaves_nothing(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        Client().enqueue_many(conn, batch(5))
+        conn.rollback()
+    assert rows(database_url) == []
+
+
+def test_enqueue_many_of_one_key_from_many_transactions_makes_one_row(database_url: str) -> None:
+    results: list[EnqueueResult] = []
+    barrier = threading.Barrier(8)
+
+    def insert() -> None:
+        with psycopg.connect(database_url) as conn:
+            barrier.wait()
+            results.extend(Client().enqueue_many(conn, batch(20)))
+            conn.commit()
+
+    threads = [threading.Thread(target=insert) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(r.created for r in results) == 20
+    assert len({r.send_id for r in results}) == 20
+    assert len(rows(database_url)) == 20
+
+
+def test_enqueue_many_is_refused_whole_past_the_cap(database_url: str) -> None:
+    client = Client(cap=QueueCap(10))
+    with psycopg.connect(database_url) as conn:
+        client.enqueue_many(conn, batch(5, prefix="a-"))
+        with pytest.raises(QueueFullError) as error:
+            client.enqueue_many(conn, batch(2, prefix="b-", priority="p2"))  # 5 + 2 > 6
+        assert (error.value.priority, error.value.open_rows) == ("p2", 5)
+        client.enqueue_many(conn, batch(5, prefix="c-", priority="p0"))  # 5 + 5 <= 10
+        conn.commit()
+    assert len(rows(database_url)) == 10
+
+
+def test_send_at_and_a_delay_set_next_try_at_and_the_expiry_follows(database_url: str) -> None:
+    at = datetime(2031, 5, 1, 8, tzinfo=UTC)
+    with psycopg.connect(database_url) as conn:
+        Client().enqueue_many(
+            conn,
+            [
+                SendRequest("at", "a@example.com", "password_reset", send_at=at),
+                SendRequest("later", "b@example.com", "password_reset", send_at=timedelta(hours=2)),
+            ],
+        )
+        Client().enqueue(conn, SendRequest("one", "c@example.com", "welcome", send_at=at))
+        conn.commit()
+        found = conn.execute(
+            "SELECT dedupe_key, next_try_at - created_at, expires_at - next_try_at, next_try_at"
+            " FROM email_sends ORDER BY id"
+        ).fetchall()
+    assert found[0][2:] == (timedelta(minutes=15), at)
+    assert found[1][1:3] == (timedelta(hours=2), timedelta(minutes=15))
+    assert found[2][3] == at
+
+
+def test_the_relay_publishes_a_scheduled_row_only_once_it_is_due(settings: Settings) -> None:
+    with psycopg.connect(settings.database_url) as conn:
+        Client().enqueue(conn, SendRequest("now", "a@example.com", "welcome"))
+        Client().enqueue(
+            conn, SendRequest("soon", "b@example.com", "welcome", send_at=timedelta(seconds=2))
+        )
+        conn.commit()
+    relay = Relay(settings)
+    try:
+        assert relay.publish_due_batch(threading.Event()) == 1
+        assert rows(settings.database_url, "dedupe_key, published_at IS NOT NULL") == [
+            ("now", True),
+            ("soon", False),
+        ]
+        wait_until(
+            lambda: rows(settings.database_url, "next_try_at <= now()")[1] == (True,), 30, "due"
+        )
+        assert relay.publish_due_batch(threading.Event()) == 1
+    finally:
+        relay.close()
+
+
+def test_the_trace_context_of_the_current_span_or_the_given_one(database_url: str) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    client = Client()
+    with psycopg.connect(database_url) as conn:
+        client.enqueue(conn, SendRequest("none", "a@example.com", "welcome"))
+        with TracerProvider().get_tracer("shop").start_as_current_span("ship") as span:
+            client.enqueue_many(conn, batch(2))
+            client.enqueue(
+                conn, SendRequest("given", "b@example.com", "welcome", traceparent=PARENT)
+            )
+        Client(trace=False).enqueue(conn, SendRequest("off", "c@example.com", "welcome"))
+        conn.commit()
+    trace_id = f"{span.get_span_context().trace_id:032x}"
+    found = dict(rows(database_url, "dedupe_key, traceparent"))
+    assert found["none"] is None and found["off"] is None
+    assert found["k-0"].split("-")[1] == found["k-1"].split("-")[1] == trace_id
+    assert found["given"] == PARENT
+
+
+def test_status_and_cancel(database_url: str) -> None:
+    client = Client()
+    with psycopg.connect(database_url) as conn:
+        client.enqueue_many(conn, batch(3))
+        conn.execute("UPDATE email_sends SET attempts = 1 WHERE dedupe_key = 'k-1'")
+        conn.execute("UPDATE email_sends SET status = 'sending' WHERE dedupe_key = 'k-2'")
+        assert client.status(conn, "missing") is None
+        assert client.cancel(conn, "k-0", by="shop")
+        assert not client.cancel(conn, "k-0")  # expired now
+        assert not client.cancel(conn, "k-1")  # tried: the provider's to tell
+        assert not client.cancel(conn, "k-2")  # claimed
+        assert not client.cancel(conn, "missing")
+        status = client.status(conn, "k-0")
+        conn.commit()
+        audit = conn.execute(
+            "SELECT action, from_status, resolved_by FROM email_send_resolutions"
+        ).fetchall()
+    assert status is not None and (status.status, status.attempts) == ("expired", 0)
+    assert status.expires_at is not None and status.message_id is None
+    assert audit == [("cancelled", "pending", "shop")]
+
+
+def test_the_async_client_does_the_same_in_the_callers_transaction(database_url: str) -> None:
+    async def work() -> tuple[list[EnqueueResult], bool, str | None]:
+        client = AsyncClient()
+        async with await psycopg.AsyncConnection.connect(database_url) as conn:
+            async with conn.transaction():
+                await client.enqueue(conn, SendRequest("one", "a@example.com", "welcome"))
+                results = await client.enqueue_many(conn, batch(3))
+            async with conn.transaction():
+                cancelled = await client.cancel(conn, "k-2")
+                status = await client.status(conn, "k-2")
+            with pytest.raises(RuntimeError):
+                async with conn.transaction():
+                    await client.enqueue(conn, SendRequest("rolled", "b@example.com", "welcome"))
+                    raise RuntimeError("the business change failed")
+        return results, cancelled, status and status.status
+
+    results, cancelled, status = asyncio.run(work())
+    assert [r.created for r in results] == [True, True, True]
+    assert cancelled and status == "expired"
+    assert [r[0] for r in rows(database_url)] == ["one", "k-0", "k-1", "k-2"]
+
+
+def test_the_enqueuer_role_schedules_reads_status_and_cancels_and_nothing_more(
+    database_url: str,
+) -> None:
+    apply_roles(database_url)
+    client = Client(cap=QueueCap(1000))
+    with login_as(database_url, "mailbus_enqueuer") as url, psycopg.connect(url) as conn:
+        one = client.enqueue(
+            conn, SendRequest("k-a", "a@example.com", "welcome", send_at=timedelta(hours=1))
+        )
+        many = client.enqueue_many(
+            conn,
+            [
+                *batch(3, send_at=timedelta(minutes=5)),
+                SendRequest("k-a", "a@example.com", "welcome"),
+            ],
+        )
+        assert many[3] == EnqueueResult(one.send_id, False)
+        assert client.cancel(conn, "k-0")
+        status = client.status(conn, "k-0")
+        assert status is not None and status.status == "expired"
+        conn.commit()
+        for statement in (
+            "UPDATE email_sends SET status = 'pending'",
+            "SELECT last_error FROM email_sends",
+            "SELECT to_address FROM email_sends",
+            "SELECT * FROM email_send_resolutions",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)
+            conn.rollback()
+    assert len(rows(database_url)) == 4
