@@ -1,6 +1,6 @@
 """Client and AsyncClient against real PostgreSQL: batches, scheduled mail, trace context,
-status and cancel, inside the caller's transaction, as the owner and as the least-privilege
-enqueuer role."""
+status and cancel, inside the caller's transaction (the enqueuer role and the relay:
+tests/integration/test_client_server.py)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from relay_runner import wait_until
-from transport_security import login_as
 
-from mailbus.app.migrate import apply_roles
-from mailbus.kernel.settings import Settings
-from mailbus.relay.relay import Relay
 from mailbus_client import (
     AsyncClient,
     Client,
@@ -119,35 +114,12 @@ def test_send_at_and_a_delay_set_next_try_at_and_the_expiry_follows(database_url
     assert found[2][3] == at
 
 
-def test_the_relay_publishes_a_scheduled_row_only_once_it_is_due(settings: Settings) -> None:
-    with psycopg.connect(settings.database_url) as conn:
-        Client().enqueue(conn, SendRequest("now", "a@example.com", "welcome"))
-        Client().enqueue(
-            conn, SendRequest("soon", "b@example.com", "welcome", send_at=timedelta(seconds=2))
-        )
-        conn.commit()
-    relay = Relay(settings)
-    try:
-        assert relay.publish_due_batch(threading.Event()) == 1
-        assert rows(settings.database_url, "dedupe_key, published_at IS NOT NULL") == [
-            ("now", True),
-            ("soon", False),
-        ]
-        wait_until(
-            lambda: rows(settings.database_url, "next_try_at <= now()")[1] == (True,), 30, "due"
-        )
-        assert relay.publish_due_batch(threading.Event()) == 1
-    finally:
-        relay.close()
-
-
 def test_the_trace_context_of_the_current_span_or_the_given_one(database_url: str) -> None:
-    from opentelemetry.sdk.trace import TracerProvider
-
+    trace_sdk = pytest.importorskip("opentelemetry.sdk.trace")
     client = Client()
     with psycopg.connect(database_url) as conn:
         client.enqueue(conn, SendRequest("none", "a@example.com", "welcome"))
-        with TracerProvider().get_tracer("shop").start_as_current_span("ship") as span:
+        with trace_sdk.TracerProvider().get_tracer("shop").start_as_current_span("ship") as span:
             client.enqueue_many(conn, batch(2))
             client.enqueue(
                 conn, SendRequest("given", "b@example.com", "welcome", traceparent=PARENT)
@@ -197,42 +169,9 @@ def test_the_async_client_does_the_same_in_the_callers_transaction(database_url:
                 async with conn.transaction():
                     await client.enqueue(conn, SendRequest("rolled", "b@example.com", "welcome"))
                     raise RuntimeError("the business change failed")
-        return results, cancelled, status and status.status
+        return results, cancelled, status.status if status else None
 
     results, cancelled, status = asyncio.run(work())
     assert [r.created for r in results] == [True, True, True]
     assert cancelled and status == "expired"
     assert [r[0] for r in rows(database_url)] == ["one", "k-0", "k-1", "k-2"]
-
-
-def test_the_enqueuer_role_schedules_reads_status_and_cancels_and_nothing_more(
-    database_url: str,
-) -> None:
-    apply_roles(database_url)
-    client = Client(cap=QueueCap(1000))
-    with login_as(database_url, "mailbus_enqueuer") as url, psycopg.connect(url) as conn:
-        one = client.enqueue(
-            conn, SendRequest("k-a", "a@example.com", "welcome", send_at=timedelta(hours=1))
-        )
-        many = client.enqueue_many(
-            conn,
-            [
-                *batch(3, send_at=timedelta(minutes=5)),
-                SendRequest("k-a", "a@example.com", "welcome"),
-            ],
-        )
-        assert many[3] == EnqueueResult(one.send_id, False)
-        assert client.cancel(conn, "k-0")
-        status = client.status(conn, "k-0")
-        assert status is not None and status.status == "expired"
-        conn.commit()
-        for statement in (
-            "UPDATE email_sends SET status = 'pending'",
-            "SELECT last_error FROM email_sends",
-            "SELECT to_address FROM email_sends",
-            "SELECT * FROM email_send_resolutions",
-        ):
-            with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                conn.execute(statement)
-            conn.rollback()
-    assert len(rows(database_url)) == 4

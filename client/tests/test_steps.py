@@ -102,11 +102,13 @@ def test_a_bad_trace_context_is_refused(fields: dict[str, str], field: str) -> N
     assert error.value.field == field
 
 
-def test_the_current_span_context_is_taken_when_a_span_is_active() -> None:
-    from opentelemetry.sdk.trace import TracerProvider
+def test_no_span_or_no_opentelemetry_no_trace_context() -> None:
+    assert current_trace_context() == (None, None)
 
-    assert current_trace_context() == (None, None)  # no span: nothing
-    with TracerProvider().get_tracer("t").start_as_current_span("business") as span:
+
+def test_the_current_span_context_is_taken_when_a_span_is_active() -> None:
+    trace_sdk = pytest.importorskip("opentelemetry.sdk.trace")
+    with trace_sdk.TracerProvider().get_tracer("t").start_as_current_span("business") as span:
         traceparent, _ = current_trace_context()
     context = span.get_span_context()
     flags = int(context.trace_flags)
