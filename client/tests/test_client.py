@@ -81,6 +81,29 @@ def test_enqueue_many_of_one_key_from_many_transactions_makes_one_row(database_u
     assert len(rows(database_url)) == 20
 
 
+def test_overlapping_batches_in_opposite_orders_do_not_deadlock(database_url: str) -> None:
+    errors: list[Exception] = []
+    barrier = threading.Barrier(2)
+    keys = batch(400)
+
+    def insert(requests: list[SendRequest]) -> None:
+        try:
+            with psycopg.connect(database_url) as conn:
+                barrier.wait()
+                Client().enqueue_many(conn, requests)
+                conn.commit()
+        except Exception as exc:  # a deadlock: PostgreSQL aborts one of the two
+            errors.append(exc)
+
+    threads = [threading.Thread(target=insert, args=(order,)) for order in (keys, keys[::-1])]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(rows(database_url)) == 400
+
+
 def test_enqueue_many_is_refused_whole_past_the_cap(database_url: str) -> None:
     client = Client(cap=QueueCap(10))
     with psycopg.connect(database_url) as conn:

@@ -1,9 +1,10 @@
 """The client with the rest of mailbus on real PostgreSQL: the relay holds a scheduled row
-until it is due, and the least-privilege enqueuer role may do what the client does and
-nothing more."""
+until it is due, the least-privilege enqueuer role may do what the client does and nothing
+more, and a batch reads only the rows it names whatever the table's size."""
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import timedelta
 from typing import Any
@@ -17,6 +18,8 @@ from mailbus.app.migrate import apply_roles
 from mailbus.kernel.settings import Settings
 from mailbus.relay.relay import Relay
 from mailbus_client import Client, EnqueueResult, QueueCap, SendRequest
+from mailbus_client.policies import configured_policy_book
+from mailbus_client.steps import enqueue_many_steps
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -85,3 +88,33 @@ def test_the_enqueuer_role_schedules_reads_status_and_cancels_and_nothing_more(
                 conn.execute(statement)
             conn.rollback()
     assert len(rows(database_url)) == 4
+
+
+def scanned_whole(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> set[str]:
+    """The tables an EXPLAIN (FORMAT JSON) plan of ``sql`` reads by a sequential scan."""
+    [(explained,)] = conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchall()
+    document = explained if isinstance(explained, list) else json.loads(explained)
+    found, todo = set(), [document[0]["Plan"]]
+    while todo:
+        node = todo.pop()
+        todo += node.get("Plans", [])
+        if node["Node Type"] == "Seq Scan":
+            found.add(node["Relation Name"])
+    return found
+
+
+@pytest.mark.parametrize("cap", [QueueCap(), QueueCap(10_000_000)])
+def test_enqueue_many_probes_the_index_per_row_not_the_whole_table(
+    database_url: str, cap: QueueCap
+) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template, status)"
+            " SELECT 'old-' || n, 'u@example.com', 'welcome', 'accepted'"
+            " FROM generate_series(1, 50000) n"
+        )
+        conn.execute("ANALYZE email_sends")
+        requests = [*batch(2000), SendRequest("old-7", "u@example.com", "welcome")]
+        flow = enqueue_many_steps(requests, configured_policy_book({}), cap, (None, None))
+        statement = next(flow)
+        assert scanned_whole(conn, statement.sql, statement.params) == set()
