@@ -15,6 +15,7 @@ import pytest
 from mailbus_client import (
     AsyncClient,
     Client,
+    ConfigError,
     EnqueueResult,
     QueueCap,
     QueueFullError,
@@ -198,3 +199,22 @@ def test_the_async_client_does_the_same_in_the_callers_transaction(database_url:
     assert [r.created for r in results] == [True, True, True]
     assert cancelled and status == "expired"
     assert [r[0] for r in rows(database_url)] == ["one", "k-0", "k-1", "k-2"]
+
+
+def test_configuration_is_read_once_never_per_call(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    configured = Client.from_environ(
+        {"MAILBUS_QUEUE_CAP": "10", "MAILBUS_QUEUE_CAP_SHARES": "0.5,0.8,1.0"}
+    )
+    assert configured.cap == QueueCap(10, (0.5, 0.8, 1.0))
+    with pytest.raises(ConfigError) as error:
+        Client.from_environ({"MAILBUS_QUEUE_CAP": "many"})
+    assert error.value.setting == "MAILBUS_QUEUE_CAP"
+    client = Client()
+    monkeypatch.setenv("MAILBUS_QUEUE_CAP", "1")  # after the client was built: not read
+    with psycopg.connect(database_url) as conn:
+        client.enqueue_many(conn, batch(3))
+        client.enqueue(conn, SendRequest("one-more", "a@example.com", "welcome"))
+        conn.commit()
+    assert len(rows(database_url)) == 4
