@@ -67,25 +67,23 @@ C = TypeVar("C", bound=_Config)
 
 def run(conn: psycopg.Connection[Any], steps: Generator[Statement, Rows, T]) -> T:
     """Drive a flow of :mod:`mailbus_client.steps` on ``conn``; its result."""
-    statement = next(steps)
-    while True:
-        rows = conn.execute(statement.sql, statement.params).fetchall()
-        try:
-            statement = steps.send(rows)
-        except StopIteration as done:
-            return cast(T, done.value)
+    try:
+        statement = next(steps)  # a flow with nothing to do (an empty batch) stops at once
+        while True:
+            statement = steps.send(conn.execute(statement.sql, statement.params).fetchall())
+    except StopIteration as done:
+        return cast(T, done.value)
 
 
 async def run_async(conn: psycopg.AsyncConnection[Any], steps: Generator[Statement, Rows, T]) -> T:
     """:func:`run` on an asynchronous connection."""
-    statement = next(steps)
-    while True:
-        cursor = await conn.execute(statement.sql, statement.params)
-        rows = await cursor.fetchall()
-        try:
-            statement = steps.send(rows)
-        except StopIteration as done:
-            return cast(T, done.value)
+    try:
+        statement = next(steps)
+        while True:
+            cursor = await conn.execute(statement.sql, statement.params)
+            statement = steps.send(await cursor.fetchall())
+    except StopIteration as done:
+        return cast(T, done.value)
 
 
 @dataclass(frozen=True)

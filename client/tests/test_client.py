@@ -57,6 +57,7 @@ def test_enqueue_many_writes_new_keys_and_tells_which_were_new(database_url: str
 
 def test_enqueue_many_never_commits_and_a_rollback_leaves_nothing(database_url: str) -> None:
     with psycopg.connect(database_url) as conn:
+        assert Client().enqueue_many(conn, []) == []
         Client().enqueue_many(conn, batch(5))
         conn.rollback()
     assert rows(database_url) == []
@@ -186,6 +187,7 @@ def test_the_async_client_does_the_same_in_the_callers_transaction(database_url:
             async with conn.transaction():
                 await client.enqueue(conn, SendRequest("one", "a@example.com", "welcome"))
                 results = await client.enqueue_many(conn, batch(3))
+                assert await client.enqueue_many(conn, []) == []
             async with conn.transaction():
                 cancelled = await client.cancel(conn, "k-2")
                 status = await client.status(conn, "k-2")
