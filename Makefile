@@ -9,7 +9,7 @@ DOCS_SITE := NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
 export MAILBUS_DATABASE_URL ?= postgresql://mailbus:mailbus@127.0.0.1:5432/mailbus
 export MAILBUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:9092
 
-.PHONY: install constraints stack-up stack-down stack-status demo test test-unit checks lint validate bench bench-report docs docs-site
+.PHONY: install constraints stack-up stack-down stack-status demo test test-unit test-client checks lint validate bench bench-report docs docs-site
 
 install:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -c constraints.txt \
@@ -49,6 +49,19 @@ test: install
 	$(MAKE) --no-print-directory -j2 --output-sync=target checks stack-up
 	$(PYTHON) -m pytest -n 3 --dist loadfile -m "not serial"
 	$(PYTHON) -m pytest -m serial
+	$(MAKE) --no-print-directory test-client
+
+## The slim client's own tests (client/tests) on the newest Python here, in a venv of just
+## the client, psycopg and pytest; $(PYTHON) runs them too, in the suite above.
+CLIENT_PYTHON ?= $(lastword $(sort $(wildcard $(HOME)/.pyenv/versions/3.1[2-9]*/bin/python3)))
+CLIENT_VENV := .stack/client-venv
+test-client: stack-up
+	@test -n "$(CLIENT_PYTHON)" || { echo "test-client: no Python >= 3.12 found; set CLIENT_PYTHON" >&2; exit 1; }
+	rm -rf $(CLIENT_VENV) && $(CLIENT_PYTHON) -m venv $(CLIENT_VENV)
+	$(CLIENT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		./client 'psycopg[binary]' pytest sqlalchemy django
+	rm -rf client/build
+	MAILBUS_TEST_MIGRATE_PYTHON=$(PYTHON) $(CLIENT_VENV)/bin/python -m pytest client/tests
 
 test-unit: install
 	$(PYTHON) -m pytest tests/unit

@@ -164,6 +164,18 @@ SPECS: dict[str, Spec] = {
         smoke=("--recipients", "1000", "--seconds", "3"),
         measures=("relay", "consumer", "campaigns", "bench/campaign_p0_latency.py"),
     ),
+    "client": Spec(
+        "Client: enqueue in a loop against enqueue_many",
+        "Rows/s a domain service enqueues with mailbus_client in one transaction:"
+        " `enqueue` per row against one `enqueue_many` call, on a psycopg Connection and"
+        " an AsyncConnection.",
+        "enqueue_many.py",
+        (),
+        ("--rows", "2000"),
+        runs_flag=True,
+        smoke=("--rows", "300"),
+        measures=("client/mailbus_client", "bench/enqueue_many.py"),
+    ),
     "pgqueuer": Spec(
         "Peer: PgQueuer",
         "PgQueuer's enqueue → dequeue → complete cycle on the same"

@@ -8,7 +8,9 @@ by a consumer, settled by a look-up) matches nothing and is left as it is:
 
 - ``resolve --accepted MESSAGE_ID``: ``unknown → accepted`` with the provider's id;
 - ``resolve --not-sent``: ``unknown → pending`` under the same key, due now;
-- ``cancel``: ``pending → expired`` for a send no call was made for (``attempts = 0``).
+- ``cancel``: ``pending → expired`` for a send no call was made for (``attempts = 0``):
+  the client's ``cancel_send`` (``mailbus_client/queries.sql``), the same function
+  ``Client.cancel`` calls, which writes the audit row itself.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ __all__ = ["SendNotFound", "SendStory", "change", "print_show", "run_change", "s
 _CHANGES = {
     "accepted": ("resolve_accepted", "unknown"),
     "not_sent": ("resolve_not_sent", "unknown"),
-    "cancelled": ("cancel_pending", "pending with no attempt made"),
+    "cancelled": ("cancel_send", "pending with no attempt made"),
 }
 
 
@@ -91,6 +93,10 @@ def change(
     query, _ = _CHANGES[action]
     try:
         with psycopg.connect(database_url) as conn:
+            if action == "cancelled":
+                cancel = load_queries("mailbus_client", "queries.sql")[query]
+                cancelled = conn.execute(cancel, {"key": key, "by": by}).fetchone()
+                return cancelled is not None and cancelled[0] is not None
             row = conn.execute(q[query], {"key": key, "message_id": message_id}).fetchone()
             if row is None:
                 conn.rollback()

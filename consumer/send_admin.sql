@@ -1,4 +1,5 @@
--- Named queries of `mailbus send show / resolve / cancel` (consumer/send_admin.py).
+-- Named queries of `mailbus send show / resolve` (consumer/send_admin.py); `cancel` is the
+-- client's cancel_send (mailbus_client/queries.sql).
 
 -- name: send_by_key
 -- The send, and its key's life (one more than the lives retention recorded, migration 0048).
@@ -42,16 +43,6 @@ SET status = 'pending', next_try_at = NULL, last_error = 'resolved by hand: not 
     updated_at = now()
 WHERE dedupe_key = %(key)s AND status = 'unknown'
 RETURNING id, 'unknown' AS from_status
-
--- name: cancel_pending
--- A pending send no call was made for: expired now, so it never goes out. A row already
--- claimed (sending) or tried (attempts > 0, its outcome is the provider's to tell) is not
--- touched; the consumer's claim takes only pending/unknown rows.
-UPDATE email_sends
-SET status = 'expired', expires_at = now(), next_try_at = NULL,
-    last_error = 'cancelled by hand', updated_at = now()
-WHERE dedupe_key = %(key)s AND status = 'pending' AND attempts = 0
-RETURNING id, 'pending' AS from_status
 
 -- name: record_resolution
 INSERT INTO email_send_resolutions (send_id, action, from_status, message_id, resolved_by)

@@ -9,7 +9,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from mailbus_client.errors import InvalidSendError
@@ -18,6 +18,7 @@ __all__ = [
     "MAX_ADDRESS_LENGTH",
     "MAX_DEDUPE_KEY_LENGTH",
     "MAX_PAYLOAD_BYTES",
+    "MAX_TRACESTATE_LENGTH",
     "PRIORITIES",
     "SendRequest",
     "mail_headers",
@@ -40,6 +41,9 @@ _ADDRESS = re.compile(
 )
 _TEMPLATE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _DEDUPE_KEY = re.compile(r"^[\x21-\x7e]+$")  # printable ASCII, no spaces: it becomes a header
+# W3C Trace Context: version-traceid-parentid-flags; a later version may append fields
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-[\x21-\x7e]*)?")
+MAX_TRACESTATE_LENGTH = 512  # W3C Trace Context: a tracestate of at most 512 characters
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,11 @@ class SendRequest:
     payload: Mapping[str, Any] = field(default_factory=dict)
     priority: str = "p1"
     expires_at: datetime | None = None
+    # not before: an instant, or a delay counted on the database clock; None: at once
+    send_at: datetime | timedelta | None = None
+    # W3C trace context; None: the current OpenTelemetry span's, if any (trace_context.py)
+    traceparent: str | None = None
+    tracestate: str | None = None
 
 
 def validate_address(address: object) -> str:
@@ -91,7 +100,34 @@ def validate_send_request(request: SendRequest) -> bytes:
         raise InvalidSendError("payload", f"larger than {MAX_PAYLOAD_BYTES} bytes")
     if request.expires_at is not None and request.expires_at.tzinfo is None:
         raise InvalidSendError("expires_at", "must be timezone-aware")
+    _validate_schedule(request)
+    _validate_trace_context(request)
     return encoded
+
+
+def _validate_schedule(request: SendRequest) -> None:
+    send_at = request.send_at
+    if send_at is None:
+        return
+    if isinstance(send_at, timedelta):
+        if send_at < timedelta(0):
+            raise InvalidSendError("send_at", "a delay must not be negative")
+        return
+    if not isinstance(send_at, datetime) or send_at.tzinfo is None:
+        raise InvalidSendError("send_at", "must be a timezone-aware datetime or a timedelta")
+
+
+def _validate_trace_context(request: SendRequest) -> None:
+    if request.traceparent is not None and (
+        not isinstance(request.traceparent, str) or not _TRACEPARENT.fullmatch(request.traceparent)
+    ):
+        raise InvalidSendError("traceparent", "is not a W3C traceparent (00-<32>-<16>-<2 hex>)")
+    if request.tracestate is not None:
+        if not isinstance(request.tracestate, str):
+            raise InvalidSendError("tracestate", "must be a string")
+        reject_line_breaks("tracestate", request.tracestate)
+        if len(request.tracestate) > MAX_TRACESTATE_LENGTH:
+            raise InvalidSendError("tracestate", f"longer than {MAX_TRACESTATE_LENGTH} characters")
 
 
 def reject_line_breaks(field_name: str, value: str) -> None:

@@ -1,10 +1,10 @@
 """The slim client in a fresh venv: what a domain service gets when it installs it.
 
-``pip install ./client`` into ``python3 -m venv`` (PyPI for psycopg): no Kafka, aiohttp,
-Prometheus or faust comes in, the only new top-level module is ``mailbus_client``, and
-from that venv alone a row is enqueued into the real PostgreSQL. The full distribution
-installs one top-level module, ``mailbus``, and depends on the slim client rather than
-shipping a copy of it.
+``pip install ./client`` into ``python3 -m venv`` (PyPI for psycopg, without its binary
+extra: plain psycopg on the system's libpq): no Kafka, aiohttp, Prometheus or faust comes
+in, the only new top-level module is ``mailbus_client``, and from that venv alone a row is
+enqueued into the real PostgreSQL. The full distribution installs one top-level module,
+``mailbus``, and depends on the slim client rather than shipping a copy of it.
 """
 
 from __future__ import annotations
@@ -129,6 +129,7 @@ def test_installs_psycopg_and_one_top_level_module(slim_venv: Path) -> None:
     installed: dict[str, list[str]] = json.loads(_run(slim_venv, "-c", LIST_DISTRIBUTIONS))
     assert installed["mailbus-client"] == ["mailbus_client"]
     assert "psycopg" in installed
+    assert "psycopg-binary" not in installed  # the application picks its libpq (client/README.md)
     assert not FORBIDDEN & installed.keys()
     assert set(installed) - VENV_OWN - PSYCOPG_OWN == {"mailbus-client"}
     everything = {top for modules in installed.values() for top in modules}

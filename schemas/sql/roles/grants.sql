@@ -45,14 +45,19 @@ GRANT USAGE ON SCHEMA public TO mailbus_enqueuer, mailbus_relay, mailbus_consume
 GRANT SELECT ON mailbus_schema_migrations TO mailbus_relay, mailbus_consumer, mailbus_intake,
     mailbus_webhooks, mailbus_retention;
 
--- A domain service enqueuing in its own transaction (mailbus_client.enqueue): insert a
--- send; read back the id of a duplicate and count open rows for the queue cap. It cannot
--- read addresses or payloads, change or delete a send, or see any other table. It may
--- give the row its W3C trace context (docs/guides/tracing.md).
+-- A domain service enqueuing in its own transaction (mailbus_client): insert a send, maybe
+-- scheduled (next_try_at); read back the id of a duplicate, count open rows for the queue
+-- cap, read a send's status; cancel a pending one through mailbus_cancel_send (0056). It
+-- cannot read addresses, payloads or errors, change or delete a send otherwise, or see any
+-- other table. It may give the row its W3C trace context (docs/guides/tracing.md).
 GRANT INSERT (dedupe_key, to_address, template, payload_json, priority, expires_at,
-              traceparent, tracestate)
+              next_try_at, traceparent, tracestate)
     ON email_sends TO mailbus_enqueuer;
-GRANT SELECT (id, dedupe_key, status) ON email_sends TO mailbus_enqueuer;
+GRANT SELECT (id, dedupe_key, status, delivery_status, attempts, message_id, next_try_at,
+              expires_at, created_at, updated_at) ON email_sends TO mailbus_enqueuer;
+REVOKE ALL ON FUNCTION mailbus_cancel_send(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION mailbus_cancel_send(text, text) TO mailbus_enqueuer,
+    mailbus_operator;
 
 -- `mailbus relay`: claims committed rows and dead letters and marks them published; its
 -- campaign pacer fans recipients out into sends, skipping suppressed addresses.
