@@ -52,12 +52,15 @@ def _queries() -> dict[str, str]:
     return load_queries("mailbus.consumer", "send_admin.sql")
 
 
-def story(database_url: str, key: str) -> SendStory:
-    """The send with dedupe key ``key`` and everything recorded about it."""
+def story(database_url: str, key: str, *, payload: bool = True) -> SendStory:
+    """The send with dedupe key ``key`` and everything recorded about it; without
+    ``payload``, the send has its variables' names (``variables``) instead of their values
+    (the console, whose role may not read payloads)."""
     q = _queries()
     try:
         with psycopg.connect(database_url, row_factory=dict_row) as conn:
-            send = conn.execute(q["send_by_key"], {"key": key}).fetchone()
+            query = q["send_by_key" if payload else "send_shown_by_key"]
+            send = conn.execute(query, {"key": key}).fetchone()
             if send is None:
                 raise SendNotFound(f"no send has the key {key!r}")
             ids = {"send_id": send["id"], "message_id": send["message_id"]}
@@ -139,4 +142,3 @@ def run_change(settings: Settings, key: str, action: str, message_id: str | None
         f"{key} is {send['status']} (attempts {send['attempts']}): {action.replace('_', ' ')}"
         f" needs a send that is {needs}; nothing changed"
     )
-
