@@ -1,4 +1,4 @@
-"""The console against the attacks of docs/guides/console.md#what-it-resists, over HTTP,
+"""The console against the attacks of docs/guides/console.md#access, over HTTP,
 logged in to PostgreSQL as a member of mailbus_console: forged multipart and cross-site
 POSTs, oversized bodies before sign-in, password guessing (alone and in parallel), cookies
 and HSTS, a proxy header from anyone, and uploads cut off or reused under a name."""
