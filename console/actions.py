@@ -24,7 +24,7 @@ from mailbus.campaigns.store import (
 )
 from mailbus.console import audit
 from mailbus.console.pages import letter_filter, suppressions_page
-from mailbus.console.upload import UploadRefused, receive
+from mailbus.console.upload import UploadRefused, field_text, receive
 from mailbus.console.web import console_of, refuse, render, run, session_of
 from mailbus.feedback import suppressions
 
@@ -71,18 +71,21 @@ async def create(request: web.Request) -> web.Response:
     """A campaign from a multipart form: ``csrf`` first, then the fields, then the CSV,
     received whole (console/upload.py), then imported with the same checks and per-line
     errors as the CLI. An upload cut off or over a limit creates nothing."""
+    if request.content_type != "multipart/form-data":
+        return await refuse(request, "the form's CSRF token must come first")
+    console = console_of(request)
     reader = await request.multipart()
     fields: dict[str, str] = {}
     csrf = await reader.next()
     if not isinstance(csrf, BodyPartReader) or csrf.name != "csrf":
         return await refuse(request, "the form's CSRF token must come first")
-    if not session_of(request).csrf_ok(await csrf.text()):
+    if not session_of(request).csrf_ok(await field_text(_chunks(csrf), console.max_body)):
         return await refuse(request, "the form's CSRF token is missing or wrong")
     part = await reader.next()
-    while isinstance(part, BodyPartReader) and part.name != "audience":
-        fields[part.name or ""] = (await part.text()).strip()
+    while isinstance(part, BodyPartReader) and part.name != "audience" and len(fields) < 20:
+        fields[part.name or ""] = (await field_text(_chunks(part), console.max_body)).strip()
         part = await reader.next()
-    if not isinstance(part, BodyPartReader):
+    if not isinstance(part, BodyPartReader) or part.name != "audience":
         return _form_again(request, fields, "choose the audience CSV file")
     try:
         spec = CampaignSpec(
@@ -94,7 +97,6 @@ async def create(request: web.Request) -> web.Response:
         spec.check()
     except (CampaignError, ValueError) as exc:
         return _form_again(request, fields, str(exc))
-    console = console_of(request)
     try:
         received = await receive(_chunks(part), console.upload_max_bytes, console.upload_max_rows)
     except UploadRefused as exc:

@@ -19,7 +19,7 @@ from typing import IO
 
 from mailbus.kernel.errors import MailbusError
 
-__all__ = ["Received", "UploadRefused", "receive"]
+__all__ = ["Received", "UploadRefused", "field_text", "receive"]
 
 
 class UploadRefused(MailbusError):
@@ -67,6 +67,18 @@ async def receive(chunks: AsyncIterator[bytes], max_bytes: int, max_rows: int) -
         raise _too_many(max_rows)
     spool.seek(0)
     return Received(spool, size, digest.hexdigest(), lines)
+
+
+async def field_text(chunks: AsyncIterator[bytes], limit: int) -> str:
+    """A form field's text (the token, the name, …): :class:`UploadRefused` over ``limit``."""
+    data = bytearray()
+    async for chunk in chunks:
+        data += chunk
+        if len(data) > limit:
+            raise UploadRefused(
+                f"a form field is larger than {limit} bytes (MAILBUS_CONSOLE_MAX_BODY)"
+            )
+    return data.decode("utf-8", errors="replace")
 
 
 def _too_many(max_rows: int) -> UploadRefused:

@@ -17,6 +17,7 @@ import pytest
 from aiohttp import FormData
 from aiohttp.test_utils import TestClient
 from console_support import CSRF, audit_rows, console_login, serve, sign_in
+from services import run_mailbus
 
 from mailbus.console.access import User, Users
 from mailbus.console.signin import Hashing
@@ -343,3 +344,23 @@ async def _payload_bytes(payload: Any) -> Any:
     await payload.write(sink)
     for part in sink.parts:
         yield part
+
+
+def test_the_upload_route_refuses_a_form_without_its_token_first(console_url: str) -> None:
+    async def scenario(client: Client) -> None:
+        await sign_in(client, "ana", "ana-secret")
+        plain = await client.post("/campaigns/new", data={"name": "x", "template": "t"})
+        assert plain.status == 403 and "must come first" in await plain.text()
+        huge = FormData()
+        huge.add_field("csrf", io.BytesIO(b"x" * (1024 * 1024)), filename="t")
+        assert (await client.post("/campaigns/new", data=huge)).status == 400
+
+    serve(console_url, scenario)
+    assert _campaigns(console_url) == []
+
+
+def test_the_command_refuses_a_proxy_header_nobody_can_vouch_for(database_url: str) -> None:
+    env = {"MAILBUS_DATABASE_URL": database_url, "MAILBUS_CONSOLE_PROXY_HEADER": "X-User"}
+    refused = run_mailbus("console", env=env)
+    assert refused.returncode == 2
+    assert "MAILBUS_CONSOLE_PROXY_SECRET or MAILBUS_CONSOLE_PROXY_SOURCES" in refused.stderr

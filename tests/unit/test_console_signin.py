@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from mailbus.console.access import Sessions, User
 from mailbus.console.signin import Busy, Hashing, Limits, Throttle
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.settings import load_settings
@@ -91,3 +92,12 @@ def test_proxy_sources_and_limits_are_checked() -> None:
         load_settings({**BASE, "MAILBUS_CONSOLE_PROXY_SOURCES": "ingress-nginx"})
     with pytest.raises(ConfigError, match="MAILBUS_CONSOLE_UPLOAD_MAX_ROWS"):
         load_settings({**BASE, "MAILBUS_CONSOLE_UPLOAD_MAX_ROWS": "0"})
+
+
+def test_expired_sessions_are_swept_at_the_next_sign_in() -> None:
+    now = [0.0]
+    sessions = Sessions(clock=lambda: now[0], ttl_s=10)
+    first = sessions.open(User("ana", "operator"))
+    now[0] = 20.0
+    sessions.open(User("vic", "viewer"))
+    assert len(sessions._open) == 1 and sessions.get(first) is None
