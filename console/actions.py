@@ -130,6 +130,9 @@ async def create(request: web.Request) -> web.Response:
     except (CampaignError, UploadRefused) as exc:
         received.file.close()
         return _form_again(request, fields, str(exc))
+    except ValueError:  # no closing boundary: the body ended before the form did
+        received.file.close()
+        raise
     user = session_of(request).user
     said = f"{report.recipients} recipients imported, {report.rejected} lines skipped"
     await run(request, audit.record, user, "campaign_create", str(report.campaign_id),

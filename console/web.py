@@ -245,7 +245,7 @@ def _secure_headers(request: web.Request, response: web.StreamResponse) -> None:
         response.headers["Strict-Transport-Security"] = _HSTS
 
 
-async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
+async def _checked(request: web.Request, handler: Handler) -> web.StreamResponse:
     if request.method == "POST":
         if (why := cross_site(request)) is not None:
             return render(request, "refused.html", code=403, why=why)
@@ -270,6 +270,16 @@ async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse
         return await handler(request)
     except MailbusError as exc:
         return render(request, "refused.html", code=400, why=str(exc))
+
+
+async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A body aiohttp cannot parse (no boundary, bytes that are not UTF-8, a multipart body
+    cut short) answers 400, never 500."""
+    try:
+        return await _checked(request, handler)
+    except ValueError as exc:  # aiohttp's form and multipart parsers (UnicodeDecodeError too)
+        log.warning("console: %s %s: unreadable body: %s", request.method, request.path, exc)
+        return render(request, "refused.html", code=400, why="the form could not be read")
 
 
 async def _login_form(request: web.Request) -> web.Response:

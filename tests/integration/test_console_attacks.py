@@ -364,3 +364,28 @@ def test_the_command_refuses_a_proxy_header_nobody_can_vouch_for(database_url: s
     refused = run_mailbus("console", env=env)
     assert refused.returncode == 2
     assert "MAILBUS_CONSOLE_PROXY_SECRET or MAILBUS_CONSOLE_PROXY_SOURCES" in refused.stderr
+
+
+def test_a_body_that_cannot_be_read_answers_400_and_creates_nothing(console_url: str) -> None:
+    async def scenario(client: Client) -> None:
+        csrf = await sign_in(client, "ana", "ana-secret")
+        part = '--xx\r\nContent-Disposition: form-data; name="{}"{}\r\n\r\n{}\r\n'
+        unclosed = (  # every part, but the body ends before the closing boundary
+            part.format("csrf", "", csrf)
+            + part.format("name", "", "n")
+            + part.format("template", "", "newsletter")
+            + part.format("audience", '; filename="a.csv"', "user_id,email\n1,a@x.org")
+        ).encode()
+        multipart = "multipart/form-data; boundary=xx"
+        for path, content_type, body in (
+            ("/campaigns/new", "multipart/form-data", b"no boundary"),
+            ("/campaigns/new", multipart, b"no part"),
+            ("/campaigns/new", multipart, unclosed),
+            ("/login", "application/x-www-form-urlencoded", b"csrf=\xff&name=\xfe"),
+            ("/suppressions/add", "application/x-www-form-urlencoded", b"address=\xff@x.org"),
+        ):
+            answer = await client.post(path, data=body, headers={"Content-Type": content_type})
+            assert answer.status == 400, (path, body[:20], answer.status)
+
+    serve(console_url, scenario)
+    assert _campaigns(console_url) == []
