@@ -24,6 +24,7 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
@@ -64,6 +65,7 @@ PROXY_SECRET_HEADER = "X-Mailbus-Proxy-Secret"
 UPLOAD_PATH = "/campaigns/new"  # the one route that takes a multipart body
 _PUBLIC = ("/login", "/healthz", "/readyz", "/static/")
 _HSTS = "max-age=31536000"
+WORKERS = 8  # threads for the pages' and actions' database work
 _HEADERS = {
     "Content-Security-Policy": "default-src 'self'; script-src 'none'; frame-ancestors 'none';"
     " form-action 'self'; base-uri 'none'",
@@ -97,6 +99,11 @@ class Console:
     throttle: Throttle = field(default_factory=Throttle)
     hashing: Hashing = field(default_factory=Hashing)
     clock: Callable[[], float] = time.monotonic
+    # The pages' and actions' database work: at most WORKERS connections besides the pool,
+    # however many requests come in (a thread of the default executor each, otherwise).
+    workers: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(WORKERS, thread_name_prefix="console-db")
+    )
     # Opened by `mailbus console` at start, closed at its stop (console/server.py); without
     # one (an application made in a test) each read opens a connection of its own.
     pool: ConnectionPool | None = None
@@ -189,8 +196,11 @@ async def refuse(request: web.Request, why: str) -> web.Response:
 
 
 async def run(request: web.Request, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(database_url, *args)`` in a worker thread (the rooms' functions block)."""
-    return await asyncio.to_thread(fn, console_of(request).database_url, *args)
+    """``fn(database_url, *args)`` on one of the console's worker threads (the rooms'
+    functions block, each on a connection of its own: the workers bound how many)."""
+    console = console_of(request)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(console.workers, fn, console.database_url, *args)
 
 
 async def run_on(request: web.Request, fn: Callable[..., Any], *args: Any) -> Any:
@@ -202,7 +212,7 @@ async def run_on(request: web.Request, fn: Callable[..., Any], *args: Any) -> An
         with console.connection() as conn:
             return fn(conn, *args)
 
-    return await asyncio.to_thread(call)
+    return await asyncio.get_running_loop().run_in_executor(console.workers, call)
 
 
 def _signed_in(request: web.Request) -> Session | None:

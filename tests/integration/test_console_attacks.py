@@ -10,6 +10,7 @@ import io
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -389,3 +390,34 @@ def test_a_body_that_cannot_be_read_answers_400_and_creates_nothing(console_url:
 
     serve(console_url, scenario)
     assert _campaigns(console_url) == []
+
+
+def test_a_flood_of_page_views_holds_no_more_connections_than_its_workers(
+    console_url: str, database_url: str
+) -> None:
+    """Review item 22b: each page read opened a connection on the default executor, as many
+    as the node's CPUs allowed; a signed-in viewer could take a share of max_connections."""
+    login = console_url.split("//")[1].split(":")[0]
+
+    def waiting() -> int:
+        return int(
+            one(
+                database_url,
+                "SELECT count(*) FROM pg_stat_activity WHERE usename = %s",  # each one waits
+                login,
+            )
+        )
+
+    async def scenario(client: Client) -> None:
+        await sign_in(client, "vic", "vic-secret")
+        with psycopg.connect(database_url) as holder:
+            holder.execute("LOCK TABLE console_audit IN ACCESS EXCLUSIVE MODE")
+            pages = [asyncio.ensure_future(client.get("/audit")) for _ in range(12)]
+            deadline = time.monotonic() + 30
+            while waiting() < 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)  # time for more to queue at the lock, were they let
+            assert waiting() == 2
+        assert [(await page).status for page in pages] == [200] * 12
+
+    serve(console_url, scenario, workers=ThreadPoolExecutor(2))
