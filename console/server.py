@@ -23,6 +23,7 @@ from psycopg_pool import ConnectionPool
 
 from mailbus.console.access import load_users
 from mailbus.console.actions import add_actions
+from mailbus.console.login import add_login
 from mailbus.console.pages import add_pages
 from mailbus.console.web import CONSOLE, Console, add_routes, guard
 from mailbus.consumer.dead_letter_views import DEFAULT_REPLAY_RATE
@@ -59,6 +60,7 @@ def make_app(console: Console) -> web.Application:
     app = web.Application(middlewares=[guard], client_max_size=console.max_body)
     app[CONSOLE] = console
     add_routes(app)
+    add_login(app)
     add_pages(app)
     add_actions(app)
     return app

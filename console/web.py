@@ -36,9 +36,9 @@ from aiohttp import web
 from psycopg_pool import ConnectionPool
 
 from mailbus.console import audit
-from mailbus.console.access import Session, Sessions, User, Users
+from mailbus.console.access import Session, Sessions, Users
 from mailbus.console.replays import ReplayJobs
-from mailbus.console.signin import Busy, Hashing, Throttle
+from mailbus.console.signin import Hashing, Throttle
 from mailbus.kernel.errors import MailbusError, StorageError
 
 __all__ = [
@@ -60,7 +60,6 @@ __all__ = [
 log = logging.getLogger("mailbus.console")
 
 COOKIE = "mailbus_console"
-_LOGIN_COOKIE = "mailbus_console_login"  # the login form's own CSRF token (double submit)
 PROXY_SECRET_HEADER = "X-Mailbus-Proxy-Secret"
 UPLOAD_PATH = "/campaigns/new"  # the one route that takes a multipart body
 _PUBLIC = ("/login", "/healthz", "/readyz", "/static/")
@@ -225,7 +224,7 @@ def _signed_in(request: web.Request) -> Session | None:
     return console.sessions.get(request.cookies.get(console.cookie(COOKIE)))
 
 
-def cross_site(request: web.Request) -> str | None:
+def _cross_site(request: web.Request) -> str | None:
     """Why a POST does not come from the console's own pages, or None. Browsers send
     ``Sec-Fetch-Site`` and ``Origin`` on a form's POST; a client that sends neither still
     needs the CSRF token."""
@@ -257,7 +256,7 @@ def _secure_headers(request: web.Request, response: web.StreamResponse) -> None:
 
 async def _checked(request: web.Request, handler: Handler) -> web.StreamResponse:
     if request.method == "POST":
-        if (why := cross_site(request)) is not None:
+        if (why := _cross_site(request)) is not None:
             return render(request, "refused.html", code=403, why=why)
         if request.content_type == "multipart/form-data" and request.path != UPLOAD_PATH:
             return render(request, "refused.html", code=415, why="a form is sent urlencoded")
@@ -292,64 +291,6 @@ async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse
         return render(request, "refused.html", code=400, why="the form could not be read")
 
 
-async def _login_form(request: web.Request) -> web.Response:
-    # The token already given stays (a second tab, the browser's favicon fetch redirected
-    # here): a new one each time would expire the form on screen.
-    console = console_of(request)
-    token = request.cookies.get(console.cookie(_LOGIN_COOKIE)) or secrets.token_urlsafe(24)
-    response = render(request, "login.html", csrf=token, error=None)
-    console.set_cookie(response, _LOGIN_COOKIE, token, max_age=3600)
-    return response
-
-
-async def _login(request: web.Request) -> web.Response:
-    console = console_of(request)
-    if request.content_type != "application/x-www-form-urlencoded":
-        return render(request, "refused.html", code=415, why="a form is sent urlencoded")
-    form = await request.post()  # at most MAILBUS_CONSOLE_MAX_BODY (413 beyond)
-    expected = request.cookies.get(console.cookie(_LOGIN_COOKIE), "")
-    token = str(form.get("csrf", ""))
-    if not expected or not secrets.compare_digest(token.encode(), expected.encode()):
-        return render(request, "refused.html", code=403, why="the login form expired: reload")
-    name, password = str(form.get("name", ""))[:200], str(form.get("password", ""))
-    source = console.source(request)
-    wait = console.throttle.wait_s(source, name, console.clock())
-    if wait > 0:
-        return _too_soon(request, token, 429, wait, "too many failed sign-ins")
-    try:
-        user = await console.hashing.run(lambda: console.users.check_password(name, password))
-    except Busy:
-        return _too_soon(request, token, 503, 1, "too many sign-ins at once")
-    if user is None:
-        console.throttle.failed(source, name, console.clock())
-        log.warning("console: failed sign-in for %r from %s", name[:64], source)
-        await run(request, audit.record, User(name[:64], "none"), "login_failed", source)
-        return render(request, "login.html", code=401, csrf=token, error="wrong name or password")
-    console.throttle.succeeded(name)
-    response = web.HTTPSeeOther("/")
-    console.set_cookie(response, COOKIE, console.sessions.open(user))
-    console.del_cookie(response, _LOGIN_COOKIE)
-    await run(request, audit.record, user, "login", source)
-    raise response
-
-
-def _too_soon(request: web.Request, token: str, code: int, wait: float, why: str) -> web.Response:
-    seconds = max(1, round(wait))
-    response = render(
-        request, "login.html", code=code, csrf=token, error=f"{why}: try again in {seconds} s"
-    )
-    response.headers["Retry-After"] = str(seconds)
-    return response
-
-
-async def _logout(request: web.Request) -> web.Response:
-    console = console_of(request)
-    console.sessions.close(request.cookies.get(console.cookie(COOKIE)))
-    response = web.HTTPSeeOther("/login")
-    console.del_cookie(response, COOKIE)
-    raise response
-
-
 async def _healthz(_request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
@@ -366,9 +307,6 @@ async def _readyz(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_get("/login", _login_form)
-    app.router.add_post("/login", _login)
-    app.router.add_post("/logout", _logout)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_static("/static/", str(_static_dir()))
