@@ -59,12 +59,9 @@ WHERE id = %(id)s AND send_id IS NULL
 
 -- name: reset_send
 -- Step 2: failed -> pending with a fresh attempt budget, the one edge reserved for replay.
--- A row in any other status (accepted above all) is never touched.
-UPDATE email_sends
-SET status = 'pending', attempts = 0, next_try_at = NULL, published_at = NULL,
-    last_error = NULL, lease_until = NULL, lease_token = NULL
-WHERE id = %(send_id)s AND status = 'failed'
-RETURNING id
+-- A row in any other status (accepted above all) is never touched. Migration 0053's
+-- function runs the UPDATE, only for a send whose dead letter step 1 just marked.
+SELECT * FROM mailbus_replay_send(%(send_id)s)
 
 -- name: send_status
 SELECT status FROM email_sends WHERE id = %(send_id)s

@@ -223,7 +223,10 @@ def test_console_reads_and_acts_but_cannot_read_payloads_rewrite_sends_or_forge_
 ) -> None:
     """Review hole 15: the console ran as mailbus_operator."""
     with psycopg.connect(roles_db) as conn:
-        conn.execute('UPDATE email_sends SET payload_json = \'{"token": "t-1"}\'')
+        conn.execute(
+            "UPDATE email_sends SET payload_json = '{\"token\": \"t-1\"}', status = 'failed'"
+        )
+        seed = conn.execute("SELECT id FROM email_sends").fetchone()[0]  # type: ignore[index]
         conn.execute(
             "INSERT INTO campaigns (name, template, priority, rate_per_min, audience)"
             " VALUES ('c', 'newsletter', 'p2', 60, 'x')"
@@ -233,7 +236,6 @@ def test_console_reads_and_acts_but_cannot_read_payloads_rewrite_sends_or_forge_
             assert conn.execute(
                 "SELECT to_address, variables FROM email_sends_shown"
             ).fetchall() == [("a@x.org", ["token"])]
-            conn.execute("UPDATE email_sends SET status = 'pending', attempts = 0")
             conn.execute("UPDATE campaigns SET state = 'cancelled'")
             conn.execute("DELETE FROM email_suppressions WHERE address = 'b@x.org'")
             conn.execute(
@@ -244,6 +246,10 @@ def test_console_reads_and_acts_but_cannot_read_payloads_rewrite_sends_or_forge_
         assert refused(url, "SELECT * FROM email_sends")
         assert refused(url, "SELECT lease_token FROM email_sends")
         assert refused(url, "UPDATE email_sends SET to_address = 'x@evil.example'")
+        assert refused(url, "UPDATE email_sends SET status = 'pending', attempts = 0")
+        assert refused(url, "UPDATE email_sends SET next_try_at = now()")
+        with psycopg.connect(url) as conn:  # a replay's reset with no dead letter replayed
+            assert conn.execute("SELECT * FROM mailbus_replay_send(%s)", (seed,)).fetchall() == []
         assert refused(url, "UPDATE email_sends SET payload_json = '{}'")
         assert refused(url, "UPDATE email_sends SET message_id = 'forged'")
         assert refused(url, "DELETE FROM email_sends WHERE status = 'pending'")
@@ -264,6 +270,7 @@ def test_console_reads_and_acts_but_cannot_read_payloads_rewrite_sends_or_forge_
         )
         assert refused(url, "TRUNCATE console_audit")
     with psycopg.connect(roles_db) as conn:
+        assert conn.execute("SELECT status FROM email_sends").fetchall() == [("failed",)]
         assert conn.execute("SELECT who, db_user FROM console_audit").fetchall() == [
             ("ana", login[0])  # type: ignore[index]
         ]

@@ -40,6 +40,10 @@ BEGIN  -- column grants survive a table-level REVOKE ALL
         EXECUTE format('REVOKE ALL (%I) ON %I FROM %I', col.name, col.tab, col.who);
     END LOOP;
 END $$;
+-- The functions of migration 0053 (the console's moves on sends) are granted below.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA public FROM mailbus_enqueuer, mailbus_relay,
+    mailbus_consumer, mailbus_intake, mailbus_webhooks, mailbus_operator, mailbus_retention,
+    mailbus_console;
 GRANT USAGE ON SCHEMA public TO mailbus_enqueuer, mailbus_relay, mailbus_consumer,
     mailbus_intake, mailbus_webhooks, mailbus_operator, mailbus_retention, mailbus_console;
 -- Every process compares the recorded schema versions with its build at start.
@@ -127,8 +131,9 @@ GRANT SELECT (provider, event_id), DELETE ON delivery_events TO mailbus_retentio
 -- `mailbus console` (docs/guides/console.md#its-database-role): what its pages show and its
 -- actions do, nothing more. It reads every column of a send but the payload and the lease
 -- token (a mail's page shows its variables' names through the email_sends_shown view),
--- and changes only what a dead letter's replay (failed -> pending) and a campaign's cancel
--- (expired) change: never an address, template, payload, key or provider. It reads no
+-- and updates no send itself: a dead letter's replay (failed -> pending) and a campaign's
+-- pause, resume and cancel go through migration 0053's functions, each checking that its
+-- move happens in the same transaction. It reads no
 -- dead letter's stored Kafka key or value and no recipient's address or variables (it
 -- imports them). Its audit rows are append-only: it inserts them, the database stamps the
 -- time and the login (migration 0052), and nobody updates them. It deletes no send.
@@ -137,9 +142,10 @@ GRANT SELECT (id, dedupe_key, to_address, template, priority, status, attempts, 
               lease_until, accepted_at, provider, in_doubt_since, delivery_status,
               last_event_at, campaign_id, provider_code, guarantee, first_tried_at)
     ON email_sends TO mailbus_console;
-GRANT UPDATE (status, attempts, next_try_at, expires_at, published_at, last_error,
-              lease_until, lease_token)
-    ON email_sends TO mailbus_console;
+GRANT EXECUTE ON FUNCTION mailbus_replay_send(bigint), mailbus_campaign_lock_open(bigint),
+    mailbus_campaign_expire_unsent(bigint), mailbus_campaign_expire_in_doubt(bigint),
+    mailbus_campaign_hold(bigint), mailbus_campaign_release(bigint)
+    TO mailbus_console, mailbus_operator;
 GRANT SELECT ON email_sends_shown TO mailbus_console, mailbus_operator;
 GRANT SELECT (id, send_id, dedupe_key, priority, template, reason, status_code, error, attempts,
               original_topic, original_partition, original_offset, created_at, published_at,
