@@ -375,7 +375,8 @@ def main() -> None:
             cwd=REPO,
             env={**env, "MAILBUS_CONSOLE_LISTEN": f"127.0.0.1:{port}",
                  "MAILBUS_CONSOLE_USERS_FILE": str(users),
-                 "MAILBUS_CONSOLE_PROXY_HEADER": "X-Bench-User"},
+                 "MAILBUS_CONSOLE_PROXY_HEADER": "X-Bench-User",
+                 "MAILBUS_CONSOLE_PROXY_SOURCES": "127.0.0.1"},
         )  # fmt: skip
         base = f"http://127.0.0.1:{port}"
         for _ in range(100):

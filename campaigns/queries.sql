@@ -108,56 +108,40 @@ RETURNING state
 -- name: campaign_state
 SELECT state FROM campaigns WHERE id = %(id)s
 
+-- The moves' follow-ups on the campaign's sends run as functions of migration 0053 (the
+-- console's role may not update sends itself); each statement is there, unchanged.
+
 -- name: lock_open_rows
 -- On cancel, first: the campaign's rows not yet final, locked in id order (as claims lock
 -- them). A claim that committed meanwhile is seen by the statements that follow (each
 -- reads the latest rows); a claim that comes later waits, then finds them expired.
-SELECT id FROM email_sends
-WHERE campaign_id = %(id)s AND status IN ('pending', 'sending', 'unknown')
-ORDER BY id
-FOR UPDATE
+SELECT * FROM mailbus_campaign_lock_open(%(id)s)
 
 -- name: expire_unsent
 -- On cancel: the campaign's pending rows the provider cannot hold end `expired` at once:
 -- never tried, or tried and answered definitively every time (a 429 or 503 says "not
 -- accepted"; in_doubt_since is set by any call whose outcome was not known).
-UPDATE email_sends
-SET status = 'expired', last_error = 'campaign cancelled', published_at = NULL
-WHERE campaign_id = %(id)s AND status = 'pending' AND in_doubt_since IS NULL
-RETURNING id
+SELECT * FROM mailbus_campaign_expire_unsent(%(id)s)
 
 -- name: expire_in_doubt
 -- On cancel: the campaign's rows the provider may hold (`unknown`, `sending`, or pending
 -- after a call with no known outcome) expire now, by the look-up rule: the consumer looks
 -- each key up before it writes `expired` (found: `accepted`), and its claim sends none of
 -- them again. Due now, so that the campaign's last mail is final soon.
-UPDATE email_sends
-SET expires_at = LEAST(expires_at, now()),
-    next_try_at = CASE WHEN status = 'sending' THEN next_try_at END,
-    published_at = CASE WHEN status = 'pending' THEN NULL ELSE published_at END
-WHERE campaign_id = %(id)s AND status IN ('pending', 'sending', 'unknown')
-RETURNING id
+SELECT * FROM mailbus_campaign_expire_in_doubt(%(id)s)
 
 -- name: hold_queued
 -- On pause: the campaign's pending rows, tried or not, are held back a century (their own
 -- retry time kept under it, so a Retry-After still counts after the resume), and
 -- published_at NULL lets the relay publish them again once released. A pointer already on
 -- Kafka is refused by the consumer's claim (not due; and the campaign is paused).
-UPDATE email_sends
-SET next_try_at = coalesce(next_try_at, now()) + interval '100 years', published_at = NULL
-WHERE campaign_id = %(id)s AND status = 'pending'
-RETURNING id
+SELECT * FROM mailbus_campaign_hold(%(id)s)
 
 -- name: release_held
 -- On resume: the rows hold_queued held are due at their own time again; rows that came
 -- back pending during the pause (their call was in flight) and whose pointer the claim
 -- refused are handed back to the relay too.
-UPDATE email_sends
-SET next_try_at = CASE WHEN next_try_at > now() + interval '50 years'
-                       THEN next_try_at - interval '100 years' ELSE next_try_at END,
-    published_at = NULL
-WHERE campaign_id = %(id)s AND status = 'pending'
-RETURNING id
+SELECT * FROM mailbus_campaign_release(%(id)s)
 
 -- name: open_mail
 -- Whether any of the campaign's mail is not final: the campaign is not finished until

@@ -126,8 +126,11 @@ class Sessions:
     _open: dict[str, Session] = field(default_factory=dict)
 
     def open(self, user: User) -> str:
+        now = self.clock()
+        for old in [key for key, session in self._open.items() if session.expires < now]:
+            del self._open[old]  # swept at each sign-in: expired sessions do not pile up
         token = secrets.token_urlsafe(32)
-        self._open[token] = Session(user, secrets.token_urlsafe(32), self.clock() + self.ttl_s)
+        self._open[token] = Session(user, secrets.token_urlsafe(32), now + self.ttl_s)
         return token
 
     def get(self, token: str | None) -> Session | None:

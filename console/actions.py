@@ -6,22 +6,31 @@ touched."""
 from __future__ import annotations
 
 import asyncio
-import io
-from typing import Any
+import dataclasses
+import logging
+from typing import IO, Any
 
 from aiohttp import BodyPartReader, web
 
-from mailbus.campaigns.audience import Rejected
+from mailbus.campaigns.audience import Rejected, open_audience
 from mailbus.campaigns.commands import MAX_REJECTS_SHOWN
 from mailbus.campaigns.errors import CampaignError
-from mailbus.campaigns.store import TRANSITIONS, CampaignSpec, create_campaign, transition
+from mailbus.campaigns.store import (
+    TRANSITIONS,
+    CampaignSpec,
+    ImportReport,
+    create_campaign,
+    transition,
+)
 from mailbus.console import audit
 from mailbus.console.pages import letter_filter, suppressions_page
-from mailbus.console.upload import ChunkStream, feed
+from mailbus.console.upload import UploadRefused, field_text, receive
 from mailbus.console.web import console_of, refuse, render, run, session_of
 from mailbus.feedback import suppressions
 
 __all__ = ["add_actions"]
+
+log = logging.getLogger("mailbus.console")
 
 UPLOAD_CHUNK = 64 * 1024
 
@@ -60,19 +69,23 @@ async def move_campaign(request: web.Request) -> web.Response:
 
 async def create(request: web.Request) -> web.Response:
     """A campaign from a multipart form: ``csrf`` first, then the fields, then the CSV,
-    streamed to the importer as it arrives (the same checks and per-line errors as the CLI)."""
+    received whole (console/upload.py), then imported with the same checks and per-line
+    errors as the CLI. An upload cut off or over a limit creates nothing."""
+    if request.content_type != "multipart/form-data":
+        return await refuse(request, "the form's CSRF token must come first")
+    console = console_of(request)
     reader = await request.multipart()
     fields: dict[str, str] = {}
     csrf = await reader.next()
     if not isinstance(csrf, BodyPartReader) or csrf.name != "csrf":
         return await refuse(request, "the form's CSRF token must come first")
-    if not session_of(request).csrf_ok(await csrf.text()):
+    if not session_of(request).csrf_ok(await field_text(_chunks(csrf), console.max_body)):
         return await refuse(request, "the form's CSRF token is missing or wrong")
     part = await reader.next()
-    while isinstance(part, BodyPartReader) and part.name != "audience":
-        fields[part.name or ""] = (await part.text()).strip()
+    while isinstance(part, BodyPartReader) and part.name != "audience" and len(fields) < 20:
+        fields[part.name or ""] = (await field_text(_chunks(part), console.max_body)).strip()
         part = await reader.next()
-    if not isinstance(part, BodyPartReader):
+    if not isinstance(part, BodyPartReader) or part.name != "audience":
         return _form_again(request, fields, "choose the audience CSV file")
     try:
         spec = CampaignSpec(
@@ -80,35 +93,46 @@ async def create(request: web.Request) -> web.Response:
             template=fields.get("template", ""),
             priority=fields.get("priority") or "p2",
             rate_per_min=int(fields.get("rate") or 600),
-            audience=f"upload: {part.filename or 'audience.csv'}",
         )
         spec.check()
     except (CampaignError, ValueError) as exc:
         return _form_again(request, fields, str(exc))
+    try:
+        received = await receive(_chunks(part), console.upload_max_bytes, console.upload_max_rows)
+    except UploadRefused as exc:
+        return _form_again(request, fields, str(exc), code=413)
+    except asyncio.CancelledError:  # the client went away (aiohttp cancels the handler)
+        log.warning("console: an upload was cut off: nothing created")
+        raise
+    except (ConnectionError, EOFError, ValueError, web.HTTPException) as exc:
+        log.warning("console: an upload was cut off (%s): nothing created", exc)
+        return _form_again(request, fields, "the upload was cut off: nothing was created")
     rejects: list[Rejected] = []
-    stream = ChunkStream()
-    console = console_of(request)
 
-    def import_it() -> Any:
-        try:
+    def import_it(audience_csv: IO[bytes]) -> ImportReport:
+        with audience_csv:  # closed before its reader (a TextIOWrapper, a local) is dropped
+            audience = open_audience(audience_csv)
             return create_campaign(
                 console.database_url,
-                spec,
-                io.BufferedReader(stream),
+                dataclasses.replace(spec, audience=received.audience(part.filename or "audience")),
+                audience,
                 lambda rejected: (
                     rejects.append(rejected) if len(rejects) < MAX_REJECTS_SHOWN else None
                 ),
                 part_size=console.import_part,
             )
-        finally:
-            stream.drain()
 
-    importing = asyncio.create_task(asyncio.to_thread(import_it))
-    await feed(stream, _chunks(part))
     try:
-        report = await importing
-    except CampaignError as exc:
+        if await reader.next() is not None:  # the body's closing boundary: all was sent
+            received.file.close()
+            raise UploadRefused("the audience must be the form's last field")
+        report = await asyncio.to_thread(import_it, received.file)
+    except (CampaignError, UploadRefused) as exc:
+        received.file.close()
         return _form_again(request, fields, str(exc))
+    except ValueError:  # no closing boundary: the body ended before the form did
+        received.file.close()
+        raise
     user = session_of(request).user
     said = f"{report.recipients} recipients imported, {report.rejected} lines skipped"
     await run(request, audit.record, user, "campaign_create", str(report.campaign_id),
@@ -127,11 +151,13 @@ async def _chunks(part: BodyPartReader) -> Any:
         yield chunk
 
 
-def _form_again(request: web.Request, fields: dict[str, str], error: str) -> web.Response:
+def _form_again(
+    request: web.Request, fields: dict[str, str], error: str, code: int = 400
+) -> web.Response:
     return render(
         request,
         "campaign_new.html",
-        code=400,
+        code=code,
         csrf=session_of(request).csrf,
         result=None,
         fields=fields,

@@ -44,11 +44,15 @@ async def mail(request: web.Request) -> web.Response:
         if len(matches) == 1:
             key = matches[0]["dedupe_key"]
     prefix = console_of(request).key_prefix
-    story = await run(request, send_admin.story, key, prefix) if key else None
-    variables = sorted((story.send.get("payload_json") or {}).keys()) if story else []
+    story = await run(request, _shown_story, key, prefix) if key else None
+    variables = story.send["variables"] if story else []
     return render(
         request, "mail.html", q=text or key, matches=matches, story=story, variables=variables
     )
+
+
+def _shown_story(database_url: str, key: str, key_prefix: str) -> send_admin.SendStory:
+    return send_admin.story(database_url, key, key_prefix, payload=False)
 
 
 def letter_filter(values: Any) -> tuple[LetterFilter, str]:
@@ -91,10 +95,9 @@ async def dead_letter(request: web.Request) -> web.Response:
 
     def read(database_url: str) -> dict[str, Any]:
         with connect_store(database_url) as store:
-            return store.story(letter_id)
+            return store.story(letter_id, raw=False)  # the stored Kafka value: not for a page
 
     story = await run(request, read)
-    story["dead_letter"].pop("original_value", None)  # the raw Kafka value: not for a page
     return render(request, "dead_letter.html", story=story)
 
 

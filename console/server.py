@@ -23,6 +23,7 @@ from psycopg_pool import ConnectionPool
 
 from mailbus.console.access import load_users
 from mailbus.console.actions import add_actions
+from mailbus.console.login import add_login
 from mailbus.console.pages import add_pages
 from mailbus.console.web import CONSOLE, Console, add_routes, guard
 from mailbus.consumer.dead_letter_views import DEFAULT_REPLAY_RATE
@@ -33,7 +34,6 @@ from mailbus.kernel.settings import Settings
 
 __all__ = ["console_from_settings", "make_app", "open_pool", "run_console"]
 
-MAX_UPLOAD = 4 * 1024**3  # a CSV is streamed, not held: this only bounds a runaway client
 POOL_SIZE = (1, 8)  # connections kept open, at most: pages run in worker threads
 
 
@@ -55,9 +55,12 @@ def open_pool(database_url: str) -> ConnectionPool:
 
 
 def make_app(console: Console) -> web.Application:
-    app = web.Application(middlewares=[guard], client_max_size=MAX_UPLOAD)
+    # Every body read whole (a form, sign-in included) is bounded; the upload is streamed
+    # with limits of its own (console/upload.py).
+    app = web.Application(middlewares=[guard], client_max_size=console.max_body)
     app[CONSOLE] = console
     add_routes(app)
+    add_login(app)
     add_pages(app)
     add_actions(app)
     return app
@@ -72,11 +75,25 @@ def console_from_settings(settings: Settings, overview: Overview) -> Console:
             "MAILBUS_CONSOLE_USERS_FILE",
             "must be set (or MAILBUS_CONSOLE_PROXY_HEADER): the console has no users",
         )
+    if settings.console_proxy_header and not (
+        settings.console_proxy_secret or settings.console_proxy_sources
+    ):
+        raise ConfigError(
+            "MAILBUS_CONSOLE_PROXY_HEADER",
+            "needs MAILBUS_CONSOLE_PROXY_SECRET or MAILBUS_CONSOLE_PROXY_SOURCES: otherwise"
+            " whoever reaches the port may name any user",
+        )
     return Console(
         database_url=settings.database_url,
         users=load_users(settings.console_users_file),
         overview=overview,
         proxy_header=settings.console_proxy_header,
+        proxy_secret=settings.console_proxy_secret,
+        proxy_sources=settings.console_proxy_sources,
+        secure_cookie=settings.console_secure_cookie,
+        max_body=settings.console_max_body,
+        upload_max_bytes=settings.console_upload_max_bytes,
+        upload_max_rows=settings.console_upload_max_rows,
         replay_rate=parse_rate(DEFAULT_REPLAY_RATE),
         import_part=settings.campaign_import_part,
         key_prefix=settings.provider_key_prefix,

@@ -1,58 +1,88 @@
-"""An uploaded CSV streamed to the campaign importer while it arrives.
+"""An uploaded audience CSV, received whole before anything is created.
 
-The importer (:func:`mailbus.campaigns.store.create_campaign`) reads a blocking binary
-stream in a worker thread; the request handler reads the upload's chunks on the event loop
-and hands them over through a small bounded queue, so neither side holds the whole file and
-a slow database slows the upload down instead of filling memory.
+The upload is written to a temporary file as it arrives (memory stays flat), counted and
+hashed; over ``MAILBUS_CONSOLE_UPLOAD_MAX_BYTES`` or ``MAILBUS_CONSOLE_UPLOAD_MAX_ROWS``
+it is refused at once. Only a body read to its closing boundary becomes a campaign, so an
+upload cut off half-way (the browser closed, the network gone) creates nothing; the
+campaign's audience names the file's size and SHA-256, so the same name uploaded again
+with another audience is refused, and with the same one gives that campaign again (its
+import resumed if the console stopped half-way), as `mailbus campaign create` does.
 """
 
 from __future__ import annotations
 
-import asyncio
-import io
-import queue
+import hashlib
+import tempfile
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import IO
 
-__all__ = ["ChunkStream", "feed"]
+from mailbus.kernel.errors import MailbusError
 
-_END = b""
-
-
-class ChunkStream(io.RawIOBase):
-    """A readable binary stream over chunks put by another thread (``b""`` ends it)."""
-
-    def __init__(self, depth: int = 8) -> None:
-        self.chunks: queue.Queue[bytes] = queue.Queue(maxsize=depth)
-        self._left = b""
-        self._ended = False
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        while not self._left and not self._ended:
-            chunk = self.chunks.get()
-            self._ended = chunk == _END
-            self._left = chunk
-        n = min(len(buffer), len(self._left))
-        buffer[:n] = self._left[:n]
-        self._left = self._left[n:]
-        return n
-
-    def drain(self) -> None:
-        """Read and drop what is left (the importer stopped early: unblock the feeder)."""
-        while not self._ended:
-            self._ended = self.chunks.get() == _END
+__all__ = ["Received", "UploadRefused", "field_text", "receive"]
 
 
-async def feed(stream: ChunkStream, chunks: AsyncIterator[bytes]) -> int:
-    """Put every chunk of ``chunks`` into ``stream``, then its end; the bytes fed."""
-    size = 0
+class UploadRefused(MailbusError):
+    """The upload is over a limit or incomplete: nothing was created."""
+
+
+@dataclass
+class Received:
+    file: IO[bytes]  # at its start; the caller closes it (the file is then gone)
+    size: int
+    sha256: str
+    lines: int  # the header included
+
+    def audience(self, filename: str) -> str:
+        """What the campaign's ``audience`` says of it (compared when a name is reused)."""
+        return f"upload: {filename}, {self.size} bytes, sha256 {self.sha256}"
+
+
+async def receive(chunks: AsyncIterator[bytes], max_bytes: int, max_rows: int) -> Received:
+    """The whole of ``chunks`` in a temporary file; :class:`UploadRefused` over a limit."""
+    spool = tempfile.TemporaryFile()  # noqa: SIM115 - returned open, or closed below
+    digest = hashlib.sha256()
+    size = breaks = 0
+    last = b"\n"
     try:
         async for chunk in chunks:
-            if chunk:
-                size += len(chunk)
-                await asyncio.to_thread(stream.chunks.put, chunk)
-    finally:
-        await asyncio.to_thread(stream.chunks.put, _END)
-    return size
+            size += len(chunk)
+            breaks += chunk.count(b"\n")
+            if size > max_bytes:
+                raise UploadRefused(
+                    f"the audience is larger than {max_bytes} bytes"
+                    " (MAILBUS_CONSOLE_UPLOAD_MAX_BYTES): nothing was created"
+                )
+            if breaks - 1 > max_rows:  # the header's line break is not a recipient
+                raise _too_many(max_rows)
+            digest.update(chunk)
+            spool.write(chunk)
+            last = chunk[-1:] or last
+    except BaseException:
+        spool.close()
+        raise
+    lines = breaks + (last != b"\n")
+    if lines - 1 > max_rows:
+        spool.close()
+        raise _too_many(max_rows)
+    spool.seek(0)
+    return Received(spool, size, digest.hexdigest(), lines)
+
+
+async def field_text(chunks: AsyncIterator[bytes], limit: int) -> str:
+    """A form field's text (the token, the name, …): :class:`UploadRefused` over ``limit``."""
+    data = bytearray()
+    async for chunk in chunks:
+        data += chunk
+        if len(data) > limit:
+            raise UploadRefused(
+                f"a form field is larger than {limit} bytes (MAILBUS_CONSOLE_MAX_BODY)"
+            )
+    return data.decode("utf-8", errors="replace")
+
+
+def _too_many(max_rows: int) -> UploadRefused:
+    return UploadRefused(
+        f"the audience has more than {max_rows} recipient lines"
+        " (MAILBUS_CONSOLE_UPLOAD_MAX_ROWS): nothing was created"
+    )

@@ -97,11 +97,14 @@ class DeadLetterStore:
         with self._conn.cursor(row_factory=dict_row) as cursor:
             return cursor.execute(self._q[query], params).fetchall()
 
-    def story(self, letter_id: int) -> dict[str, Any]:
-        """The dead letter, its send now, the send's attempts and the letter's replays."""
+    def story(self, letter_id: int, raw: bool = True) -> dict[str, Any]:
+        """The dead letter (with its stored Kafka key and value if ``raw``), its send now,
+        the send's attempts and the letter's replays."""
         found = self._dicts("letter_by_id", id=letter_id)
         if not found:
             raise DeadLetterNotFound(f"no dead letter with id {letter_id}")
+        if raw:
+            found[0].update(self._dicts("letter_raw", id=letter_id)[0])
         send_id = found[0]["send_id"]
         sends = [] if send_id is None else self._dicts("send_by_id", id=send_id)
         return {
@@ -118,15 +121,16 @@ class DeadLetterStore:
             claimed = self._conn.execute(self._q["mark_replayed"], {"id": letter_id}).fetchone()
             if claimed is None:
                 skipped = "already replayed"
-            elif claimed[0] is None and claimed[1] is not None and self._intake is not None:
-                send = self._intake(self._conn, claimed[1])
-                if isinstance(send, int):
+            elif claimed[0] is None:
+                event = self._intake_event(letter_id) if claimed[1] else None
+                if event is None or self._intake is None:
+                    skipped = "no send row (undecodable message)"
+                elif isinstance(send := self._intake(self._conn, event), int):
                     self._conn.execute(self._q["link_send"], {"id": letter_id, "send_id": send})
                     self._audit(letter_id, send, who, why, wake)
                     return None
-                skipped = send
-            elif claimed[0] is None:
-                skipped = "no send row (undecodable message)"
+                else:
+                    skipped = send
             elif self._conn.execute(self._q["reset_send"], {"send_id": claimed[0]}).fetchone():
                 self._audit(letter_id, claimed[0], who, why, wake)
                 return None
@@ -135,6 +139,13 @@ class DeadLetterStore:
                 skipped = f"send {status[0][0] if status else 'missing'}, not failed"
             raise psycopg.Rollback()
         return skipped
+
+    def _intake_event(self, letter_id: int) -> bytes | None:
+        """An intake dead letter's stored event (read only when an intake remaps it)."""
+        if self._intake is None:
+            return None
+        value: bytes | None = self._all("letter_raw", id=letter_id)[0][1]
+        return value
 
     def _audit(self, letter_id: int, send_id: int, who: str, why: str, wake: bool) -> None:
         params = {"id": letter_id, "send_id": send_id, "who": who, "why": why}

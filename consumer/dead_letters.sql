@@ -19,9 +19,13 @@ LIMIT %(limit)s
 -- name: letter_by_id
 SELECT id, created_at, priority, template, reason, status_code, attempts, dedupe_key, error,
        send_id, replayed_at, original_topic, original_partition, original_offset,
-       original_key, original_value, published_at
+       published_at
 FROM email_dead_letters
 WHERE id = %(id)s
+
+-- name: letter_raw
+-- The stored Kafka key and value (`dlq show`; never read by the console's role).
+SELECT original_key, original_value FROM email_dead_letters WHERE id = %(id)s
 
 -- name: send_by_id
 SELECT id, dedupe_key, status, priority, template, attempts, last_error, message_id,
@@ -43,11 +47,10 @@ ORDER BY at, id
 
 -- name: mark_replayed
 -- Step 1 of a replay: claim the dead letter; nothing if another replay got there first.
--- An intake dead letter (no send row) returns its stored event, to be mapped again.
+-- An intake dead letter (no send row) says so: its stored event is mapped again.
 UPDATE email_dead_letters SET replayed_at = now()
 WHERE id = %(id)s AND replayed_at IS NULL
-RETURNING send_id,
-          CASE WHEN reason IN ('intake_undecodable', 'intake_invalid') THEN original_value END
+RETURNING send_id, reason IN ('intake_undecodable', 'intake_invalid')
 
 -- name: link_send
 -- Step 2 of an intake dead letter's replay: the row its event became.
@@ -56,12 +59,9 @@ WHERE id = %(id)s AND send_id IS NULL
 
 -- name: reset_send
 -- Step 2: failed -> pending with a fresh attempt budget, the one edge reserved for replay.
--- A row in any other status (accepted above all) is never touched.
-UPDATE email_sends
-SET status = 'pending', attempts = 0, next_try_at = NULL, published_at = NULL,
-    last_error = NULL, lease_until = NULL, lease_token = NULL
-WHERE id = %(send_id)s AND status = 'failed'
-RETURNING id
+-- A row in any other status (accepted above all) is never touched. Migration 0053's
+-- function runs the UPDATE, only for a send whose dead letter step 1 just marked.
+SELECT * FROM mailbus_replay_send(%(send_id)s)
 
 -- name: send_status
 SELECT status FROM email_sends WHERE id = %(send_id)s

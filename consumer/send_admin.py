@@ -55,14 +55,19 @@ def _queries() -> dict[str, str]:
     return load_queries("mailbus.consumer", "send_admin.sql")
 
 
-def story(database_url: str, key: str, key_prefix: str = "") -> SendStory:
+def story(
+    database_url: str, key: str, key_prefix: str = "", *, payload: bool = True
+) -> SendStory:
     """The send with dedupe key ``key`` and everything recorded about it; its
     ``provider_key`` is the key the provider sees (or will see: the first claim records it,
-    under the consumer's ``MAILBUS_PROVIDER_KEY_PREFIX``), beside its ``key_life``."""
+    under the consumer's ``MAILBUS_PROVIDER_KEY_PREFIX``), beside its ``key_life``. Without
+    ``payload``, the send has its variables' names (``variables``) instead of their values
+    (the console, whose role may not read payloads)."""
     q = _queries()
     try:
         with psycopg.connect(database_url, row_factory=dict_row) as conn:
-            send = conn.execute(q["send_by_key"], {"key": key}).fetchone()
+            query = q["send_by_key" if payload else "send_shown_by_key"]
+            send = conn.execute(query, {"key": key}).fetchone()
             if send is None:
                 lives = conn.execute(q["key_lives"], {"key": key}).fetchone()
                 before = f" (retention deleted its {lives['lives']} earlier)" if lives else ""
@@ -153,4 +158,3 @@ def run_change(settings: Settings, key: str, action: str, message_id: str | None
         f"{key} is {send['status']} (attempts {send['attempts']}): {action.replace('_', ' ')}"
         f" needs a send that is {needs}; nothing changed"
     )
-

@@ -11,6 +11,10 @@ FROM email_sends s WHERE s.dedupe_key = %(key)s
 -- name: key_lives
 SELECT lives FROM email_key_lives WHERE dedupe_key = %(key)s
 
+-- name: send_shown_by_key
+-- The console's: no payload, but its variables' names (migration 0052's view).
+SELECT * FROM email_sends_shown WHERE dedupe_key = %(key)s
+
 -- name: attempts
 SELECT attempt, outcome, status_code, reason, latency_ms, at
 FROM email_attempts WHERE send_id = %(send_id)s ORDER BY id

@@ -60,6 +60,7 @@ ROLES = (
     "mailbus_webhooks",
     "mailbus_operator",
     "mailbus_retention",
+    "mailbus_console",
 )
 
 

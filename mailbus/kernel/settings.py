@@ -8,6 +8,7 @@ into exit status 2 and one line.
 from __future__ import annotations
 
 import io
+import ipaddress
 import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, replace
@@ -111,6 +112,12 @@ class Settings:
     console_listen: tuple[str, int] = ("127.0.0.1", 8027)
     console_users_file: str | None = None  # name:role:argon2 hash, one a line
     console_proxy_header: str = ""  # trusted reverse-proxy header naming the user; "": off
+    console_proxy_secret: str = ""  # the proxy proves itself with it (X-Mailbus-Proxy-Secret)
+    console_proxy_sources: tuple[str, ...] = ()  # or by coming from these networks (CIDR)
+    console_secure_cookie: bool = False  # Secure __Host- cookies + HSTS; default: off loopback
+    console_max_body: int = 64 * 1024  # bytes of any request but an upload (sign-in included)
+    console_upload_max_bytes: int = 256 * 1024**2  # of an audience CSV uploaded
+    console_upload_max_rows: int = 1_000_000  # lines of an audience CSV uploaded
     # where spans go (docs/guides/tracing.md): otlp | console; None: no OpenTelemetry at all
     otel_exporter: str | None = None
 
@@ -215,6 +222,23 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         console_listen=reader.listen("MAILBUS_CONSOLE_LISTEN", Settings.console_listen),
         console_users_file=reader.existing_file("MAILBUS_CONSOLE_USERS_FILE"),
         console_proxy_header=_header_name(env.get("MAILBUS_CONSOLE_PROXY_HEADER")),
+        console_proxy_secret=reader.secret("MAILBUS_CONSOLE_PROXY_SECRET"),
+        console_proxy_sources=_networks(
+            "MAILBUS_CONSOLE_PROXY_SOURCES", env.get("MAILBUS_CONSOLE_PROXY_SOURCES")
+        ),
+        console_secure_cookie=_secure_cookie(
+            env.get("MAILBUS_CONSOLE_SECURE_COOKIE"),
+            reader.listen("MAILBUS_CONSOLE_LISTEN", Settings.console_listen)[0],
+        ),
+        console_max_body=reader.integer(
+            "MAILBUS_CONSOLE_MAX_BODY", Settings.console_max_body, 1024, 16 * 1024**2
+        ),
+        console_upload_max_bytes=reader.integer(
+            "MAILBUS_CONSOLE_UPLOAD_MAX_BYTES", Settings.console_upload_max_bytes, 1024, 2**40
+        ),
+        console_upload_max_rows=reader.integer(
+            "MAILBUS_CONSOLE_UPLOAD_MAX_ROWS", Settings.console_upload_max_rows, 1, 10**9
+        ),
         unsubscribe_secret=reader.secret("MAILBUS_UNSUBSCRIBE_SECRET"),
         ses_topic_arns=reader.names("MAILBUS_SES_TOPIC_ARNS"),
         ses_cert_hosts=reader.names("MAILBUS_SES_CERT_HOSTS"),
@@ -392,6 +416,25 @@ def _header_name(raw: str | None) -> str:
     if name and not all(ch.isalnum() or ch == "-" for ch in name):
         raise ConfigError("MAILBUS_CONSOLE_PROXY_HEADER", f"not an HTTP header name: {raw!r}")
     return name
+
+
+def _networks(name: str, raw: str | None) -> tuple[str, ...]:
+    """Comma-separated addresses or CIDR networks, checked; unset: none."""
+    parts = [part.strip() for part in (raw or "").split(",") if part.strip()]
+    try:
+        return tuple(str(ipaddress.ip_network(part, strict=False)) for part in parts)
+    except ValueError as exc:
+        raise ConfigError(name, f"not an address or network: {exc}") from None
+
+
+def _secure_cookie(raw: str | None, host: str) -> bool:
+    """MAILBUS_CONSOLE_SECURE_COOKIE; unset: on unless the console listens on loopback."""
+    if raw is not None and raw.strip():
+        return _flag("MAILBUS_CONSOLE_SECURE_COOKIE", raw)
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host != "localhost"
 
 
 def _flag(name: str, raw: str | None) -> bool:

@@ -298,6 +298,49 @@ SETTINGS: tuple[Setting, ...] = (
         {"console"},
     ),
     _s(
+        "CONSOLE_PROXY_SECRET",
+        "-",
+        "with CONSOLE_PROXY_HEADER: the header is believed only on requests that carry this"
+        " value in X-Mailbus-Proxy-Secret (the proxy adds it) or come from"
+        " CONSOLE_PROXY_SOURCES; one of the two is required",
+        {"console"},
+        from_file=True,
+    ),
+    _s(
+        "CONSOLE_PROXY_SOURCES",
+        "-",
+        "with CONSOLE_PROXY_HEADER: addresses or CIDR networks (comma-separated) of the"
+        " proxy; their requests may name the user, and sign-ins count X-Forwarded-For's"
+        " last address as the source",
+        {"console"},
+    ),
+    _s(
+        "CONSOLE_SECURE_COOKIE",
+        "on off loopback",
+        "`Secure` cookies with the `__Host-` prefix and an HSTS header (serve it over"
+        " TLS, at a proxy or itself); unset: on unless CONSOLE_LISTEN is a loopback address",
+        {"console"},
+    ),
+    _s(
+        "CONSOLE_MAX_BODY",
+        "65536",
+        "bytes of any request body but an audience upload, sign-in included (413 beyond)",
+        {"console"},
+    ),
+    _s(
+        "CONSOLE_UPLOAD_MAX_BYTES",
+        "268435456",
+        "bytes of an audience CSV uploaded in the console (refused beyond, nothing created)",
+        {"console"},
+    ),
+    _s(
+        "CONSOLE_UPLOAD_MAX_ROWS",
+        "1000000",
+        "lines of an audience CSV uploaded in the console, its header excluded (refused"
+        " beyond, nothing created)",
+        {"console"},
+    ),
+    _s(
         "SES_TOPIC_ARNS",
         "off",
         "SNS topic ARNs (comma-separated) whose SES events POST /webhooks/ses takes; sets"

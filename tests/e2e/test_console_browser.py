@@ -5,7 +5,8 @@ the 1,997 mails drain in seconds) and see it reach 100%, pause and resume, find 
 and read its attempts, replay two dead letters (dry run, then confirm) and see each
 accepted once at the sandbox, a viewer refused an action, a forged CSRF token refused, an
 axe check of every page (no serious or critical violation); the table agrees with the
-provider at the end."""
+provider at the end. The console logs in to PostgreSQL as a member of mailbus_console, its
+own least-privilege role."""
 
 from __future__ import annotations
 
@@ -13,13 +14,17 @@ import re
 import shutil
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import playwright.sync_api as playwright
+import pytest
 from conftest import Stack
 from relay_runner import wait_until
+from transport_security import login_as
 
+from mailbus.app.migrate import apply_roles
 from mailbus.console.access import hash_password
 
 # Debian's Chromium: `make install` installs it. Missing, the test fails: it is never skipped.
@@ -55,7 +60,16 @@ def sign_in(page: Any, url: str, name: str, password: str) -> None:
     page.wait_for_url(f"{url}/")
 
 
-def test_an_operator_runs_a_campaign_through_the_console(stack: Stack, tmp_path: Path) -> None:
+@pytest.fixture
+def console_db(stack: Stack) -> Iterator[str]:
+    apply_roles(stack.settings.database_url)
+    with login_as(stack.settings.database_url, "mailbus_console") as url:
+        yield url
+
+
+def test_an_operator_runs_a_campaign_through_the_console(
+    stack: Stack, console_db: str, tmp_path: Path
+) -> None:
     users = tmp_path / "users"
     users.write_text(
         f"ana:operator:{hash_password('ana-secret')}\nvic:viewer:{hash_password('vic-secret')}\n"
@@ -65,6 +79,7 @@ def test_an_operator_runs_a_campaign_through_the_console(stack: Stack, tmp_path:
     stack.start(
         "console",
         "console",
+        MAILBUS_DATABASE_URL=console_db,
         MAILBUS_CONSOLE_LISTEN=f"127.0.0.1:{port}",
         MAILBUS_CONSOLE_USERS_FILE=str(users),
     )

@@ -1,5 +1,5 @@
 """`mailbus console` through aiohttp's test client against the real PostgreSQL, the
-console logged in as a member of mailbus_operator (its least-privilege role): sign-in,
+console logged in as a member of mailbus_console (its least-privilege role): sign-in,
 CSRF refusals, a viewer refused an action, each action's audit row, and the pages."""
 
 from __future__ import annotations
@@ -9,70 +9,25 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 from aiohttp import FormData
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
+from console_support import CSRF, audit_rows, console_login, serve, sign_in
 from services import REPO, run_mailbus
-from transport_security import login_as
 
-from mailbus.app.migrate import apply_roles
-from mailbus.app.overview import overview_on
-from mailbus.console.access import User, hash_password, parse_users
-from mailbus.console.server import make_app
-from mailbus.console.web import Console
+from mailbus.console.access import User, parse_users
 
 pytestmark = pytest.mark.stack
-
-USERS = parse_users(
-    f"ana:operator:{hash_password('ana-secret')}\nvic:viewer:{hash_password('vic-secret')}\n"
-)
-CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
 
 @pytest.fixture
 def operator_url(database_url: str) -> Iterator[str]:
-    apply_roles(database_url)
-    with login_as(database_url, "mailbus_operator") as url:
+    with console_login(database_url) as url:
         yield url
-
-
-def serve(database_url: str, scenario: Callable[..., Awaitable[None]], **options: object) -> None:
-    console = Console(
-        database_url=database_url, users=USERS, overview=overview_on, replay_rate=None,
-        **options,  # type: ignore[arg-type]
-    )  # fmt: skip
-
-    async def main() -> None:
-        async with TestClient(TestServer(make_app(console))) as client:
-            await scenario(client)
-
-    asyncio.run(main())
-
-
-async def sign_in(client: TestClient, name: str, password: str) -> str:  # type: ignore[type-arg]
-    """Sign in; the session's CSRF token (from the overview's forms)."""
-    page = await client.get("/login")
-    token = CSRF.search(await page.text())
-    assert token is not None
-    answer = await client.post(
-        "/login", data={"csrf": token.group(1), "name": name, "password": password}
-    )
-    assert answer.status == 200, await answer.text()
-    page = await client.get("/suppressions")
-    found = CSRF.search(await page.text())
-    assert found is not None
-    return found.group(1)
-
-
-def audit_rows(database_url: str) -> list[tuple[str, str, str, str, int]]:
-    with psycopg.connect(database_url) as conn:
-        return conn.execute(
-            "SELECT who, role, action, target, mails FROM console_audit ORDER BY id"
-        ).fetchall()
 
 
 def suppressed(database_url: str) -> list[str]:
@@ -103,7 +58,10 @@ def test_sign_in_with_the_password_file_and_only_with_it(operator_url: str) -> N
         assert "script-src 'none'" in overview.headers["Content-Security-Policy"]
 
     serve(operator_url, scenario)
-    assert audit_rows(operator_url) == [("ana", "operator", "login", "", 0)]
+    assert audit_rows(operator_url) == [
+        ("ana", "none", "login_failed", "127.0.0.1", 0),
+        ("ana", "operator", "login", "127.0.0.1", 0),
+    ]
 
 
 def test_a_forged_or_missing_csrf_token_is_refused_and_changes_nothing(operator_url: str) -> None:
@@ -139,14 +97,16 @@ def test_a_viewer_reads_but_is_refused_an_action(operator_url: str) -> None:
 
 
 def test_a_trusted_proxy_header_names_the_user(operator_url: str) -> None:
+    proxy = {"X-Mailbus-Proxy-Secret": "proxy-secret"}
+
     async def scenario(client: TestClient) -> None:  # type: ignore[type-arg]
         assert (await client.get("/", allow_redirects=False)).status == 303  # no header
-        page = await client.get("/suppressions", headers={"X-Forwarded-User": "ana"})
+        page = await client.get("/suppressions", headers={"X-Forwarded-User": "ana", **proxy})
         assert page.status == 200 and "ana (operator)" in await page.text()
-        stranger = await client.get("/", headers={"X-Forwarded-User": "zed"})
+        stranger = await client.get("/", headers={"X-Forwarded-User": "zed", **proxy})
         assert "zed (viewer)" in await stranger.text()
 
-    serve(operator_url, scenario, proxy_header="X-Forwarded-User")
+    serve(operator_url, scenario, proxy_header="X-Forwarded-User", proxy_secret="proxy-secret")
 
 
 def test_suppressions_add_search_remove_case_insensitively_with_audit(operator_url: str) -> None:

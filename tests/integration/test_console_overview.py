@@ -1,4 +1,4 @@
-"""The console's overview at any size (mailbus.app.overview), as mailbus_operator: open rows
+"""The console's overview at any size (mailbus.app.overview), as mailbus_console: open rows
 counted exactly, settled rows of a large table estimated from the statistics of migration
 0037 (joint, not as if priority and status were unrelated) and labelled ≈ on the page."""
 
@@ -39,7 +39,7 @@ def operator_url(database_url: str) -> Iterator[str]:
                 {"p": priority, "s": status, "rows": rows},
             )
         conn.execute("ANALYZE email_sends")
-    with login_as(database_url, "mailbus_operator") as url:
+    with login_as(database_url, "mailbus_console") as url:
         yield url
 
 
@@ -76,6 +76,7 @@ def test_the_page_labels_estimates(operator_url: str) -> None:
             users=parse_users("ana:operator:-\n"),
             overview=functools.partial(overview_on, exact_below=exact_below),
             proxy_header="X-User",
+            proxy_sources=("127.0.0.0/8",),  # the test client: the trusted proxy
         )
         async with TestClient(TestServer(make_app(console))) as client:
             page = await client.get("/", headers={"X-User": "ana"})

@@ -36,7 +36,8 @@ def test_pages_still_answer_after_postgresql_drops_the_pools_connections(
     database_url: str,
 ) -> None:
     apply_roles(database_url)
-    with login_as(database_url, "mailbus_operator") as url:
+    with login_as(database_url, "mailbus_console") as url:
+
         async def main() -> list[tuple[str, int, int]]:
             pool = open_pool(url)
             console = Console(
@@ -44,6 +45,7 @@ def test_pages_still_answer_after_postgresql_drops_the_pools_connections(
                 users=parse_users("ana:operator:-\n"),
                 overview=overview_on,
                 proxy_header="X-User",
+                proxy_sources=("127.0.0.0/8",),  # the test client: the trusted proxy
                 pool=pool,
             )
             answers = []

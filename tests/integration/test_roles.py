@@ -216,3 +216,78 @@ def test_operator_creates_and_runs_a_campaign(roles_db: str, tmp_path: Path) -> 
             (int(campaign_id),),
         ).fetchall()
     assert rows == [("a1@x.org",), ("a3@x.org",)]
+
+
+def test_console_reads_and_acts_but_cannot_read_payloads_rewrite_sends_or_forge_audit(
+    roles_db: str,
+) -> None:
+    """Review hole 15: the console ran as mailbus_operator."""
+    with psycopg.connect(roles_db) as conn:
+        conn.execute(
+            "UPDATE email_sends SET payload_json = '{\"token\": \"t-1\"}', status = 'failed'"
+        )
+        seed = conn.execute("SELECT id FROM email_sends").fetchone()[0]  # type: ignore[index]
+        conn.execute(
+            "INSERT INTO campaigns (name, template, priority, rate_per_min, audience)"
+            " VALUES ('c', 'newsletter', 'p2', 60, 'x')"
+        )
+    with login_as(roles_db, "mailbus_console") as url:
+        with psycopg.connect(url) as conn:  # what its pages and actions do
+            assert conn.execute(
+                "SELECT to_address, variables FROM email_sends_shown"
+            ).fetchall() == [("a@x.org", ["token"])]
+            conn.execute("UPDATE campaigns SET state = 'cancelled'")
+            conn.execute("DELETE FROM email_suppressions WHERE address = 'b@x.org'")
+            conn.execute(
+                "INSERT INTO console_audit (who, role, action) VALUES ('ana', 'operator', 'login')"
+            )
+            login = conn.execute("SELECT session_user").fetchone()
+        assert refused(url, "SELECT payload_json FROM email_sends")
+        assert refused(url, "SELECT * FROM email_sends")
+        assert refused(url, "SELECT lease_token FROM email_sends")
+        assert refused(url, "UPDATE email_sends SET to_address = 'x@evil.example'")
+        assert refused(url, "UPDATE email_sends SET status = 'pending', attempts = 0")
+        assert refused(url, "UPDATE email_sends SET next_try_at = now()")
+        with psycopg.connect(url) as conn:  # a replay's reset with no dead letter replayed
+            assert conn.execute("SELECT * FROM mailbus_replay_send(%s)", (seed,)).fetchall() == []
+        assert refused(url, "UPDATE email_sends SET payload_json = '{}'")
+        assert refused(url, "UPDATE email_sends SET message_id = 'forged'")
+        assert refused(url, "DELETE FROM email_sends WHERE status = 'pending'")
+        assert refused(url, "SELECT original_value FROM email_dead_letters")
+        assert refused(url, "SELECT email FROM campaign_recipients")
+        assert refused(url, "SELECT variables FROM campaign_recipients")
+        assert refused(url, "UPDATE console_audit SET who = 'vic'")
+        assert refused(url, "DELETE FROM console_audit")
+        assert refused(
+            url,
+            "INSERT INTO console_audit (who, role, action, db_user)"
+            " VALUES ('ana', 'operator', 'login', 'someone')",
+        )
+        assert refused(
+            url,
+            "INSERT INTO console_audit (who, role, action, at)"
+            " VALUES ('ana', 'operator', 'login', now() - interval '1 year')",
+        )
+        assert refused(url, "TRUNCATE console_audit")
+    with psycopg.connect(roles_db) as conn:
+        assert conn.execute("SELECT status FROM email_sends").fetchall() == [("failed",)]
+        assert conn.execute("SELECT who, db_user FROM console_audit").fetchall() == [
+            ("ana", login[0])  # type: ignore[index]
+        ]
+
+
+def test_no_one_but_the_console_writes_its_audit_and_no_one_rewrites_it(roles_db: str) -> None:
+    with login_as(roles_db, "mailbus_operator") as url:
+        assert refused(
+            url,
+            "INSERT INTO console_audit (who, role, action) VALUES ('ana', 'operator', 'login')",
+        )
+    with psycopg.connect(roles_db) as conn:  # the owner: the trigger stamps it, and holds
+        conn.execute(
+            "INSERT INTO console_audit (who, role, action, db_user)"
+            " VALUES ('ana', 'operator', 'login', 'forged')"
+        )
+        assert conn.execute("SELECT db_user = session_user FROM console_audit").fetchone() == (
+            True,
+        )
+    assert refused(roles_db, "UPDATE console_audit SET who = 'vic'")

@@ -24,6 +24,7 @@ TOPICS = (
     "PostgreSQL failover",
     "Rows in unknown",
     "Intake lag or poison",
+    "Console sign-ins refused",
 )
 
 

@@ -22,7 +22,7 @@ ROLE_SECRET = {
     "consumer-p2": "mailbus-db-consumer",
     "intake": "mailbus-db-intake",
     "webhooks": "mailbus-db-webhooks",
-    "console": "mailbus-db-operator",
+    "console": "mailbus-db-console",
 }
 # The group role each compose service's login role belongs to (ops/compose/login-roles.sql).
 COMPOSE_ROLE = {
@@ -32,7 +32,7 @@ COMPOSE_ROLE = {
     "consumer-p2": "mailbus_consumer",
     "intake": "mailbus_intake",
     "webhooks": "mailbus_webhooks",
-    "console": "mailbus_operator",
+    "console": "mailbus_console",
 }
 
 

@@ -12,7 +12,7 @@ DECLARE
 BEGIN
     FOREACH name IN ARRAY ARRAY['mailbus_enqueuer', 'mailbus_relay', 'mailbus_consumer',
                                 'mailbus_intake', 'mailbus_webhooks', 'mailbus_operator',
-                                'mailbus_retention'] LOOP
+                                'mailbus_retention', 'mailbus_console'] LOOP
         IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = name) THEN
             BEGIN
                 EXECUTE format('CREATE ROLE %I NOLOGIN', name);
@@ -24,7 +24,8 @@ BEGIN
 END $$;
 
 REVOKE ALL ON ALL TABLES IN SCHEMA public FROM mailbus_enqueuer, mailbus_relay,
-    mailbus_consumer, mailbus_intake, mailbus_webhooks, mailbus_operator, mailbus_retention;
+    mailbus_consumer, mailbus_intake, mailbus_webhooks, mailbus_operator, mailbus_retention,
+    mailbus_console;
 DO $$
 DECLARE
     col record;
@@ -39,11 +40,15 @@ BEGIN  -- column grants survive a table-level REVOKE ALL
         EXECUTE format('REVOKE ALL (%I) ON %I FROM %I', col.name, col.tab, col.who);
     END LOOP;
 END $$;
+-- The functions of migration 0053 (the console's moves on sends) are granted below.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA public FROM mailbus_enqueuer, mailbus_relay,
+    mailbus_consumer, mailbus_intake, mailbus_webhooks, mailbus_operator, mailbus_retention,
+    mailbus_console;
 GRANT USAGE ON SCHEMA public TO mailbus_enqueuer, mailbus_relay, mailbus_consumer,
-    mailbus_intake, mailbus_webhooks, mailbus_operator, mailbus_retention;
+    mailbus_intake, mailbus_webhooks, mailbus_operator, mailbus_retention, mailbus_console;
 -- Every process compares the recorded schema versions with its build at start.
 GRANT SELECT ON mailbus_schema_migrations TO mailbus_relay, mailbus_consumer, mailbus_intake,
-    mailbus_webhooks, mailbus_retention;
+    mailbus_webhooks, mailbus_retention, mailbus_console;
 
 -- A domain service enqueuing in its own transaction (mailbus_client): insert a send, maybe
 -- scheduled (next_try_at); read back the id of a duplicate, count open rows for the queue
@@ -134,5 +139,39 @@ GRANT SELECT (provider, event_id), DELETE ON delivery_events TO mailbus_retentio
 -- that runs as the deleting role), so the key enqueued again is a new mail under a new key
 -- (docs/retention.md).
 GRANT SELECT, INSERT, UPDATE ON email_key_lives TO mailbus_retention;
--- `mailbus console` writes its audit (docs/guides/console.md); SELECT comes with ALL TABLES.
-GRANT INSERT ON console_audit TO mailbus_operator;
+
+-- `mailbus console` (docs/guides/console.md#its-database-role): what its pages show and its
+-- actions do, nothing more. It reads every column of a send but the payload and the lease
+-- token (a mail's page shows its variables' names through the email_sends_shown view),
+-- and updates no send itself: a dead letter's replay (failed -> pending) and a campaign's
+-- pause, resume and cancel go through migration 0053's functions, each checking that its
+-- move happens in the same transaction. It reads no
+-- dead letter's stored Kafka key or value and no recipient's address or variables (it
+-- imports them). Its audit rows are append-only: it inserts them, the database stamps the
+-- time and the login (migration 0052), and nobody updates them. It deletes no send.
+GRANT SELECT (id, dedupe_key, to_address, template, priority, status, attempts, next_try_at,
+              expires_at, message_id, last_error, created_at, updated_at, published_at,
+              lease_until, accepted_at, provider, in_doubt_since, delivery_status,
+              last_event_at, campaign_id, provider_code, guarantee, first_tried_at, provider_key)
+    ON email_sends TO mailbus_console;
+GRANT EXECUTE ON FUNCTION mailbus_replay_send(bigint), mailbus_campaign_lock_open(bigint),
+    mailbus_campaign_expire_unsent(bigint), mailbus_campaign_expire_in_doubt(bigint),
+    mailbus_campaign_hold(bigint), mailbus_campaign_release(bigint)
+    TO mailbus_console, mailbus_operator;
+GRANT SELECT ON email_sends_shown TO mailbus_console, mailbus_operator;
+GRANT SELECT ON email_key_lives TO mailbus_console;  -- a deleted key's lives (send show)
+GRANT SELECT (id, send_id, dedupe_key, priority, template, reason, status_code, error, attempts,
+              original_topic, original_partition, original_offset, created_at, published_at,
+              replayed_at), UPDATE (replayed_at)
+    ON email_dead_letters TO mailbus_console;
+GRANT SELECT, INSERT ON email_replays TO mailbus_console;
+GRANT SELECT ON email_attempts, email_send_resolutions, delivery_events, provider_health
+    TO mailbus_console;
+GRANT SELECT (id, published_at) ON email_send_events TO mailbus_console;
+GRANT SELECT, INSERT, UPDATE, DELETE ON email_suppressions TO mailbus_console;
+GRANT SELECT, INSERT, UPDATE ON campaigns TO mailbus_console;
+GRANT SELECT (campaign_id, ordinal, user_id, suppressed),
+      INSERT (campaign_id, ordinal, user_id, email, variables), DELETE
+    ON campaign_recipients TO mailbus_console;
+GRANT SELECT, INSERT (who, role, action, target, mails, detail) ON console_audit
+    TO mailbus_console;
