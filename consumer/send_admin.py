@@ -139,4 +139,3 @@ def run_change(settings: Settings, key: str, action: str, message_id: str | None
         f"{key} is {send['status']} (attempts {send['attempts']}): {action.replace('_', ' ')}"
         f" needs a send that is {needs}; nothing changed"
     )
-
