@@ -344,9 +344,10 @@ def doubt_without_lookup(
     operator. Under a key (``keyed``), a resend proves nothing until it is made, so a final
     state (out of attempts, expiring first) is never concluded from it: ``unknown``."""
     if not resend:
-        return _lookup_failed(
-            row, "no look-up at this provider, waits for an operator", now, policy, rand
-        )
+        why = "no look-up at this provider"
+        if keyed:
+            why = "in doubt past the idempotency key's window"
+        return _lookup_failed(row, f"{why}, waits for an operator", now, policy, rand)
     decision = _retry_or_stop(row, "no look-up: sent again", now, policy, rand, None, None)
     if keyed and decision.next_status in _FINAL_NOT_ACCEPTED:
         return _lookup_failed(row, f"cannot confirm {decision.reason}", now, policy, rand)

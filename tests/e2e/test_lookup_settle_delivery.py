@@ -96,6 +96,8 @@ def test_a_resend_retry_after_a_500_past_a_short_window_is_refused(stack: Stack)
         "past the retry's time",
     )
     assert stack.statuses() == {"unknown": 1}
+    ((error,),) = stack.query("SELECT last_error FROM email_sends")
+    assert "past the idempotency key's window" in error
     assert len(_requests(stack, "send")) == 1
     assert stack.ledger()["keys"][key]["accepted"] == 1
     held = stack.ledger()["keys"][key]["id"]
