@@ -2,13 +2,15 @@
 (docs/architecture.md#rules-every-path-keeps): a call with no known outcome is looked up,
 resent (under its key inside the key's window, or at least once when the operator said so)
 or left ``unknown``; a final state other than accepted, for a row a provider may hold, is
-confirmed by a look-up at the provider that took its calls."""
+confirmed by a look-up at the provider that took its calls. A look-up's "not found" counts
+only once the provider's settle time has passed since the call in doubt began
+(:func:`~mailbus.consumer.core.capability.lookup_settle_s`, MAILBUS_LOOKUP_SETTLE)."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from mailbus.consumer.core import (
     Decision,
@@ -18,8 +20,13 @@ from mailbus.consumer.core import (
     confirm_final,
     needs_confirmation,
 )
-from mailbus.consumer.core.capability import Resolution, may_resend, resolve_unknown
-from mailbus.consumer.core.decide import doubt_without_lookup, resend_closed
+from mailbus.consumer.core.capability import (
+    Resolution,
+    lookup_settle_s,
+    may_resend,
+    resolve_unknown,
+)
+from mailbus.consumer.core.decide import doubt_without_lookup, key_in_use, resend_closed
 from mailbus.consumer.gate import ProviderGate
 from mailbus.consumer.provider import LookupResult
 from mailbus.consumer.providers import Provider
@@ -40,6 +47,7 @@ class Doubt:
         *,
         at_least_once: bool = False,
         reach_s: float = 0.0,
+        settle_s: float | None = None,
     ) -> None:
         self.routing = routing
         self.gate = gate
@@ -48,6 +56,7 @@ class Doubt:
         self.rand = rand
         self.at_least_once = at_least_once  # MAILBUS_UNKNOWN_OUTCOME=at_least_once
         self.reach_s = reach_s  # a resend must reach the provider this long before a key expires
+        self.settle_s = settle_s  # MAILBUS_LOOKUP_SETTLE; None: each provider's own
 
     def gate_resend(
         self, row: SendView, provider: Provider | None, now: datetime
@@ -62,6 +71,16 @@ class Doubt:
         ):
             return None
         return resend_closed(now, self.policy)
+
+    def key_used(self, row: SendView, route: str | None, now: datetime) -> Decision:
+        """A row in doubt whose resend the provider refused as holding its key already:
+        ``unknown`` for an operator, not taken again while the key's window lasts."""
+        provider = self.routing.provider_for(route)
+        key = provider.capability.key if provider is not None else None
+        window_ends = None
+        if key is not None and key.window_s is not None and row.first_tried_at is not None:
+            window_ends = row.first_tried_at + timedelta(seconds=key.window_s)
+        return key_in_use(row, window_ends, now, self.policy)
 
     def must_confirm(
         self, decision: Decision, earlier_calls: int, row: SendView, route: str | None
@@ -85,6 +104,7 @@ class Doubt:
             self.policy,
             self.rand,
             detail=found.detail,
+            settle_s=self._settle_s(route),
         )
 
     async def decide(self, row: SendView, route: str | None) -> Decision:
@@ -109,7 +129,12 @@ class Doubt:
             self.policy,
             self.rand,
             detail=found.detail,
+            settle_s=self._settle_s(route),
         )
+
+    def _settle_s(self, route: str | None) -> float:
+        provider = self.routing.provider_for(route)
+        return 0.0 if provider is None else lookup_settle_s(provider.capability, self.settle_s)
 
     async def _lookup(self, key: str, route: str | None) -> LookupResult:
         """Ask the provider that took the calls whether it accepted the key (the row's

@@ -60,7 +60,8 @@ class MessageOrigin:
 @dataclass(frozen=True)
 class Claim:
     """A claimed row: its lease token, and the monotonic time by which its call must start
-    (``SEND_HEADROOM_S`` before the row's expiry, on this process's clock; None: never)."""
+    (``SEND_HEADROOM_S`` before the row's expiry and, for a row in doubt, before its
+    resend window ends, on this process's clock; None: never)."""
 
     token: uuid.UUID
     send_by: float | None
@@ -240,12 +241,15 @@ class SendLedger:
                 "max_age_s": self._max_age_s,
                 "headroom_s": SEND_HEADROOM_S,
             }
-            left = dict(await self._run("claim_for_send", params))  # id -> seconds to expiry
+            returned = await self._run("claim_for_send", params)
+            left = {send_id: (expiry, window) for send_id, expiry, window in returned}  # seconds
             for c in claims_of_round:
                 if c.send_id in left:
-                    seconds = left[c.send_id]
-                    send_by = None if seconds is None else c.submitted + seconds - SEND_HEADROOM_S
-                    won[c.token] = Claim(c.token, send_by)
+                    expiry, window = left[c.send_id]
+                    deadlines = [c.submitted + window] if window is not None else []
+                    if expiry is not None:
+                        deadlines.append(c.submitted + expiry - SEND_HEADROOM_S)
+                    won[c.token] = Claim(c.token, min(deadlines, default=None))
         return [won.get(claim.token) for claim in claims]
 
     async def _settle_batch(self, settlements: Sequence[_Settlement]) -> list[bool]:

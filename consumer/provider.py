@@ -146,17 +146,22 @@ class Dialect(Protocol):
 
     def lookup_request(self, dedupe_key: str) -> WireRequest: ...
 
-    def lookup_reply(self, status: int, body: bytes) -> LookupResult: ...
+    def lookup_reply(self, dedupe_key: str, status: int, body: bytes) -> LookupResult:
+        """The look-up's verdict; a hit counts only if it carries ``dedupe_key`` (the
+        value looked up), never on the provider's matching alone."""
+        ...
 
 
 class MailbusDialect:
     """The sandbox's own API, docs/reference/contract.md#email-api (``MAILBUS_PROVIDER=http``)."""
 
-    # the same key always gets the same id, for as long as the mail is kept; a look-up by key
+    # the same key always gets the same id, for as long as the mail is kept; a look-up by
+    # key, believed at once: a resend under the key cannot make a second mail anyway
     capability = Capability(
         IdempotencyKey("Idempotency-Key", None),
         look_up=True,
         source="docs/reference/contract.md#email-api",
+        settle_s=0.0,
     )
 
     def auth_headers(self, api_key: str) -> dict[str, str]:
@@ -210,11 +215,16 @@ class MailbusDialect:
     def lookup_request(self, dedupe_key: str) -> WireRequest:
         return WireRequest("GET", "v1/messages", {}, params={"idempotency_key": dedupe_key})
 
-    def lookup_reply(self, status: int, body: bytes) -> LookupResult:
+    def lookup_reply(self, dedupe_key: str, status: int, body: bytes) -> LookupResult:
+        """404: not accepted; 200 ``{"id"}``: accepted, unless the reply names another
+        ``idempotency_key`` than the one looked up (then no verdict)."""
         if status == 404:
             return LookupResult(None, False)
         if status == 200:
             message_id = message_id_of(body)
+            named = _field(body, "idempotency_key")
+            if named is not None and named != dedupe_key:
+                return LookupResult(None, True, "http 200 for another idempotency key")
             if message_id is not None:
                 return LookupResult(message_id, False)
             return LookupResult(None, True, "http 200 without a valid id")
@@ -334,7 +344,7 @@ class HttpProvider:
             return LookupResult(None, True, self._no_reply())
         except httpx.HTTPError as exc:
             return LookupResult(None, True, self._describe(exc))
-        found = self._dialect.lookup_reply(response.status, response.body)
+        found = self._dialect.lookup_reply(dedupe_key, response.status, response.body)
         return replace(found, detail=self._scrub(found.detail))
 
     async def aclose(self) -> None:
@@ -367,6 +377,15 @@ def message_id_of(body: bytes, field: str = "id") -> str | None:
     if not isinstance(doc, dict):
         return None
     return valid_id(doc.get(field))
+
+
+def _field(body: bytes, name: str) -> Any:
+    """The ``name`` field of a JSON object body, or None."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    return doc.get(name) if isinstance(doc, dict) else None
 
 
 def valid_id(message_id: Any) -> str | None:

@@ -33,7 +33,9 @@ WHERE s.id = ANY(%(ids)s::bigint[])
 -- batch instead (which PostgreSQL always guesses at 100 rows), a table of up to tens of
 -- thousands of rows was scanned whole, twice per claim
 -- (tests/integration/test_batch_statement_plans.py).
--- Returns the claimed ids and the seconds each has left before it expires (NULL: never).
+-- Returns the claimed ids, the seconds each has left before it expires, and, for a row in
+-- doubt, before its resend window ends (NULL: never): the call must still start in both
+-- once the row has waited for an in-flight slot (consumer/service.py).
 WITH claims AS (
     SELECT * FROM jsonb_to_recordset(%(claims)s::jsonb)
         AS c (id bigint, attempt int, token uuid, provider text, guarantee text,
@@ -65,7 +67,10 @@ WHERE s.id = ANY(ARRAY(SELECT id FROM locked)) AND s.id = c.id
        OR (s.status = 'sending' AND s.lease_token = c.token))
   AND NOT EXISTS (SELECT 1 FROM campaigns k
                   WHERE k.id = s.campaign_id AND k.state IN ('paused', 'cancelled'))
-RETURNING s.id, extract(epoch FROM s.expires_at - clock_timestamp())::float8
+RETURNING s.id, extract(epoch FROM s.expires_at - clock_timestamp())::float8,
+          CASE WHEN s.in_doubt_since IS NOT NULL THEN extract(epoch FROM
+              s.first_tried_at + make_interval(secs => c.resend_window_s) - clock_timestamp())::float8
+          END
 
 -- name: release_claim
 -- Undoes a claim whose call never started (no slot came in time): nothing was sent, so the

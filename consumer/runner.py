@@ -46,7 +46,7 @@ from mailbus.kernel.tracing import NOOP, Tracer
 from mailbus.schemas.registry import pointer_codec
 from mailbus_client.policies import configured_policy_book
 
-__all__ = ["lease_seconds", "run_consumer", "slot_wait_seconds"]
+__all__ = ["lease_seconds", "run_consumer", "slot_wait_seconds", "window_margin_seconds"]
 
 log = logging.getLogger("mailbus.consumer")
 
@@ -54,6 +54,15 @@ log = logging.getLogger("mailbus.consumer")
 def slot_wait_seconds(settings: Settings) -> float:
     """How long a claimed row waits for an in-flight slot before its claim is handed back."""
     return settings.request_timeout / 2
+
+
+def window_margin_seconds(settings: Settings) -> float:
+    """How long before an idempotency key's window ends a resend under it is no longer
+    started (MAILBUS_KEY_WINDOW_MARGIN): at least the wait for an in-flight slot, the
+    connect and the request timeouts together (a resend claimed just inside the window
+    still reaches the provider inside it); the configured margin adds clock skew."""
+    reach = slot_wait_seconds(settings) + settings.connect_timeout + settings.request_timeout
+    return max(settings.key_window_margin, reach)
 
 
 def lease_seconds(settings: Settings) -> float:
@@ -145,7 +154,8 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         attempt_warning=settings.attempt_warning,
         provider_name=own,
         at_least_once=settings.unknown_outcome == "at_least_once",
-        reach_s=settings.connect_timeout,
+        reach_s=window_margin_seconds(settings),
+        settle_s=settings.lookup_settle,
         # a priority's own provider (MAILBUS_PROVIDER_P0_URL, ...) speaks the HTTP API
         provider_kind=settings.provider if own is None else "http",
         tracer=_tracer(settings.otel_exporter),

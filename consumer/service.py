@@ -41,7 +41,12 @@ from mailbus.consumer.core import (
     unsendable,
     wait_for_provider,
 )
-from mailbus.consumer.core.capability import guarantee_of, resend_window_s, without_cover
+from mailbus.consumer.core.capability import (
+    guarantee_of,
+    key_conflict,
+    resend_window_s,
+    without_cover,
+)
 from mailbus.consumer.core.domains import deferred, recipient_domain
 from mailbus.consumer.core.smtp_outcome import classify_call
 from mailbus.consumer.core.suppression import stops
@@ -99,6 +104,7 @@ class DeliveryService:
         provider_name: str | None = None,
         at_least_once: bool = False,
         reach_s: float = 0.0,
+        settle_s: float | None = None,
         provider_kind: str = "http",
         tracer: Tracer = NOOP,
     ) -> None:
@@ -115,7 +121,7 @@ class DeliveryService:
         self._codec = codec or send_pointer_codec()  # MAILBUS_SCHEMA_REGISTRY_URL: the runner's
         self.attempt_warning = attempt_warning  # MAILBUS_ATTEMPT_WARNING
         self.at_least_once = at_least_once  # MAILBUS_UNKNOWN_OUTCOME=at_least_once
-        self.reach_s = reach_s  # a resend must reach the provider this long before a key expires
+        self.reach_s = reach_s  # MAILBUS_KEY_WINDOW_MARGIN: a resend's margin before a key expires
         self.provider_kind = provider_kind  # MAILBUS_PROVIDER of the primary: `sync:<kind>`
         self.tracer = tracer  # MAILBUS_OTEL_EXPORTER: spans of claim, call, settle
         self.doubt = Doubt(
@@ -126,6 +132,7 @@ class DeliveryService:
             rand,
             at_least_once=at_least_once,
             reach_s=reach_s,
+            settle_s=settle_s,  # MAILBUS_LOOKUP_SETTLE
         )
 
     async def handle(self, origin: MessageOrigin) -> None:
@@ -327,7 +334,7 @@ class DeliveryService:
         try:
             if claim.send_by is not None and time.monotonic() >= claim.send_by:
                 await self._durably(lambda: self.ledger.release_claim(row.id, claim.token))
-                log.info("send %d expired while it waited for a slot: not sent", row.id)
+                log.info("send %d expired or left its key's window for a slot: not sent", row.id)
                 await self._recheck(row.id, origin)
                 return None
             return await self._call(loaded, claim.token, admission, route, mail)
@@ -391,7 +398,9 @@ class DeliveryService:
             self.gate.settle(admission, result, latency_s, recipient_domain(row.to_address))
         source = f"sync:{'http' if route == FALLBACK else self.provider_kind}"
         decision = after_call(row, result, self.clock(), self.policy, self.rand, source)
-        if decision.next_status is Status.UNKNOWN:
+        if view.in_doubt_since is not None and key_conflict(provider.capability, result):
+            decision = self.doubt.key_used(row, route, self.clock())
+        elif decision.next_status is Status.UNKNOWN:
             row = replace(row, in_doubt_since=called_at)
             decision = await self.doubt.decide(row, route)
         elif self.doubt.must_confirm(decision, row.attempts - 1, row, route):

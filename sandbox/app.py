@@ -6,7 +6,8 @@ Provider endpoints (``Authorization: Bearer <api_key>``):
 * ``POST /v1/send`` -- needs ``Idempotency-Key`` and a JSON body ``{"to", "template",
   "variables"}``; applies the plan's latency and fault, then answers ``200 {"id": ...}``.
   The same key always gets the same id, minted once. 429 carries ``Retry-After`` (seconds).
-* ``GET /v1/messages?idempotency_key=K`` -- ``200 {"id": ...}`` if accepted under K, else 404.
+* ``GET /v1/messages?idempotency_key=K`` -- ``200 {"id": ..., "idempotency_key": K}`` if
+  accepted under K, else 404.
 
 Named providers' send endpoints, in their dialects (:mod:`mailbus.sandbox.dialects`), with
 the same faults and ledger: ``POST /emails`` (Resend), ``POST /email`` and ``GET
@@ -16,6 +17,7 @@ the same faults and ledger: ``POST /emails`` (Resend), ``POST /email`` and ``GET
 Control endpoints (no auth; loopback clients only unless ``open_control``):
 ``GET /_sandbox/health``, ``GET /_sandbox/ledger``, ``GET /_sandbox/requests[?since=T]``,
 ``GET|POST /_sandbox/faults`` (read or replace the plan), ``POST /_sandbox/reset``,
+``POST /_sandbox/idempotency`` (a key window), ``POST /_sandbox/search`` (a search lag),
 ``GET /_sandbox/events`` (what the delivery-event emitter sent, when there is one).
 
 With an emitter (:mod:`mailbus.sandbox.emitter`), every newly accepted message gets signed
@@ -27,6 +29,12 @@ is chosen and the delay slept. A send that is slow is still accepted after its d
 if the client gave up: the provider processed it, the client cannot know (an *unknown*
 outcome). A hang ends early when the client closes the connection. Lookups get neither
 latency nor faults.
+
+Postmark's search is as unkind as its documentation allows
+(https://postmarkapp.com/developer/api/messages-api documents neither a delay nor how a
+``metadata_`` filter matches): a mail shows in it only ``search_lag_s`` after it was
+accepted (``POST /_sandbox/search {"lag_s": S}``; 0 by default), and the filter matches
+ignoring case and as a prefix, so ``order-1`` also finds ``Order-1`` and ``order-10``.
 """
 
 from __future__ import annotations
@@ -65,6 +73,7 @@ class SandboxState:
         self.api_key = api_key
         self.authorization = f"Bearer {api_key}"
         self.idempotency_window_s: float | None = None  # None: a key is kept for good
+        self.search_lag_s = 0.0  # Postmark's search shows a mail this long after accepting it
         self.plan = plan if plan is not None else FaultPlan()
         self.seed = seed
         self.rng = random.Random(seed)
@@ -78,6 +87,7 @@ class SandboxState:
         self.rng = random.Random(self.seed)
         self.ledger.reset()
         self.idempotency_window_s = None
+        self.search_lag_s = 0.0
 
 
 STATE = web.AppKey("sandbox_state", SandboxState)
@@ -117,6 +127,11 @@ def _send_handler(dialect: Dialect) -> Callable[[web.Request], Awaitable[web.Str
     return send
 
 
+_AFTER_ACCEPT = frozenset(
+    {"drop_after_accept", "hang_after_accept", "malformed", "500_after_accept"}
+)
+
+
 async def _handle_send(
     request: web.Request, state: SandboxState, record: RequestRecord, dialect: Dialect
 ) -> web.StreamResponse:
@@ -140,7 +155,7 @@ async def _handle_send(
         await asyncio.sleep(choice.delay_ms / 1000)
     fault: Fault | None = choice.fault
     kind = fault.kind if fault is not None else None
-    if kind is not None and kind not in ("drop_after_accept", "hang_after_accept", "malformed"):
+    if kind is not None and kind not in _AFTER_ACCEPT:
         ledger.settle(record, kind)
         if kind == "429":
             assert fault is not None
@@ -168,6 +183,8 @@ async def _handle_send(
     ledger.settle(record, kind)
     if kind == "malformed":
         return dialect.malformed(message_id)
+    if kind == "500_after_accept":
+        return dialect.error(500, "internal", "internal server error")
     if kind == "hang_after_accept":
         assert fault is not None
         await _hang(request, state, fault.hang_seconds)
@@ -191,7 +208,7 @@ async def _lookup(request: web.Request) -> web.Response:
             ledger.settle(record, "not_found")
             return _error(404, "not_found", "nothing accepted under this key")
         ledger.settle(record, "found")
-        return web.json_response({"id": message_id})
+        return web.json_response({"id": message_id, "idempotency_key": key})
     finally:
         ledger.depart()
 
@@ -211,14 +228,14 @@ async def _postmark_search(request: web.Request) -> web.Response:
         if not (request.query.get("count", "").isdigit() and "offset" in request.query):
             ledger.settle(record, "bad_request")
             return dialect.error(422, "bad_request", "count and offset are required")
-        message_id = ledger.lookup(key) if key is not None else None
-        ledger.settle(record, "not_found" if message_id is None else "found")
-        messages = (
-            []
-            if message_id is None
-            else [{"MessageID": message_id, "Metadata": {POSTMARK_KEY_FIELD: key}}]
-        )
-        return web.json_response({"TotalCount": len(messages), "Messages": messages})
+        count = int(request.query["count"])
+        matches = [] if key is None else ledger.search(key, state.search_lag_s)
+        ledger.settle(record, "found" if matches else "not_found")
+        messages = [
+            {"MessageID": message_id, "Metadata": {POSTMARK_KEY_FIELD: held}}
+            for held, message_id in matches[:count]
+        ]
+        return web.json_response({"TotalCount": len(matches), "Messages": messages})
     finally:
         ledger.depart()
 
@@ -292,6 +309,18 @@ async def _set_idempotency(request: web.Request, state: SandboxState) -> web.Res
     return web.json_response({"window_s": state.idempotency_window_s})
 
 
+async def _set_search(request: web.Request, state: SandboxState) -> web.Response:
+    """``{"lag_s": S}``: Postmark's search shows a mail only S seconds after accepting it."""
+    try:
+        lag = json.loads(await request.read()).get("lag_s")
+        if not (isinstance(lag, int | float) and lag >= 0):
+            raise ValueError("lag_s must be a number >= 0")
+    except (ValueError, AttributeError) as exc:
+        return _error(400, "bad_request", str(exc))
+    state.search_lag_s = float(lag)
+    return web.json_response({"lag_s": state.search_lag_s})
+
+
 async def _reset(request: web.Request, state: SandboxState) -> web.Response:
     state.reset()
     return web.json_response({"status": "reset"})
@@ -316,5 +345,6 @@ def make_app(state: SandboxState) -> web.Application:
     app.router.add_post("/_sandbox/faults", _control(_set_faults))
     app.router.add_post("/_sandbox/reset", _control(_reset))
     app.router.add_post("/_sandbox/idempotency", _control(_set_idempotency))
+    app.router.add_post("/_sandbox/search", _control(_set_search))
     app.router.add_get("/_sandbox/events", _control(_events))
     return app

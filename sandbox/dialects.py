@@ -253,6 +253,7 @@ _POSTMARK_CODES = {  # the sandbox's error codes as Postmark's ErrorCode
     "unprocessable": 300,
     "unavailable": 100,
     "rate_limited": 429,
+    "internal": 0,  # Postmark documents no ErrorCode for its 500
 }
 
 _RESEND_NAMES = {  # the sandbox's error codes as Resend names them
@@ -261,6 +262,7 @@ _RESEND_NAMES = {  # the sandbox's error codes as Resend names them
     "unprocessable": "validation_error",
     "unavailable": "internal_server_error",
     "rate_limited": "rate_limit_exceeded",
+    "internal": "internal_server_error",
 }
 
 

@@ -10,7 +10,9 @@ kinds at most one applies: first any ``next`` fault with a count left, then the 
 faults, each in plan order.
 
 Textual form (``--fault``): ``KIND[:name=value]...``, e.g. ``429:share=0.2:retry_after=3``,
-``503:next=5``, ``slow:share=1:ms=200``, ``hang_after_accept:next=1:hang_seconds=5``. With
+``503:next=5``, ``slow:share=1:ms=200``, ``hang_after_accept:next=1:hang_seconds=5``,
+``500_after_accept:next=1`` (the mail is accepted, the reply a 500: what Postmark's "In
+most cases the message is lost" leaves open, and a gateway's error after acceptance). With
 neither ``share`` nor ``next`` the fault applies to every request (``share=1``). Any fault
 may name a recipient ``domain`` (``429:domain=slow.example:retry_after=2``): it then fires
 only for sends to that domain, and a 429 so scoped says so (``X-Throttle-Scope:
@@ -48,6 +50,7 @@ FAULT_KINDS = (
     "drop_after_accept",
     "hang_after_accept",
     "malformed",
+    "500_after_accept",  # accepted, then a 500 in the dialect's error body (a lost reply)
 )
 
 # Parameters each kind accepts besides ``share``/``next``, with their parsers.

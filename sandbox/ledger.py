@@ -186,6 +186,20 @@ class Ledger:
         entry = self.keys.get(key)
         return entry.id if entry is not None else None
 
+    def search(self, text: str, lag_s: float = 0.0) -> list[tuple[str, str]]:
+        """``(key, id)`` of the mails a loose search for ``text`` finds, the newest first:
+        keys starting with it, ignoring case, accepted at least ``lag_s`` ago."""
+        wanted = text.lower()
+        visible_before = self._monotonic() - lag_s
+        found = [
+            (entry.accepted_at, key, entry.id)
+            for key, entry in self.keys.items()
+            if entry.id is not None
+            and key.lower().startswith(wanted)
+            and entry.accepted_at <= visible_before
+        ]
+        return [(key, message_id) for _, key, message_id in sorted(found, reverse=True)]
+
     def reset(self) -> None:
         """Forget everything except what is in flight right now."""
         self.keys.clear()

@@ -17,16 +17,26 @@ neither, with MAILBUS_UNKNOWN_OUTCOME  by a resend (a duplicate is     at least 
 =at_least_once                         possible)
 =====================================  ==============================  ===============
 
-A 5xx is a definite "not accepted" only where a retry cannot make a second mail (a key or
-a look-up). With neither, a 500, 502, 504 (or any 5xx but 503) may come after the provider
-took the mail -- a gateway's 504 is a lost reply -- so :func:`without_cover` makes it
-unknown; 503 (the service refused the request) and 429 (throttled before processing) stay
-retries.
+A 5xx is a definite "not accepted" only where a retry cannot make a second mail: a key
+that never expires. Elsewhere a 500, 502, 504 (or any 5xx but 503) may come after the
+provider took the mail -- a gateway's 504 is a lost reply; Postmark: "In most cases the
+message is lost", https://postmarkapp.com/developer/api/overview#response-codes -- so
+:func:`without_cover` makes it unknown: looked up where the provider can be, held to the
+key's window where the key expires (a 409 asking to retry a key still in progress too), an
+operator's otherwise. 503 (the service refused the request) and 429 (throttled before
+processing) stay retries.
+
+A look-up's "not found" counts only once :func:`lookup_settle_s` has passed since the call
+in doubt began (docs/reference/contract.md, named providers): a provider's search may show
+a mail some time after accepting it, or accept a timed-out call late. Where the provider
+documents no delay, :data:`DEFAULT_LOOKUP_SETTLE_S`; MAILBUS_LOOKUP_SETTLE overrides.
 
 A provider with both (the sandbox's own dialect) is looked up: a definite answer without a
 second call. The window counts from the row's first call (``first_tried_at``, on the
 database's clock), and a resend must *reach* the provider before it ends, so the last
-``reach_s`` seconds of it are not used.
+``reach_s`` seconds of it are not used: a margin (MAILBUS_KEY_WINDOW_MARGIN) covering the
+wait for an in-flight slot, the connect and request timeouts and the skew between our
+clock and the provider's.
 """
 
 from __future__ import annotations
@@ -38,11 +48,14 @@ from enum import StrEnum
 from mailbus.consumer.core.outcome import Classification, Outcome, clip_reason
 
 __all__ = [
+    "DEFAULT_LOOKUP_SETTLE_S",
     "Capability",
     "Guarantee",
     "IdempotencyKey",
     "Resolution",
     "guarantee_of",
+    "key_conflict",
+    "lookup_settle_s",
     "may_resend",
     "resend_window_s",
     "resolve_unknown",
@@ -50,6 +63,11 @@ __all__ = [
 ]
 
 _REFUSED_BEFORE_PROCESSING = frozenset({429, 503})
+
+DEFAULT_LOOKUP_SETTLE_S = 300.0
+"""How long a look-up's "not found" is not believed, where the provider documents no delay
+for its search (Postmark documents none): five minutes, far beyond any request timeout, so
+a call the provider was still working on, or a search index behind the send, is found."""
 
 
 class Guarantee(StrEnum):
@@ -88,6 +106,13 @@ class Capability:
     key: IdempotencyKey | None = None
     look_up: bool = False  # a look-up of a sent mail by something mailbus chose
     source: str = field(default="", compare=False)  # the documentation it was taken from
+    # seconds after a call in doubt began before a look-up's "not found" counts; None: the
+    # provider documents none (DEFAULT_LOOKUP_SETTLE_S)
+    settle_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.settle_s is not None and not self.settle_s >= 0:
+            raise ValueError("a look-up's settle time must be >= 0 seconds")
 
 
 def guarantee_of(capability: Capability, at_least_once: bool) -> Guarantee:
@@ -96,6 +121,17 @@ def guarantee_of(capability: Capability, at_least_once: bool) -> Guarantee:
     if capability.key is not None or capability.look_up:
         return Guarantee.EXACTLY_ONCE
     return Guarantee.AT_LEAST_ONCE if at_least_once else Guarantee.AT_MOST_ONCE
+
+
+def lookup_settle_s(capability: Capability, override: float | None = None) -> float:
+    """Seconds after a call in doubt began before this provider's "not found" counts:
+    ``override`` (MAILBUS_LOOKUP_SETTLE), else the provider's documented value, else
+    :data:`DEFAULT_LOOKUP_SETTLE_S`; 0 for a provider without a look-up."""
+    if not capability.look_up:
+        return 0.0
+    if override is not None:
+        return override
+    return DEFAULT_LOOKUP_SETTLE_S if capability.settle_s is None else capability.settle_s
 
 
 def resend_window_s(capability: Capability, at_least_once: bool, reach_s: float) -> float | None:
@@ -145,16 +181,33 @@ def resolve_unknown(
 
 
 def without_cover(capability: Capability, result: Classification) -> Classification:
-    """``result``, unless it is a retry on a server error that may have followed acceptance
-    at a provider with neither key nor look-up: then ``unknown`` (docs/providers.md)."""
-    if (
-        capability.key is not None
-        or capability.look_up
-        or result.outcome is not Outcome.RETRY
-        or result.status_code is None
-        or not 500 <= result.status_code <= 599
-        or result.status_code in _REFUSED_BEFORE_PROCESSING
-    ):
+    """``result``, unless it is a retry that may follow acceptance at a provider whose key
+    does not cover a resend for good: then ``unknown`` (docs/providers.md). That is a 5xx
+    other than 503 at a provider without a key (looked up first, or left to an operator)
+    or with a key that expires (held to its window), and a 409 the provider asks to retry
+    (Resend's ``concurrent_idempotent_requests``: the key is in use)."""
+    key = capability.key
+    if (key is not None and key.window_s is None) or result.outcome is not Outcome.RETRY:
         return result
-    reason = clip_reason(f"{result.reason} (may have been accepted: no key or look-up)")
+    code = result.status_code
+    server_error = code is not None and 500 <= code <= 599
+    key_in_progress = key is not None and code == 409
+    if result.server_stage is not None or code in _REFUSED_BEFORE_PROCESSING:
+        return result
+    if not (server_error or key_in_progress):
+        return result
+    cover = "a key that expires" if key is not None else "no key"
+    reason = clip_reason(f"{result.reason} (may have been accepted: {cover})")
     return replace(result, outcome=Outcome.UNKNOWN, retry_after_s=None, reason=reason)
+
+
+def key_conflict(capability: Capability, result: Classification) -> bool:
+    """Whether ``result`` says the provider already holds this mail's idempotency key from
+    another request (Resend: 409 ``invalid_idempotent_request``, "Retrying this request is
+    useless", https://resend.com/docs/dashboard/emails/idempotency-keys): a 409 rejection
+    under a key. For a row in doubt it means an earlier call reached the provider."""
+    return (
+        capability.key is not None
+        and result.outcome is Outcome.REJECTED
+        and result.status_code == 409
+    )

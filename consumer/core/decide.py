@@ -13,9 +13,17 @@ The delivery service loads a row as a :class:`SendView` and, for a claimable row
 without our knowing. So whenever :func:`needs_confirmation` says so (a final state other
 than ``accepted`` for a row tried before), the service looks the key up at the provider
 that took the calls and applies :func:`confirm_final`: found → ``accepted``; look-up failed
-→ ``unknown``; not found → the final state, but only once ``late_accept_s`` has passed
-since the last call whose outcome was never known (``in_doubt_since``): a provider still
-working on a timed-out call says 404 now and accepts a moment later.
+→ ``unknown``; not found → the final state, but only once ``late_accept_s`` (and the
+look-up's settle time) has passed since the last call whose outcome was never known
+(``in_doubt_since``): a provider still working on a timed-out call says 404 now and
+accepts a moment later.
+
+**A "not found" is believed only once it has settled.** A provider's search may show a
+mail only some time after accepting it (Postmark documents no delay for its search). So
+:func:`after_lookup` takes ``settle_s`` (capability.lookup_settle_s): before
+``in_doubt_since + settle_s`` a "not found" leaves the row ``unknown``, looked up again
+(more rarely the longer it has been in doubt, and once more when the time is up), never
+resent.
 
 Each function returns a :class:`Decision`; the service writes it with one guarded update
 from the status the row is in, and publishes a dead letter when ``dead_letter`` is set.
@@ -49,6 +57,7 @@ __all__ = [
     "before_send",
     "confirm_final",
     "doubt_without_lookup",
+    "key_in_use",
     "lease_expired",
     "needs_confirmation",
     "needs_lookup",
@@ -271,15 +280,17 @@ def confirm_final(
     rand: Rand,
     *,
     detail: str = "",
+    settle_s: float = 0.0,
 ) -> Decision:
     """The look-up's verdict on a ``final`` decision that :func:`needs_confirmation`:
     found → ``accepted``; the look-up failed → ``unknown`` (retried later); not found →
-    ``final``, once the late-acceptance window has passed."""
+    ``final``, once the late-acceptance window and the look-up's settle time have
+    passed."""
     if found_message_id:
         return Decision(Status.ACCEPTED, reason="accepted per look-up", message_id=found_message_id)
     if lookup_failed:
         return _lookup_failed(row, detail, now, policy, rand)
-    return _unless_in_doubt(row, final, now, policy)
+    return _unless_in_doubt(row, final, now, policy, settle_s)
 
 
 def wait_for_provider(row: SendView, provider: str, now: datetime, policy: RetryPolicy) -> Decision:
@@ -302,24 +313,29 @@ def after_lookup(
     rand: Rand,
     *,
     detail: str = "",
+    settle_s: float = 0.0,
 ) -> Decision:
     """The decision for an ``unknown`` (or lease-expired ``sending``) row after looking its
     dedupe key up at the provider.
 
-    Found: ``accepted`` with that id. Not found (404): the earlier call was not accepted,
-    so a retry with the same Idempotency-Key is safe: ``pending`` with a ``retry_at``,
-    unless attempts are spent or the mail expires first. The look-up itself failed (or
-    its reply was malformed, which the adapter reports as failed): stay ``unknown`` with a
-    ``retry_at``; the row stays visible and is resolved on a later pass. A final state
-    (out of attempts, or expiring first) waits out the late-acceptance window as
-    ``unknown``.
+    Found: ``accepted`` with that id. Not found before ``settle_s`` has passed since the
+    call in doubt began (``in_doubt_since``): no verdict yet, ``unknown``, looked up again
+    (:func:`_not_settled`). Not found after it: the earlier call was not accepted, so a
+    retry is safe: ``pending`` with a ``retry_at``, unless attempts are spent or the mail
+    expires first. The look-up itself failed (or its reply was malformed, which the
+    adapter reports as failed): stay ``unknown`` with a ``retry_at``; the row stays
+    visible and is resolved on a later pass. A final state (out of attempts, or expiring
+    first) waits out the late-acceptance window as ``unknown``.
     """
     if found_message_id:
         return Decision(Status.ACCEPTED, reason="accepted per look-up", message_id=found_message_id)
     if lookup_failed:
         return _lookup_failed(row, detail, now, policy, rand)
+    settles = _settles_at(row, settle_s)
+    if settles is not None and now < settles:
+        return _not_settled(row, settles, now, policy, rand)
     decision = _retry_or_stop(row, "not accepted per look-up", now, policy, rand, None, None)
-    return _unless_in_doubt(row, decision, now, policy)
+    return _unless_in_doubt(row, decision, now, policy, settle_s)
 
 
 def doubt_without_lookup(
@@ -336,9 +352,10 @@ def doubt_without_lookup(
     operator. Under a key (``keyed``), a resend proves nothing until it is made, so a final
     state (out of attempts, expiring first) is never concluded from it: ``unknown``."""
     if not resend:
-        return _lookup_failed(
-            row, "no look-up at this provider, waits for an operator", now, policy, rand
-        )
+        why = "no look-up at this provider"
+        if keyed:
+            why = "in doubt past the idempotency key's window"
+        return _lookup_failed(row, f"{why}, waits for an operator", now, policy, rand)
     decision = _retry_or_stop(row, "no look-up: sent again", now, policy, rand, None, None)
     if keyed and decision.next_status in _FINAL_NOT_ACCEPTED:
         return _lookup_failed(row, f"cannot confirm {decision.reason}", now, policy, rand)
@@ -353,6 +370,23 @@ def resend_closed(now: datetime, policy: RetryPolicy) -> Decision:
         Status.UNKNOWN,
         retry_at=now + timedelta(seconds=policy.cap_s),
         reason="in doubt past the idempotency key's window: waits for an operator",
+    )
+
+
+def key_in_use(
+    row: SendView, window_ends: datetime | None, now: datetime, policy: RetryPolicy
+) -> Decision:
+    """A row in doubt whose resend the provider refused because it holds the key from an
+    earlier request (capability.key_conflict): an earlier call reached it, so the row is
+    ``unknown`` for an operator, with no more attempts: it is not taken again before the
+    key's window ends (``window_ends``; None: a key kept for good, every ``cap_s``), when a
+    resend is no longer allowed anyway."""
+    retry_at = window_ends if window_ends is not None else now + timedelta(seconds=policy.cap_s)
+    return Decision(
+        Status.UNKNOWN,
+        retry_at=max(retry_at, now),
+        reason="the provider holds this key from an earlier call: waits for an operator",
+        status_code=409,
     )
 
 
@@ -381,14 +415,34 @@ def _lookup_failed(
     return Decision(Status.UNKNOWN, retry_at=retry_at, reason=reason)
 
 
+def _settles_at(row: SendView, settle_s: float) -> datetime | None:
+    """When a "not found" for ``row`` counts: ``settle_s`` after its call in doubt began."""
+    if row.in_doubt_since is None or settle_s <= 0:
+        return None
+    return row.in_doubt_since + timedelta(seconds=settle_s)
+
+
+def _not_settled(
+    row: SendView, settles: datetime, now: datetime, policy: RetryPolicy, rand: Rand
+) -> Decision:
+    """A "not found" too early to count: ``unknown``, looked up again as a failed look-up
+    would be, and at the latest when it settles."""
+    head = f"not found yet: the look-up is believed from {settles.isoformat(timespec='seconds')}"
+    waiting = _lookup_failed(row, "", now, policy, rand)
+    retry_at = min(waiting.retry_at or settles, settles)
+    return Decision(Status.UNKNOWN, retry_at=retry_at, reason=clip_reason(head))
+
+
 def _unless_in_doubt(
-    row: SendView, decision: Decision, now: datetime, policy: RetryPolicy
+    row: SendView, decision: Decision, now: datetime, policy: RetryPolicy, settle_s: float = 0.0
 ) -> Decision:
     """``decision``, unless it is final and a call with no known outcome is recent enough
-    that the provider may still accept it: then ``unknown`` until the window has passed."""
+    that the provider may still accept it (or its look-up not yet believed): then
+    ``unknown`` until the window has passed."""
     if decision.next_status not in _FINAL_NOT_ACCEPTED or row.in_doubt_since is None:
         return decision
-    window_ends = row.in_doubt_since + timedelta(seconds=policy.late_accept_s)
+    window_s = max(policy.late_accept_s, settle_s)
+    window_ends = row.in_doubt_since + timedelta(seconds=window_s)
     if now >= window_ends:
         return decision
     return Decision(

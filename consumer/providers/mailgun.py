@@ -113,7 +113,7 @@ class MailgunDialect:
     def lookup_request(self, dedupe_key: str) -> WireRequest:
         raise NotImplementedError("Mailgun has no look-up mailbus can trust (see the module)")
 
-    def lookup_reply(self, status: int, body: bytes) -> LookupResult:
+    def lookup_reply(self, dedupe_key: str, status: int, body: bytes) -> LookupResult:
         raise NotImplementedError("Mailgun has no look-up mailbus can trust (see the module)")
 
 

@@ -45,7 +45,9 @@ __all__ = ["METADATA_FIELD", "PostmarkDialect", "metadata_value"]
 METADATA_FIELD = "mailbus_key"
 _MAX_METADATA_CHARS = 80  # a metadata value's limit (the custom metadata FAQ)
 _ACCOUNT_CODES = frozenset({405, 412, 413})  # not allowed to send, pending, may not send
-_SEARCH_COUNT = "50"  # more than one match is already a duplicate; the first settles it
+# the most a search returns (https://postmarkapp.com/developer/api/messages-api): a loose
+# filter may match other keys' mails too, and ours must be among those returned
+_SEARCH_COUNT = "500"
 
 
 def metadata_value(dedupe_key: str) -> str:
@@ -129,9 +131,12 @@ class PostmarkDialect:
         }
         return WireRequest("GET", "messages/outbound", {}, params=params)
 
-    def lookup_reply(self, status: int, body: bytes) -> LookupResult:
-        """The search filtered by the key's metadata: any message in it was sent under the
-        key (the newest first)."""
+    def lookup_reply(self, dedupe_key: str, status: int, body: bytes) -> LookupResult:
+        """The search filtered by the key's metadata, the newest first. Postmark does not
+        document how ``metadata_<name>`` matches (exactly? ignoring case? a prefix?), so a
+        message counts only if its ``Metadata.mailbus_key`` is exactly the value sent with
+        this key: ``order-1`` never finds ``Order-1`` or ``order-10``."""
+        wanted = metadata_value(dedupe_key)
         if status != 200:
             excerpt = body[:2000].decode("utf-8", "replace")
             return LookupResult(
@@ -142,9 +147,17 @@ class PostmarkDialect:
         if not isinstance(messages, list):
             return LookupResult(None, True, "http 200 without a Messages list")
         for message in messages:
-            message_id = valid_id(message.get("MessageID")) if isinstance(message, dict) else None
+            if not isinstance(message, dict):
+                continue
+            metadata = message.get("Metadata")
+            if not isinstance(metadata, dict) or metadata.get(METADATA_FIELD) != wanted:
+                continue  # another mail the search matched
+            message_id = valid_id(message.get("MessageID"))
             if message_id is not None:
                 return LookupResult(message_id, False)
+        total = doc.get("TotalCount") if doc is not None else None
+        if isinstance(total, int) and total > len(messages):
+            return LookupResult(None, True, f"{total} matches, ours not among the first")
         return LookupResult(None, False)  # nothing sent under this key
 
 

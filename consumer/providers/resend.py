@@ -101,7 +101,7 @@ class ResendDialect:
     def lookup_request(self, dedupe_key: str) -> WireRequest:
         raise NotImplementedError("Resend has no look-up by idempotency key")
 
-    def lookup_reply(self, status: int, body: bytes) -> LookupResult:
+    def lookup_reply(self, dedupe_key: str, status: int, body: bytes) -> LookupResult:
         raise NotImplementedError("Resend has no look-up by idempotency key")
 
 

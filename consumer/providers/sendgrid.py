@@ -108,7 +108,7 @@ class SendGridDialect:
     def lookup_request(self, dedupe_key: str) -> WireRequest:
         raise NotImplementedError("SendGrid has no look-up mailbus can trust (see the module)")
 
-    def lookup_reply(self, status: int, body: bytes) -> LookupResult:
+    def lookup_reply(self, dedupe_key: str, status: int, body: bytes) -> LookupResult:
         raise NotImplementedError("SendGrid has no look-up mailbus can trust (see the module)")
 
 

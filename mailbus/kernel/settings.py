@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import overload
 from urllib.parse import urlsplit
 
 from dotenv.parser import parse_stream
@@ -53,6 +54,8 @@ class Settings:
     backoff_base: float = 2.0
     backoff_cap: float = 300.0
     late_accept_window: float | None = None  # None: twice the request timeout
+    lookup_settle: float | None = None  # None: each provider's (capability.lookup_settle_s)
+    key_window_margin: float = 300.0  # no resend starts this long before its key expires
     partitions: int = 6
     replication_factor: int = 1
     metrics_port: int | None = None
@@ -199,6 +202,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         backoff_base=reader.number("MAILBUS_BACKOFF_BASE", Settings.backoff_base),
         backoff_cap=reader.number("MAILBUS_BACKOFF_CAP", Settings.backoff_cap),
         late_accept_window=reader.optional_number("MAILBUS_LATE_ACCEPT_WINDOW"),
+        lookup_settle=_seconds("MAILBUS_LOOKUP_SETTLE", reader),
+        key_window_margin=_seconds("MAILBUS_KEY_WINDOW_MARGIN", reader, Settings.key_window_margin),
         partitions=reader.integer("MAILBUS_PARTITIONS", Settings.partitions, 1, 1000),
         replication_factor=reader.integer(
             "MAILBUS_REPLICATION_FACTOR", Settings.replication_factor, 1, 7
@@ -332,6 +337,24 @@ _PROVIDER_KINDS = ("http", "smtp", "ses", *_NAMED_PROVIDER_URLS)  # ses: through
 
 
 _TEMPLATE_PROVIDERS = ("ses", "postmark", "sendgrid")  # providers with templates of their own
+
+
+@overload
+def _seconds(name: str, reader: _Reader) -> float | None: ...
+@overload
+def _seconds(name: str, reader: _Reader, default: float) -> float: ...
+def _seconds(name: str, reader: _Reader, default: float | None = None) -> float | None:
+    """A number of seconds >= 0 (0 allowed, unlike :meth:`_Reader.number`), or ``default``
+    when unset."""
+    raw = reader._raw(name)
+    if raw is None:
+        return default
+    try:
+        if float(raw) == 0:
+            return 0.0
+    except ValueError:
+        pass  # reader.number names the setting
+    return reader.number(name, 0.0)
 
 
 def _templates_dir(raw: str | None) -> str | None:

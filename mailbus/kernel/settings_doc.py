@@ -226,6 +226,21 @@ SETTINGS: tuple[Setting, ...] = (
         "seconds the provider may still accept a call with no known outcome",
         {"consume"},
     ),
+    _s(
+        "LOOKUP_SETTLE",
+        "the provider's (postmark: 300)",
+        'seconds after a call in doubt began before a look-up\'s "not found" counts; until'
+        " then the row stays unknown and is looked up again, never resent (0: at once)",
+        {"consume"},
+    ),
+    _s(
+        "KEY_WINDOW_MARGIN",
+        "300",
+        "seconds before an idempotency key's window ends (resend: 24 h from the first call)"
+        " that no resend under it starts: the slot wait, connect and request timeouts and"
+        " clock skew; never less than the first three together",
+        {"consume"},
+    ),
     _s("PARTITIONS", "6", "partitions of each send topic migrate creates", {"migrate"}),
     _s("REPLICATION_FACTOR", "1", "replication factor of the topics migrate creates", {"migrate"}),
     _s("METRICS_PORT", "off", "port of /metrics, /healthz, /readyz", _LONG_RUNNING),

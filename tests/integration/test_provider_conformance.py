@@ -18,9 +18,15 @@ from typing import Any, TypeVar
 
 import pytest
 
-from mailbus.consumer.core.capability import Guarantee, guarantee_of
+from mailbus.consumer.core.capability import Guarantee, guarantee_of, without_cover
 from mailbus.consumer.core.outcome import Outcome, classify
-from mailbus.consumer.provider import Dialect, HttpProvider, MailbusDialect, OutgoingMail
+from mailbus.consumer.provider import (
+    Dialect,
+    HttpProvider,
+    LookupResult,
+    MailbusDialect,
+    OutgoingMail,
+)
 from mailbus.consumer.providers.mailgun import MailgunDialect
 from mailbus.consumer.providers.postmark import PostmarkDialect
 from mailbus.consumer.providers.resend import ResendDialect
@@ -211,3 +217,66 @@ def test_each_life_and_each_deployment_is_a_mail_of_its_own(
     assert accepted_by_sandbox(sandbox) == {
         key: (1, message_id) for key, message_id in zip(keys, ids, strict=True)
     }
+    assert keys[MAIL.key]["accepted"] == 1
+    assert keys[MAIL.key]["provider_template"] == "order-confirmation-v2"
+    assert keys[MAIL.key]["template_data"] == {"order_id": "7"}
+
+
+def test_a_500_after_acceptance_is_a_retry_only_under_a_key_kept_for_good(
+    sandbox: ThreadedSandbox, dialect: Dialect
+) -> None:
+    """A 500 that follows acceptance (sandbox fault ``500_after_accept``, the dialect's own
+    error body): a retry is safe only under a key the provider keeps for good; at a
+    provider without a key, or whose key expires, it is in doubt (review 2026-12-06 #2,
+    #4), and a look-up -- where there is one -- finds the one mail."""
+
+    async def scenario(provider: HttpProvider) -> tuple[Any, Any]:
+        result = without_cover(provider.capability, classify(await provider.send(MAIL)))
+        found = await provider.lookup(MAIL.key) if provider.capability.look_up else None
+        return result, found
+
+    result, found = call(sandbox, dialect, scenario, ("500_after_accept:next=1",))
+    key = dialect.capability.key
+    kept_for_good = key is not None and key.window_s is None
+    assert result.outcome is (Outcome.RETRY if kept_for_good else Outcome.UNKNOWN), result
+    assert result.status_code == 500
+    ((accepted, message_id),) = accepted_by_sandbox(sandbox).values()
+    assert accepted == 1
+    if found is not None:
+        assert (found.message_id, found.failed) == (message_id, False)
+
+
+def test_postmarks_search_is_believed_only_for_our_key_and_after_its_lag(
+    sandbox: ThreadedSandbox,
+) -> None:
+    """The sandbox's Postmark search shows a mail only after a lag and matches loosely
+    (ignoring case, by prefix), as Postmark's documentation allows: a search right after
+    the send finds nothing yet; mails under ``Order-7-confirmation`` and
+    ``order-7-confirmation-2`` are never taken for ``order-7-confirmation``."""
+    sandbox.call(lambda state: state.reset())
+    dialect = ADAPTERS["postmark"]()
+
+    def lag(seconds: float) -> Callable[[SandboxState], None]:
+        def apply(state: SandboxState) -> None:
+            state.search_lag_s = seconds
+
+        return apply
+
+    async def strangers(provider: HttpProvider) -> Any:
+        for key in ("Order-7-confirmation", "order-7-confirmation-2"):
+            assert classify(await provider.send(replace(MAIL, key=key))).message_id
+        return await provider.lookup(MAIL.key)
+
+    assert call(sandbox, dialect, strangers) == LookupResult(None, False)
+    sandbox.call(lag(0.5))
+
+    async def lagging(provider: HttpProvider) -> tuple[Any, Any, Any]:
+        sent = classify(await provider.send(MAIL))
+        early = await provider.lookup(MAIL.key)
+        await asyncio.sleep(0.6)
+        return sent, early, await provider.lookup(MAIL.key)
+
+    sent, early, late = call(sandbox, dialect, lagging)
+    assert early == LookupResult(None, False)  # not there yet: the settle time's reason
+    assert (late.message_id, late.failed) == (sent.message_id, False)
+    sandbox.call(lag(0.0))

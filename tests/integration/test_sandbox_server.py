@@ -145,7 +145,10 @@ def test_lookup(client: httpx.Client) -> None:
     assert lookup(client, "k-look") == 404
     message_id = send(client, "k-look").json()["id"]
     response = client.get("/v1/messages", params={"idempotency_key": "k-look"})
-    assert (response.status_code, response.json()) == (200, {"id": message_id})
+    assert (response.status_code, response.json()) == (
+        200,
+        {"id": message_id, "idempotency_key": "k-look"},
+    )
     assert ledger(client)["totals"]["lookups"] == 2
 
 

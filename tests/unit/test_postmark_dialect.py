@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from mailbus.consumer.core.outcome import Outcome, classify
-from mailbus.consumer.provider import OutgoingMail
+from mailbus.consumer.provider import LookupResult, OutgoingMail
 from mailbus.consumer.providers.postmark import PostmarkDialect, metadata_value
 
 NOW = datetime(2026, 12, 3, tzinfo=UTC)
@@ -75,7 +75,7 @@ def test_a_mail_is_filed_under_its_key_and_looked_up_by_it() -> None:
     search = POSTMARK.lookup_request("order-7")
     assert (search.path, search.params) == (
         "messages/outbound",
-        {"count": "50", "offset": "0", "metadata_mailbus_key": "order-7"},
+        {"count": "500", "offset": "0", "metadata_mailbus_key": "order-7"},
     )
 
 
@@ -85,16 +85,45 @@ def test_a_key_longer_than_a_metadata_value_travels_as_its_digest() -> None:
     assert value.startswith("sha256:") and len(value) <= 80
     assert metadata_value("k" * 80) == "k" * 80
     assert POSTMARK.lookup_request(long_key).params == {
-        "count": "50",
+        "count": "500",
         "offset": "0",
         "metadata_mailbus_key": value,
     }
 
 
+def _search(*held: tuple[str, str], total: int | None = None) -> bytes:
+    messages = [{"MessageID": i, "Metadata": {"mailbus_key": k}} for k, i in held]
+    return json.dumps(
+        {"TotalCount": len(held) if total is None else total, "Messages": messages}
+    ).encode()
+
+
 def test_the_search_reply_finds_the_mail_or_says_nothing_was_sent() -> None:
-    found = b'{"TotalCount": 1, "Messages": [{"MessageID": "m-1", "Metadata": {}}]}'
-    assert POSTMARK.lookup_reply(200, found).message_id == "m-1"
-    none = POSTMARK.lookup_reply(200, b'{"TotalCount": 0, "Messages": []}')
+    found = _search(("order-1", "m-1"))
+    assert POSTMARK.lookup_reply("order-1", 200, found).message_id == "m-1"
+    none = POSTMARK.lookup_reply("order-1", 200, b'{"TotalCount": 0, "Messages": []}')
     assert (none.message_id, none.failed) == (None, False)
-    assert POSTMARK.lookup_reply(200, b"{}").failed  # a 200 that says nothing: no verdict
-    assert POSTMARK.lookup_reply(503, b"down").failed
+    assert POSTMARK.lookup_reply("order-1", 200, b"{}").failed  # says nothing: no verdict
+    assert POSTMARK.lookup_reply("order-1", 503, b"down").failed
+
+
+def test_a_hit_counts_only_if_it_carries_our_key() -> None:
+    """Postmark does not document how its metadata filter matches: a search for ``order-1``
+    that also returns ``Order-1``, ``order-10`` or a mail without metadata finds none of
+    them (review 2026-12-06 #3); among them, ours is found."""
+    strangers = _search(("Order-1", "m-a"), ("order-10", "m-b"))
+    assert POSTMARK.lookup_reply("order-1", 200, strangers) == LookupResult(None, False)
+    bare = b'{"TotalCount": 1, "Messages": [{"MessageID": "m-1", "Metadata": {}}]}'
+    assert POSTMARK.lookup_reply("order-1", 200, bare) == LookupResult(None, False)
+    mixed = _search(("order-10", "m-b"), ("order-1", "m-1"))
+    assert POSTMARK.lookup_reply("order-1", 200, mixed).message_id == "m-1"
+    long_key = "k" * 81  # filed under its digest
+    digest = _search((metadata_value(long_key), "m-9"))
+    assert POSTMARK.lookup_reply(long_key, 200, digest).message_id == "m-9"
+    assert POSTMARK.lookup_reply(long_key, 200, _search((long_key[:80], "m-9"))).message_id is None
+
+
+def test_more_matches_than_returned_and_none_ours_is_no_verdict() -> None:
+    """A loose filter may match more mails than one page holds: ours may be beyond it."""
+    crowded = _search(("order-10", "m-b"), total=900)
+    assert POSTMARK.lookup_reply("order-1", 200, crowded).failed

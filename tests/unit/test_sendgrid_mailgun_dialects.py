@@ -139,8 +139,12 @@ def test_a_server_error_without_key_or_look_up_is_unknown_not_a_retry(
     status: int, outcome: Outcome
 ) -> None:
     """A 500/502/504 may follow acceptance: without a key or a look-up a retry could send
-    the mail twice, so it is unknown (at most once: an operator's). A key covers it."""
+    the mail twice, so it is unknown (at most once: an operator's). Only a key kept for
+    good covers it; a look-up without a key, or a key that expires, does not (review
+    2026-12-06 #2, #4): unknown, looked up or held to the key's window."""
     reply = classify(SENDGRID.reply(status, {}, b"{}", NOW))
     assert without_cover(SENDGRID.capability, reply).outcome is outcome
-    keyed = Capability(IdempotencyKey("Idempotency-Key", 60.0))
-    assert without_cover(keyed, reply).outcome is reply.outcome
+    forever = Capability(IdempotencyKey("Idempotency-Key", None), look_up=True)
+    assert without_cover(forever, reply).outcome is reply.outcome
+    for uncovered in (Capability(IdempotencyKey("K", 60.0)), Capability(look_up=True)):
+        assert without_cover(uncovered, reply).outcome is outcome
