@@ -55,7 +55,7 @@ def test_postmark_carries_and_searches_the_provider_key() -> None:
     postmark = PostmarkDialect("shop@example.com")
     assert _json(postmark.encode(MAIL).body)["Metadata"] == {"mailbus_key": "stg:order-7~2"}
     assert postmark.lookup_request(KEY).params == {
-        "count": "50",
+        "count": "500",
         "offset": "0",
         "metadata_mailbus_key": "stg:order-7~2",
     }
