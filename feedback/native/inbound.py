@@ -4,7 +4,7 @@ receiver shares, pure.
 Client input never answers 500: :func:`json_document` refuses a body nested deeper than
 :data:`MAX_DEPTH` before :func:`json.loads` sees it (``json.loads("[" * 200_000)`` raises
 ``RecursionError``, which is no ``ValueError``), and :func:`too_deep` lets a route refuse
-such a body before it authenticates anything (docs/webhooks.md#limits).
+such a body before it authenticates anything (docs/guides/delivery-events.md#limits).
 """
 
 from __future__ import annotations

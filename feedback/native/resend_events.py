@@ -6,7 +6,7 @@ headers ``svix-id``, ``svix-timestamp``, ``svix-signature``; :class:`svix.webhoo
 checks them (5 minutes either way, its own rule). The library checks the time before the
 signature; so that a forged request is told from a stale one, a request whose timestamp is
 outside :data:`TOLERANCE_S` of ``now`` has its signature compared with the library's own
-``sign`` instead: a match is ``stale`` (ignored), else ``mismatch`` (401).
+``sign`` instead: a match is ``stale``, else ``mismatch`` (both 401).
 
 Svix signs every attempt anew (Resend retries after 5 s, 5 min, 30 min, 2 h, 5 h, 10 h and
 10 h: https://resend.com/docs/webhooks/retries-and-replays), so a stale request is answered

@@ -1,7 +1,7 @@
 """``POST /webhooks/{ses,sendgrid,mailgun,postmark,resend}``: each enabled provider's own
 route, an aiohttp adapter over the pure modules of :mod:`mailbus.feedback.native`.
 
-In this order, nothing changing until the last step (docs/webhooks.md#limits):
+In this order, nothing changing until the last step (docs/guides/delivery-events.md#limits):
 the raw body is read up to the provider's limit (``max_body``, from its documented batch
 size: 413 past it, read no further); a body nesting JSON deeper than
 :data:`~mailbus.feedback.native.inbound.MAX_DEPTH` is refused (400) before anything parses
