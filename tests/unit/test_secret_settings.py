@@ -42,9 +42,7 @@ def test_every_secret_setting_is_masked_in_logs(monkeypatch: pytest.MonkeyPatch)
 @pytest.mark.parametrize(
     "url", ["https://api:key-XYZ123456@127.0.0.1:9", "https://key-XYZ123456@127.0.0.1:9"]
 )
-def test_a_provider_url_with_credentials_is_refused_naming_the_setting(
-    name: str, url: str
-) -> None:
+def test_a_provider_url_with_credentials_is_refused_naming_the_setting(name: str, url: str) -> None:
     with pytest.raises(ConfigError) as refused:
         load_settings({"MAILBUS_DATABASE_URL": "postgresql://localhost/x", name: url})
     assert refused.value.setting == name
