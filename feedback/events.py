@@ -76,6 +76,13 @@ class DeliveryEvent:
     bounce: str | None = None  # "hard" or "soft" for a bounce, else None
     reason: str | None = None  # the provider's own words for a drop or a failure
     suppression: str | None = None  # one of SUPPRESSIONS, instead of the type's own
+    dedupe_key: str | None = None  # the send's key as the provider echoes it, if it does
+
+    @property
+    def proves_acceptance(self) -> bool:
+        """The provider took the mail: it delivered, delayed, bounced or was complained
+        about (a drop may follow a refusal, so it proves nothing)."""
+        return self.type in ("delivered", "deferred", "bounced", "complained")
 
     @property
     def delivery_status(self) -> str:
@@ -148,6 +155,7 @@ def make_event(
     bounce: str | None = None,
     reason: object = None,
     suppression: str | None = None,
+    dedupe_key: object = None,
 ) -> DeliveryEvent:
     """A provider's event as the internal one, its identifiers and time (a datetime, or an
     ISO-8601 string) checked as :func:`parse_event` checks them (:mod:`mailbus.feedback.native`
@@ -164,6 +172,7 @@ def make_event(
         bounce=bounce,
         reason=clip_reason(reason),
         suppression=suppression,
+        dedupe_key=_checked(dedupe_key, "dedupe_key") if isinstance(dedupe_key, str) else None,
     )
 
 

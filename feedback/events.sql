@@ -169,3 +169,22 @@ DELETE FROM webhook_tokens
 WHERE ctid = ANY(ARRAY(SELECT ctid FROM webhook_tokens
                        WHERE seen_at < now() - make_interval(secs => %(keep_s)s)
                        LIMIT 10000))
+
+-- name: settle_unknown
+-- Sends left `unknown` by a provider with neither a key nor a look-up (SendGrid, Mailgun)
+-- whose own events name them by the dedupe key the send carried (custom_args.dedupe_key,
+-- v:dedupe_key) and prove the provider took the mail (delivered, deferred, bounced,
+-- complained; the caller filters): accepted, with the event's message id, as `mailbus send
+-- resolve --accepted` would settle them, under the provider rule of record_events. Found
+-- through the dedupe key's unique index. Runs just before record_events, which then
+-- applies the events to them. Returns the sends settled.
+UPDATE email_sends s
+SET status = 'accepted', message_id = b.message_id, next_try_at = NULL, last_error = NULL,
+    updated_at = now()
+FROM jsonb_to_recordset(%(settle)s::jsonb) AS b (provider text, dedupe_key text, message_id text)
+WHERE s.dedupe_key = ANY(ARRAY(SELECT x.dedupe_key
+                               FROM jsonb_to_recordset(%(settle)s::jsonb) AS x (dedupe_key text)))
+  AND s.dedupe_key = b.dedupe_key AND s.status = 'unknown' AND s.message_id IS NULL
+  AND (coalesce(s.provider, %(primary)s::text) IS NULL
+       OR coalesce(s.provider, %(primary)s::text) = b.provider)
+RETURNING s.id

@@ -14,6 +14,11 @@ An event matches only the sends of its provider (``events.sql``): ``sent_through
 named provider the default provider's sends (``email_sends.provider`` NULL) went through,
 ``MAILBUS_PROVIDER``; None when it names none.
 
+A send a provider without a key or a look-up left ``unknown`` is settled by that provider's
+own event when the event carries the send's dedupe key and proves the provider took the
+mail (``settle_unknown``: ``accepted`` with the event's message id, counted in
+:attr:`Recorded.settled`), just before the batch is recorded.
+
 An event stored before its send recorded its ``message_id`` (the provider's first event
 can race the consumer's settle) is applied later by :meth:`EventStore.apply_late_events`,
 which the receiver runs every few seconds, beside :meth:`EventStore.prune_tokens`.
@@ -31,7 +36,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
@@ -54,6 +59,7 @@ class Recorded:
     matched: bool
     updated: int
     suppressed: int
+    settled: int = 0  # sends in `unknown` this batch settled as accepted (its first event)
 
     @property
     def result(self) -> str:
@@ -175,9 +181,21 @@ class EventStore:
             first[key] = n
             rows.append(_row(n, provider, event))
         params = {"events": json.dumps(rows), "ranks": list(STATUS_RANK), **self._matching}
+        settle = [
+            {"provider": p, "dedupe_key": e.dedupe_key, "message_id": e.message_id}
+            for p, e in items
+            if e.dedupe_key is not None and e.proves_acceptance
+        ]
+        settled = 0
         for attempt in (1, 2):
             try:
                 async with self._pool.connection(timeout=10) as conn:
+                    if settle:
+                        done = await conn.execute(
+                            self._queries["settle_unknown"],
+                            {"settle": json.dumps(settle), "primary": self._matching["primary"]},
+                        )
+                        settled += done.rowcount
                     cursor = await conn.execute(self._queries["record_events"], params)
                     answers = await cursor.fetchall()
                 break
@@ -196,6 +214,8 @@ class EventStore:
             if own is None:  # a repeat within the batch: the first one's duplicate
                 own = Recorded(False, recorded[first[(provider, event.event_id)]].matched, 0, 0)
             results.append(own)
+        if settled and results:
+            results[0] = replace(results[0], settled=settled)
         return results
 
 

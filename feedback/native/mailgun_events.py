@@ -26,7 +26,9 @@ own list, which add the matching suppression (all mail; bulk only; bulk only); `
 (the retry limit) and any other reason are drops without a suppression; ``rejected``
 ("Mailgun rejected the request to send") is a drop. Others (accepted, opened, clicked,
 unsubscribed...) are skipped. The event id is ``signature.token``, as django-anymail does:
-``event-data.id`` is only "unique within a day". The message is
+``event-data.id`` is only "unique within a day". The send's ``v:dedupe_key`` comes back in
+``user-variables`` and names the send, so an ``unknown`` send is settled by its events. The
+message is
 ``event-data.message.headers.message-id``, without the angle brackets of the send API's
 ``id`` (``<...>``), which are stripped on both sides.
 """
@@ -121,7 +123,14 @@ def _event(data: dict[str, Any], event_id: object) -> DeliveryEvent | None:
         bounce,
         reason=_detail(reason, data),
         suppression=suppression,
+        dedupe_key=_variable(data, "dedupe_key"),
     )
+
+
+def _variable(data: dict[str, Any], name: str) -> object:
+    """A ``v:<name>`` the send carried, echoed in ``user-variables``."""
+    variables = data.get("user-variables")
+    return variables.get(name) if isinstance(variables, dict) else None
 
 
 def _rejection(data: dict[str, Any]) -> object:

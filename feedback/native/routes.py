@@ -15,7 +15,8 @@ batch that cannot be read is counted as ``invalid`` in ``mailbus_webhook_ignored
 and the rest kept); an SNS subscription confirmation is confirmed (200 ``subscribed``);
 every delivery event is recorded as the ``Mailbus-Signature`` route records it
 (:mod:`mailbus.feedback.store`: once per provider and event id, so a replay changes nothing
-and counts as ``duplicate``). The answer counts the request's events by result. A storage
+and counts as ``duplicate``; an ``unknown`` send the event names by its dedupe key is
+settled first, ``settled``). The answer counts the request's events by result. A storage
 failure, or an SNS certificate that cannot be fetched, is 503 (the provider retries).
 Client input never answers 500.
 """
@@ -252,6 +253,10 @@ def _handler(
             )
             counts[outcome.result] += 1
         suppressed = sum(outcome.suppressed for outcome in recorded)
+        settled = sum(outcome.settled for outcome in recorded)
+        if settled:
+            metrics.observe_webhook_settled(name, settled)
+            log.info("%d unknown sends settled as accepted by %s's events", settled, name)
         result = "duplicate" if counts["duplicate"] == len(recorded) and recorded else "stored"
         if not recorded:
             result = "ignored"
@@ -262,6 +267,7 @@ def _handler(
             ignored=inbound.skipped,
             invalid=inbound.invalid,
             suppressed=suppressed,
+            settled=settled,
         )
 
     return receive

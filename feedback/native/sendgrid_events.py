@@ -22,9 +22,11 @@ is a JSON array; ``delivered``, ``deferred``, ``bounce`` (``type`` ``bounce``: h
 ``blocked``: soft), ``spamreport`` (complained), ``dropped`` (dropped with its ``reason``:
 "Bounced Address" suppresses all mail, "Unsubscribed Address" and "Spam Reporting
 Address" bulk mail; "Invalid", "Spam Content"... nothing); the others (processed, open,
-click...) are skipped. The event id is ``sg_event_id``; the message is ``sg_message_id``
-cut before its ``.filter``/``.recvd-`` suffix, which is the ``X-Message-Id`` the send API
-answered.
+click...) are skipped. The adapter's ``custom_args`` come back as fields of each event:
+``dedupe_key`` names the send, so an ``unknown`` send is settled by its events
+(:meth:`mailbus.feedback.store.EventStore.record`). The event id is ``sg_event_id``; the
+message is ``sg_message_id`` cut before its ``.filter``/``.recvd-`` suffix, which is the
+``X-Message-Id`` the send API answered.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from mailbus.feedback.signature import Verdict, timely
 __all__ = ["MAX_EVENTS", "TOLERANCE_S", "Verifier", "parse"]
 
 TOLERANCE_S = 25 * 3600
+DEDUPE_ARG = "dedupe_key"  # the custom_args the adapter sends; SendGrid adds it to each event
 MAX_EVENTS = 10_000
 _DROPS = {
     "Bounced Address": "hard_bounce",
@@ -119,4 +122,5 @@ def _event(item: object) -> DeliveryEvent | None:
         bounce,
         reason=reason,
         suppression=suppression,
+        dedupe_key=item.get(DEDUPE_ARG),
     )

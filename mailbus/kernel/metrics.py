@@ -50,6 +50,7 @@ __all__ = [
     "observe_webhook_ignored",
     "observe_webhook_late",
     "observe_webhook_rejected",
+    "observe_webhook_settled",
     "record_librdkafka_stats",
     "set_breaker_state",
     "set_in_flight",
@@ -204,6 +205,13 @@ WEBHOOK_IGNORED = Counter(
     ["provider", "reason"],
 )
 
+WEBHOOK_SETTLED = Counter(
+    "mailbus_webhook_settled",
+    "Sends in unknown (a provider without a key or a look-up) settled as accepted by that"
+    " provider's own event carrying their dedupe key, by provider.",
+    ["provider"],
+)
+
 for _type in ("delivered", "deferred", "bounced", "complained", "dropped"):
     for _result in ("stored", "duplicate", "unmatched"):
         WEBHOOK_EVENTS.labels(_type, _result)
@@ -302,6 +310,10 @@ def observe_webhook_late(applied: int, suppressed: int) -> None:
 
 def observe_webhook_ignored(provider: str, reason: str, n: int = 1) -> None:
     WEBHOOK_IGNORED.labels(provider, reason).inc(n)
+
+
+def observe_webhook_settled(provider: str, n: int) -> None:
+    WEBHOOK_SETTLED.labels(provider).inc(n)
 
 
 def observe_webhook_rejected(reason: str) -> None:

@@ -359,3 +359,54 @@ def test_the_token_table_is_pruned(database_url: str) -> None:
             await store.close()
 
     asyncio.run(scenario())
+
+
+def unknown_row(database_url: str, key: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template, status, attempts,"
+            " guarantee) VALUES (%s, %s, 't', 'unknown', 1, 'at_most_once')",
+            (key, ADDRESS),
+        )
+
+
+def test_an_unknown_send_is_settled_by_its_providers_event_carrying_its_key(
+    database_url: str,
+) -> None:
+    """Review #18: SendGrid's custom_args and Mailgun's v: variables come back in their
+    events; one that proves acceptance settles the `unknown` send with its message id. A
+    drop proves nothing, and a Postmark event cannot settle a SendGrid send."""
+    for key in ("k-sg", "k-mg", "k-drop", "k-other"):
+        unknown_row(database_url, key)
+    sg_body, sg_headers = sendgrid(
+        [
+            sg_item(1, "sg-x", "delivered", dedupe_key="k-sg"),
+            sg_item(2, "sg-d", "dropped", reason="Invalid", dedupe_key="k-drop"),
+        ]
+    )
+
+    def mg_body(event_id: str) -> bytes:
+        data = {"event": "delivered", "user-variables": {"dedupe_key": "k-mg"}}
+        return mailgun({**data, **headers_for("<mg-x@mg.example.com>")}, event_id)
+
+    async def scenario() -> None:
+        async with receivers(database_url, sent_through="sendgrid") as (url,):
+            status, answer = await raw_post(f"{url}/webhooks/sendgrid", sg_body, sg_headers)
+            assert (status, json.loads(answer)["settled"]) == (200, 1), answer
+            # MAILBUS_PROVIDER=sendgrid: a Mailgun event cannot settle its sends
+            status, answer = await raw_post(f"{url}/webhooks/mailgun", mg_body("mg-1"), {})
+            assert (status, json.loads(answer)["settled"]) == (200, 0), answer
+        async with receivers(database_url) as (url,):  # no named provider: any may settle
+            status, answer = await raw_post(f"{url}/webhooks/mailgun", mg_body("mg-2"), {})
+            assert (status, json.loads(answer)["settled"]) == (200, 1), answer
+
+    asyncio.run(scenario())
+    assert rows(
+        database_url,
+        "SELECT dedupe_key, status, message_id, delivery_status FROM email_sends ORDER BY id",
+    ) == [
+        ("k-sg", "accepted", "sg-x", "delivered"),
+        ("k-mg", "accepted", "mg-x@mg.example.com", "delivered"),
+        ("k-drop", "unknown", None, None),
+        ("k-other", "unknown", None, None),
+    ]
