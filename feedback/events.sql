@@ -177,7 +177,7 @@ WHERE ctid = ANY(ARRAY(SELECT ctid FROM webhook_tokens
 -- complained; the caller filters): accepted, with the event's message id, as `mailbus send
 -- resolve --accepted` would settle them, under the provider rule of record_events. Found
 -- through the dedupe key's unique index. Runs just before record_events, which then
--- applies the events to them. Returns the sends settled.
+-- applies the events to them. Returns the dedupe keys settled.
 UPDATE email_sends s
 SET status = 'accepted', message_id = b.message_id, next_try_at = NULL, last_error = NULL,
     updated_at = now()
@@ -187,4 +187,4 @@ WHERE s.dedupe_key = ANY(ARRAY(SELECT x.dedupe_key
   AND s.dedupe_key = b.dedupe_key AND s.status = 'unknown' AND s.message_id IS NULL
   AND (coalesce(s.provider, %(primary)s::text) IS NULL
        OR coalesce(s.provider, %(primary)s::text) = b.provider)
-RETURNING s.id
+RETURNING s.dedupe_key

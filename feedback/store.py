@@ -59,7 +59,7 @@ class Recorded:
     matched: bool
     updated: int
     suppressed: int
-    settled: int = 0  # sends in `unknown` this batch settled as accepted (its first event)
+    settled: int = 0  # the send in `unknown` this event settled as accepted (0 or 1)
 
     @property
     def result(self) -> str:
@@ -186,7 +186,7 @@ class EventStore:
             for p, e in items
             if e.dedupe_key is not None and e.proves_acceptance
         ]
-        settled = 0
+        settled: set[str] = set()
         for attempt in (1, 2):
             try:
                 async with self._pool.connection(timeout=10) as conn:
@@ -195,7 +195,7 @@ class EventStore:
                             self._queries["settle_unknown"],
                             {"settle": json.dumps(settle), "primary": self._matching["primary"]},
                         )
-                        settled += done.rowcount
+                        settled.update(str(key) for (key,) in await done.fetchall())
                     cursor = await conn.execute(self._queries["record_events"], params)
                     answers = await cursor.fetchall()
                 break
@@ -214,8 +214,10 @@ class EventStore:
             if own is None:  # a repeat within the batch: the first one's duplicate
                 own = Recorded(False, recorded[first[(provider, event.event_id)]].matched, 0, 0)
             results.append(own)
-        if settled and results:
-            results[0] = replace(results[0], settled=settled)
+        for n, (_, event) in enumerate(items):
+            if event.dedupe_key in settled and event.proves_acceptance:
+                settled.discard(event.dedupe_key)  # its first such event settled it
+                results[n] = replace(results[n], settled=1)
         return results
 
 
