@@ -1,4 +1,4 @@
--- Delivery events, issue 34 (docs/webhooks.md):
+-- Delivery events, issue 34 (docs/guides/delivery-events.md):
 -- * `dropped`: mail a provider accepted and then reports it did not send (SES Rendering
 --   Failure/Reject, Resend email.failed/suppressed, SendGrid dropped, Mailgun rejected and
 --   its permanent failures that are not bounces). The CHECKs of 0010 are replaced by wider
