@@ -7,9 +7,15 @@
 --   the same instant to the higher rank, see feedback/events.py), unless the send already
 --   shows a later event: the guard on last_event_at, evaluated again on the current row
 --   version when a concurrent statement changed it first;
--- * a hard bounce or a complaint suppresses the sends' addresses, lower-cased; an entry
+-- * a hard bounce or a complaint (or an event naming its own suppression, e.g. a Mailgun drop
+--   for an unsubscribed address) suppresses the sends' addresses, lower-cased; an entry
 --   there already keeps its reason unless a hard bounce widens a bulk-only one (a
 --   complaint's or an unsubscribe's, migration 0019) to all mail.
+-- An event matches only sends that went through its provider (review #11): a send's
+-- provider is email_sends.provider, or for NULL (the default provider) %(primary)s, the
+-- named provider MAILBUS_PROVIDER gives (NULL when it names none: then any). A named
+-- provider's event (%(named)s: ses, sendgrid, ...) matches that provider's sends; a
+-- Mailbus-Signature event (any other path) matches sends of no named provider.
 -- The sends are found by `message_id = ANY(ARRAY(…))`, through its index: joined to the
 -- JSON batch alone (which PostgreSQL always guesses at 100 rows), a table of up to tens of
 -- thousands of rows was scanned whole (tests/integration/test_batch_statement_plans.py).
@@ -17,15 +23,23 @@
 WITH batch AS (
     SELECT * FROM jsonb_to_recordset(%(events)s::jsonb) AS e (
         n int, provider text, event_id text, type text, bounce text, message_id text,
-        occurred_at timestamptz, rank int, suppress bool, reason text, source text)
+        occurred_at timestamptz, rank int, suppress bool, reason text, source text,
+        detail text, suppression text)
 ), target AS (
     SELECT b.n, s.id, s.to_address
-    FROM batch b JOIN email_sends s ON s.message_id = b.message_id
+    FROM batch b JOIN email_sends s ON true
     WHERE s.message_id = ANY(ARRAY(SELECT message_id FROM batch))  -- by its index
+      AND s.message_id = b.message_id
+      AND (coalesce(s.provider, %(primary)s::text) IS NULL
+           OR coalesce(s.provider, %(primary)s::text)
+              = CASE WHEN b.provider = ANY(%(named)s::text[]) THEN b.provider END
+           OR (b.provider <> ALL(%(named)s::text[])
+               AND coalesce(s.provider, %(primary)s::text) <> ALL(%(named)s::text[])))
 ), inserted AS (
-    INSERT INTO delivery_events (provider, event_id, type, bounce, message_id, occurred_at, matched)
+    INSERT INTO delivery_events (provider, event_id, type, bounce, message_id, occurred_at, matched,
+                                 reason, suppression)
     SELECT b.provider, b.event_id, b.type, b.bounce, b.message_id, b.occurred_at,
-           EXISTS (SELECT 1 FROM target t WHERE t.n = b.n)
+           EXISTS (SELECT 1 FROM target t WHERE t.n = b.n), b.detail, b.suppression
     FROM batch b
     ORDER BY b.n
     ON CONFLICT (provider, event_id) DO NOTHING
@@ -51,7 +65,7 @@ WITH batch AS (
            f.source
     FROM fresh f JOIN target t ON t.n = f.n
     WHERE f.suppress
-    ORDER BY lower(t.to_address), f.reason = 'complaint', f.n  -- a hard bounce first
+    ORDER BY lower(t.to_address), f.reason IN ('complaint', 'unsubscribed'), f.n  -- all mail first
 ), suppressed AS (
     INSERT INTO email_suppressions (address, reason, source)
     SELECT address, reason, source FROM to_suppress
@@ -73,13 +87,20 @@ SELECT 1
 -- name: apply_late_events
 -- Events stored unmatched (no send had their message_id yet) whose send has it now,
 -- received within the last day, at most 1,000 a pass: marked matched and applied as
--- record_events applies new events (the same guard, the same suppressions and widening). SKIP LOCKED
+-- record_events applies new events (the same provider rule, guard, suppressions and
+-- widening). SKIP LOCKED
 -- lets several receivers sweep at once. Returns (applied, updated, suppressed).
 WITH picked AS (
     SELECT e.provider, e.event_id
     FROM delivery_events e
     WHERE NOT e.matched AND e.received_at > now() - interval '1 day'
-      AND EXISTS (SELECT 1 FROM email_sends s WHERE s.message_id = e.message_id)
+      AND EXISTS (SELECT 1 FROM email_sends s WHERE true
+          AND s.message_id = e.message_id
+          AND (coalesce(s.provider, %(primary)s::text) IS NULL
+               OR coalesce(s.provider, %(primary)s::text)
+                  = CASE WHEN e.provider = ANY(%(named)s::text[]) THEN e.provider END
+               OR (e.provider <> ALL(%(named)s::text[])
+                   AND coalesce(s.provider, %(primary)s::text) <> ALL(%(named)s::text[]))))
     ORDER BY e.received_at
     LIMIT 1000
     FOR UPDATE OF e SKIP LOCKED
@@ -88,10 +109,21 @@ WITH picked AS (
     FROM picked p
     WHERE e.provider = p.provider AND e.event_id = p.event_id
     RETURNING e.provider, e.event_id, e.type, e.bounce, e.message_id, e.occurred_at,
-              array_position(%(ranks)s::text[], e.type) AS rank
+              array_position(%(ranks)s::text[], e.type) AS rank,
+              coalesce(e.suppression,
+                       CASE WHEN e.type = 'complained' THEN 'complaint'
+                            WHEN e.type = 'bounced' AND e.bounce = 'hard' THEN 'hard_bounce'
+                       END) AS suppression
 ), target AS (
     SELECT l.*, s.id, s.to_address
-    FROM late l JOIN email_sends s ON s.message_id = l.message_id
+    FROM late l JOIN email_sends s ON true
+    WHERE true
+      AND s.message_id = l.message_id
+      AND (coalesce(s.provider, %(primary)s::text) IS NULL
+           OR coalesce(s.provider, %(primary)s::text)
+              = CASE WHEN l.provider = ANY(%(named)s::text[]) THEN l.provider END
+           OR (l.provider <> ALL(%(named)s::text[])
+               AND coalesce(s.provider, %(primary)s::text) <> ALL(%(named)s::text[])))
 ), latest AS (
     SELECT DISTINCT ON (t.id) t.id, t.type, t.occurred_at, t.rank
     FROM target t
@@ -108,15 +140,54 @@ WITH picked AS (
     RETURNING s.id
 ), suppressed AS (
     INSERT INTO email_suppressions (address, reason, source)
-    SELECT DISTINCT ON (lower(t.to_address)) lower(t.to_address),
-           CASE WHEN t.type = 'complained' THEN 'complaint' ELSE 'hard_bounce' END,
+    SELECT DISTINCT ON (lower(t.to_address)) lower(t.to_address), t.suppression,
            'webhook:' || t.provider
     FROM target t
-    WHERE t.type = 'complained' OR (t.type = 'bounced' AND t.bounce = 'hard')
-    ORDER BY lower(t.to_address), t.type = 'complained', t.occurred_at  -- a hard bounce first
+    WHERE t.suppression IS NOT NULL
+    ORDER BY lower(t.to_address), t.suppression IN ('complaint', 'unsubscribed'),
+             t.occurred_at  -- all mail first
     ON CONFLICT (address) DO UPDATE SET reason = EXCLUDED.reason, source = EXCLUDED.source
     WHERE email_suppressions.scope = 'bulk' AND EXCLUDED.scope = 'all'
     RETURNING address
 )
 SELECT (SELECT count(*) FROM late), (SELECT count(*) FROM updated),
        (SELECT count(*) FROM suppressed)
+
+-- name: remember_token
+-- A provider's signature token, once: the row when it is new, or when it was seen before
+-- with the same digest (the same event posted again: a retry); nothing when it was seen
+-- with another (a replay). Old tokens are pruned by prune_tokens.
+INSERT INTO webhook_tokens AS w (provider, token, digest)
+VALUES (%(provider)s, %(token)s, %(digest)s)
+ON CONFLICT (provider, token) DO UPDATE SET seen_at = w.seen_at
+WHERE w.digest = EXCLUDED.digest
+RETURNING 1
+
+-- name: prune_tokens
+-- Tokens older than the tolerance window, at most 10,000 a pass (webhook_tokens_seen_at_idx).
+DELETE FROM webhook_tokens
+WHERE ctid = ANY(ARRAY(SELECT ctid FROM webhook_tokens
+                       WHERE seen_at < now() - make_interval(secs => %(keep_s)s)
+                       LIMIT 10000))
+
+-- name: settle_unknown
+-- Sends left `unknown` by a provider with neither a key nor a look-up (SendGrid, Mailgun)
+-- whose own events name them by the key the send carried (custom_args.dedupe_key,
+-- v:dedupe_key: the provider key, mailbus/kernel/provider_key.py, which must equal the one
+-- the row was sent under, so another life or deployment of the dedupe key never settles it) and prove the provider took the mail (delivered, deferred, bounced,
+-- complained; the caller filters): accepted, with the event's message id, as `mailbus send
+-- resolve --accepted` would settle them, under the provider rule of record_events. Found
+-- through the dedupe key's unique index. Runs just before record_events, which then
+-- applies the events to them. Returns the dedupe keys settled.
+UPDATE email_sends s
+SET status = 'accepted', message_id = b.message_id, next_try_at = NULL, last_error = NULL,
+    updated_at = now()
+FROM jsonb_to_recordset(%(settle)s::jsonb)
+     AS b (provider text, dedupe_key text, key text, message_id text)
+WHERE s.dedupe_key = ANY(ARRAY(SELECT x.dedupe_key
+                               FROM jsonb_to_recordset(%(settle)s::jsonb) AS x (dedupe_key text)))
+  AND s.dedupe_key = b.dedupe_key AND coalesce(s.provider_key, s.dedupe_key) = b.key
+  AND s.status = 'unknown' AND s.message_id IS NULL
+  AND (coalesce(s.provider, %(primary)s::text) IS NULL
+       OR coalesce(s.provider, %(primary)s::text) = b.provider)
+RETURNING coalesce(s.provider_key, s.dedupe_key)

@@ -1,7 +1,8 @@
 """`mailbus webhooks`: the delivery-event receiver, an aiohttp adapter over the pure parts.
 
 ``POST /webhooks/{provider}`` takes one event. In this order: the raw body is read (at
-most 256 KiB, else 413); the ``Mailbus-Signature`` header is verified against it and the
+most 256 KiB, else 413, read no further); a body nesting JSON deeper than 32 levels is
+refused (400) before anything else; the ``Mailbus-Signature`` header is verified against it and the
 request's path (:mod:`mailbus.feedback.signature`; 401 when missing, malformed, not
 matching or more than 300 s from now: nothing is parsed, nothing changes); the body is
 parsed (400 naming the field); the event is recorded (:mod:`mailbus.feedback.store`: one
@@ -12,7 +13,9 @@ changed), 202 ``"unmatched"`` (stored, but no send has that message_id), 503 wit
 safe).
 
 Every ``sweep_s`` seconds (10) the receiver applies events that had come before their
-send recorded its ``message_id`` (:meth:`mailbus.feedback.store.EventStore.apply_late_events`).
+send recorded its ``message_id`` (:meth:`mailbus.feedback.store.EventStore.apply_late_events`)
+and forgets the Mailgun tokens older than twice Mailgun's tolerance (a timestamp may lie
+that far ahead of the clock and still verify).
 
 With ``MAILBUS_UNSUBSCRIBE_SECRET`` set, the receiver also serves campaign unsubscribe
 links (signed with it or with ``MAILBUS_UNSUBSCRIBE_SECRET_PREVIOUS``),
@@ -40,7 +43,9 @@ from typing import Protocol
 from aiohttp import web
 
 from mailbus.feedback.events import DeliveryEvent, InvalidEventError, parse_event
+from mailbus.feedback.native import mailgun_events
 from mailbus.feedback.native.certificates import CertificateSource
+from mailbus.feedback.native.inbound import MAX_DEPTH, too_deep
 from mailbus.feedback.native.routes import (
     Mailgun,
     NativeReceiver,
@@ -49,6 +54,7 @@ from mailbus.feedback.native.routes import (
     SendGrid,
     Ses,
     add_native_routes,
+    read_body,
 )
 from mailbus.feedback.signature import HEADER, verify
 from mailbus.feedback.store import EventStore, LateEvents, Recorded
@@ -69,6 +75,7 @@ __all__ = [
 log = logging.getLogger("mailbus.webhooks")
 
 MAX_BODY = 256 * 1024
+TOKENS_KEPT_S = 2 * mailgun_events.TOLERANCE_S
 _PROVIDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _REFUSED = {
     "missing": "no Mailbus-Signature header",
@@ -84,6 +91,10 @@ class Store(Protocol):
     async def ready(self) -> bool: ...
 
     async def apply_late_events(self) -> LateEvents: ...
+
+    async def remember_token(self, provider: str, token: str, digest: bytes) -> bool: ...
+
+    async def prune_tokens(self, keep_s: float) -> int: ...
 
     async def unsubscribe(self, address: str, source: str) -> bool: ...
 
@@ -107,7 +118,13 @@ def make_app(
         provider = request.match_info["provider"]
         if not _PROVIDER.fullmatch(provider):
             return _answer(404, error="unknown provider path")
-        body = await request.read()
+        body = await read_body(request, MAX_BODY)
+        if body is None:
+            metrics.observe_webhook_rejected("too_large")
+            return _answer(413, error=f"body larger than {MAX_BODY} bytes")
+        if too_deep(body):
+            metrics.observe_webhook_rejected("too_deep")
+            return _answer(400, error=f"body: nests deeper than {MAX_DEPTH} levels")
         verdict = verify(request.headers.get(HEADER), request.path, body, key, clock())
         if not verdict.ok:
             metrics.observe_webhook_rejected(verdict.reason)
@@ -210,6 +227,7 @@ async def _sweep(store: Store, every_s: float) -> None:
         await asyncio.sleep(every_s)
         try:
             late = await store.apply_late_events()
+            await store.prune_tokens(TOKENS_KEPT_S)
         except StorageError as exc:
             log.warning("%s", exc)
             continue
@@ -268,7 +286,11 @@ def native_receivers(
 
 async def _serve(settings: Settings) -> int:
     native, certificates = native_receivers(settings)
-    store = EventStore(settings.database_url)
+    store = EventStore(
+        settings.database_url,
+        sent_through=settings.provider,
+        key_prefix=settings.provider_key_prefix,
+    )
     await store.open()
     host, port = settings.webhook_listen
     try:

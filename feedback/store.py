@@ -10,9 +10,22 @@ arriving late does not overwrite a newer one) and suppresses their addresses aft
 bounce or a complaint. A repeat of an event id within one batch is answered as a
 duplicate without reaching the statement, exactly as if it had come a moment later.
 
+An event matches only the sends of its provider (``events.sql``): ``sent_through`` is the
+named provider the default provider's sends (``email_sends.provider`` NULL) went through,
+``MAILBUS_PROVIDER``; None when it names none.
+
+A send a provider without a key or a look-up left ``unknown`` is settled by that provider's
+own event when the event carries the send's dedupe key and proves the provider took the
+mail (``settle_unknown``: ``accepted`` with the event's message id, counted in
+:attr:`Recorded.settled`), just before the batch is recorded.
+
 An event stored before its send recorded its ``message_id`` (the provider's first event
 can race the consumer's settle) is applied later by :meth:`EventStore.apply_late_events`,
-which the receiver runs every few seconds.
+which the receiver runs every few seconds, beside :meth:`EventStore.prune_tokens`.
+
+:meth:`EventStore.remember_token` keeps a provider's signature token (Mailgun's) for the
+tolerance window in ``webhook_tokens``, shared by every receiver: False when the token was
+seen before with other event data (a replay).
 
 psycopg errors become :class:`StorageError` for every event of the batch (the receiver
 answers 503 and the sender retries; the event id makes the retry safe); a deadlock with
@@ -23,15 +36,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from mailbus.feedback.events import STATUS_RANK, DeliveryEvent
+from mailbus.feedback.events import NAMED_PROVIDERS, STATUS_RANK, DeliveryEvent
 from mailbus.kernel.coalescer import Coalescer
 from mailbus.kernel.errors import StorageError
+from mailbus.kernel.provider_key import parse_provider_key
 from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["EventStore", "LateEvents", "Recorded"]
@@ -46,6 +60,7 @@ class Recorded:
     matched: bool
     updated: int
     suppressed: int
+    settled: int = 0  # the send in `unknown` this event settled as accepted (0 or 1)
 
     @property
     def result(self) -> str:
@@ -66,7 +81,15 @@ class LateEvents:
 
 
 class EventStore:
-    def __init__(self, database_url: str, max_connections: int = 4, max_batch: int = 500) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        max_connections: int = 4,
+        max_batch: int = 500,
+        sent_through: str | None = None,
+        key_prefix: str = "",
+    ) -> None:
+        self._key_prefix = key_prefix  # MAILBUS_PROVIDER_KEY_PREFIX: events echo the key sent
         self._pool = AsyncConnectionPool(
             database_url,
             min_size=1,
@@ -80,6 +103,8 @@ class EventStore:
         self._batches: Coalescer[tuple[str, DeliveryEvent], Recorded] = Coalescer(
             self._record_batch, max_batch=max_batch
         )
+        primary = sent_through if sent_through in NAMED_PROVIDERS else None
+        self._matching = {"primary": primary, "named": list(NAMED_PROVIDERS)}
 
     async def open(self) -> None:
         try:
@@ -98,13 +123,35 @@ class EventStore:
         try:
             async with self._pool.connection(timeout=10) as conn:
                 cursor = await conn.execute(
-                    self._queries["apply_late_events"], {"ranks": list(STATUS_RANK)}
+                    self._queries["apply_late_events"],
+                    {"ranks": list(STATUS_RANK), **self._matching},
                 )
                 row = await cursor.fetchone()
         except psycopg.Error as exc:
             raise StorageError(f"applying late delivery events failed: {exc}") from exc
         assert row is not None
         return LateEvents(int(row[0]), int(row[1]), int(row[2]))
+
+    async def remember_token(self, provider: str, token: str, digest: bytes) -> bool:
+        """Record ``provider``'s signature ``token``, first seen with ``digest`` (of the
+        event data it signs for); False when it was seen before with another digest."""
+        params = {"provider": provider, "token": token, "digest": digest}
+        try:
+            async with self._pool.connection(timeout=10) as conn:
+                cursor = await conn.execute(self._queries["remember_token"], params)
+                row = await cursor.fetchone()
+        except psycopg.Error as exc:
+            raise StorageError(f"remembering a webhook token failed: {exc}") from exc
+        return row is not None
+
+    async def prune_tokens(self, keep_s: float) -> int:
+        """Forget tokens seen more than ``keep_s`` seconds ago; how many."""
+        try:
+            async with self._pool.connection(timeout=10) as conn:
+                cursor = await conn.execute(self._queries["prune_tokens"], {"keep_s": keep_s})
+        except psycopg.Error as exc:
+            raise StorageError(f"pruning webhook tokens failed: {exc}") from exc
+        return cursor.rowcount
 
     async def unsubscribe(self, address: str, source: str) -> bool:
         """Suppress ``address`` (reason ``unsubscribed``); whether it was new. Idempotent."""
@@ -136,10 +183,23 @@ class EventStore:
                 continue
             first[key] = n
             rows.append(_row(n, provider, event))
-        params = {"events": json.dumps(rows), "ranks": list(STATUS_RANK)}
+        params = {"events": json.dumps(rows), "ranks": list(STATUS_RANK), **self._matching}
+        settle = [
+            {"provider": p, "dedupe_key": ours[0], "key": e.dedupe_key, "message_id": e.message_id}
+            for p, e in items
+            if e.dedupe_key is not None and e.proves_acceptance
+            if (ours := parse_provider_key(self._key_prefix, e.dedupe_key)) is not None
+        ]
+        settled: set[str] = set()
         for attempt in (1, 2):
             try:
                 async with self._pool.connection(timeout=10) as conn:
+                    if settle:
+                        done = await conn.execute(
+                            self._queries["settle_unknown"],
+                            {"settle": json.dumps(settle), "primary": self._matching["primary"]},
+                        )
+                        settled.update(str(key) for (key,) in await done.fetchall())
                     cursor = await conn.execute(self._queries["record_events"], params)
                     answers = await cursor.fetchall()
                 break
@@ -158,6 +218,10 @@ class EventStore:
             if own is None:  # a repeat within the batch: the first one's duplicate
                 own = Recorded(False, recorded[first[(provider, event.event_id)]].matched, 0, 0)
             results.append(own)
+        for n, (_, event) in enumerate(items):
+            if event.dedupe_key in settled and event.proves_acceptance:
+                settled.discard(event.dedupe_key)  # its first such event settled it
+                results[n] = replace(results[n], settled=1)
         return results
 
 
@@ -172,6 +236,8 @@ def _row(n: int, provider: str, event: DeliveryEvent) -> dict[str, Any]:
         "occurred_at": event.occurred_at.isoformat(),
         "rank": event.rank,
         "suppress": event.suppresses,
-        "reason": event.suppression_reason if event.suppresses else None,
+        "reason": event.suppression_reason,
         "source": f"webhook:{provider}",
+        "detail": event.reason,
+        "suppression": event.suppression,
     }

@@ -16,8 +16,10 @@ field each provider carries it in, so the receiver applies an event once. Signin
   id with the ``.filter...`` suffix SendGrid appends
   (https://www.twilio.com/docs/sendgrid/for-developers/tracking-events/event).
 * Mailgun: ``{"signature", "event-data": {"event": "delivered"|"failed"|"complained",
-  "severity"?, "id", "timestamp", "recipient", "message": {"headers": {"message-id"}}}}``; a
-  soft bounce is a ``temporary`` failure, which Mailgun retries
+  "severity"?, "reason"?, "id", "timestamp", "recipient", "message": {"headers":
+  {"message-id"}}}}``, the ``signature.token`` one per event; a hard bounce is a
+  ``permanent`` failure for reason ``bounce``, a soft one a ``temporary`` failure, which
+  Mailgun retries
   (https://documentation.mailgun.com/docs/mailgun/user-manual/webhooks/webhook-payloads).
 * Postmark: one record, ``Delivery`` / ``Bounce`` (``HardBounce``/``SoftBounce``) /
   ``SpamComplaint``, its numeric ``ID`` derived from the event id
@@ -149,11 +151,17 @@ class MailgunSigner:
             "message": {"headers": {"message-id": event["message_id"]}},
         }
         if event["type"] == "bounced":
-            severity = "permanent" if event["bounce"] == "hard" else "temporary"
-            data |= {"event": "failed", "severity": severity}
+            hard = event["bounce"] == "hard"
+            data |= {
+                "event": "failed",
+                "severity": "permanent" if hard else "temporary",
+                "reason": "bounce" if hard else "generic",
+            }
         else:
             data["event"] = event["type"]  # delivered, complained
-        token = hashlib.sha256(f"{event['id']}.{now}".encode()).hexdigest()[:50]
+        # one token per event, kept across repeats (the receiver's event id); a new
+        # timestamp and signature each time it is posted
+        token = hashlib.sha256(event["id"].encode()).hexdigest()[:50]
         body = _body({"signature": mailgun_signature(self.key, now, token), "event-data": data})
         return Signed(body, JSON.copy())
 

@@ -6,15 +6,22 @@ headers ``svix-id``, ``svix-timestamp``, ``svix-signature``; :class:`svix.webhoo
 checks them (5 minutes either way, its own rule). The library checks the time before the
 signature; so that a forged request is told from a stale one, a request whose timestamp is
 outside :data:`TOLERANCE_S` of ``now`` has its signature compared with the library's own
-``sign`` instead: a match is ``stale`` (ignored), else ``mismatch`` (401).
+``sign`` instead: a match is ``stale``, else ``mismatch`` (both 401).
+
+Svix signs every attempt anew (Resend retries after 5 s, 5 min, 30 min, 2 h, 5 h, 10 h and
+10 h: https://resend.com/docs/webhooks/retries-and-replays), so a stale request is answered
+401 and the retry, freshly signed, is taken.
 
 Events (https://resend.com/docs/webhooks/event-types): ``{"type": "email.bounced",
 "created_at": ISO-8601, "data": {"email_id": ..., "bounce": {"type": "Permanent"|...}}}``.
 ``email.delivered`` → delivered, ``email.delivery_delayed`` → deferred, ``email.bounced`` →
-bounced (``Permanent``: hard, else soft), ``email.complained`` → complained; the others
-(sent, opened, clicked...) are skipped. The event id is the ``svix-id`` header (the same on
-every retry of one message); the message is ``data.email_id``, the send API's ``id``.
-"""
+bounced ("the recipient's mail server permanently rejected the email": hard, unless its
+``bounce.type`` is ``Transient`` or ``Undetermined``; the documented example carries no
+``bounce``), ``email.complained`` → complained, ``email.failed`` ("the email failed to send
+due to an error") and ``email.suppressed`` (Resend blocked sending to the recipient) →
+dropped, with the reason the event gives; the others (sent, opened, clicked...) are skipped.
+The event id is the ``svix-id`` header (the same on every retry of one message); the message
+is ``data.email_id``, the send API's ``id``."""
 
 from __future__ import annotations
 
@@ -37,7 +44,10 @@ _TYPES = {
     "email.delivery_delayed": "deferred",
     "email.bounced": "bounced",
     "email.complained": "complained",
+    "email.failed": "dropped",
+    "email.suppressed": "dropped",
 }
+_SOFT = frozenset({"Transient", "Undetermined"})
 
 
 def verify(headers: Mapping[str, str], body: bytes, hook: Webhook, now: float) -> Verdict:
@@ -87,16 +97,29 @@ def parse(headers: Mapping[str, str], body: bytes) -> Inbound:
     data = document.get("data")
     if not isinstance(data, dict):
         raise InvalidEventError("data", "must be an object")
-    bounce = None
+    bounce = reason = None
     if event_type == "bounced":
         details = data.get("bounce")
         kind = details.get("type") if isinstance(details, dict) else None
-        bounce = "hard" if kind == "Permanent" else "soft"
+        bounce = "soft" if kind in _SOFT else "hard"
+    elif event_type == "dropped":
+        reason = _reason(data, str(document.get("type")))
     event = make_event(
         headers.get("svix-id"),
         event_type,
         data.get("email_id"),
         document.get("created_at"),
         bounce,
+        reason=reason,
     )
     return Inbound((event,))
+
+
+def _reason(data: dict[str, object], kind: str) -> str:
+    """``data.failed.reason`` (or ``data.suppressed``'s), else the event type."""
+    details = data.get(kind.removeprefix("email."))
+    for key in ("reason", "message", "type"):
+        value = details.get(key) if isinstance(details, dict) else None
+        if isinstance(value, str) and value:
+            return value
+    return kind

@@ -18,8 +18,10 @@ SES (https://docs.aws.amazon.com/ses/latest/dg/event-publishing-retrieving-sns-c
 and https://docs.aws.amazon.com/ses/latest/dg/notification-contents.html): ``Message`` is a
 JSON object with ``eventType`` (event publishing) or ``notificationType`` (identity
 notifications): ``Delivery`` → delivered, ``DeliveryDelay`` → deferred, ``Bounce`` →
-bounced (``bounceType`` ``Permanent``: hard, else soft), ``Complaint`` → complained;
-others skipped. The message is ``mail.messageId`` (what SES answered the send with); the
+bounced (``bounceType`` ``Permanent``: hard, else soft), ``Complaint`` → complained,
+``Rendering Failure`` ("the email wasn't sent because of a template rendering issue",
+its ``failure.errorMessage`` the reason) and ``Reject`` (SES found a virus; ``reject.reason``)
+→ dropped; others skipped. The message is ``mail.messageId`` (what SES answered the send with); the
 event id is the SNS ``MessageId`` (kept across SNS retries); the time is the bounce's,
 complaint's, delivery's or delay's own ``timestamp``.
 """
@@ -72,7 +74,10 @@ _SES_TYPES = {
     "DeliveryDelay": ("deferred", "deliveryDelay"),
     "Bounce": ("bounced", "bounce"),
     "Complaint": ("complained", "complaint"),
+    "Rendering Failure": ("dropped", "failure"),
+    "Reject": ("dropped", "reject"),
 }
+_REASONS = {"failure": "errorMessage", "reject": "reason"}
 
 Envelope = dict[str, str]
 
@@ -151,9 +156,11 @@ def parse(message: Envelope) -> Inbound:
     mail = document.get("mail")
     if not isinstance(detail, dict) or not isinstance(mail, dict):
         raise InvalidEventError(detail_key, "must be an object, beside a mail object")
-    bounce = None
+    bounce = reason = None
     if event_type == "bounced":
         bounce = "hard" if detail.get("bounceType") == "Permanent" else "soft"
+    elif event_type == "dropped":
+        reason = detail.get(_REASONS[detail_key]) or kind
     return Inbound(
         (
             make_event(
@@ -162,6 +169,7 @@ def parse(message: Envelope) -> Inbound:
                 mail.get("messageId"),
                 _timestamp(detail, mail),
                 bounce,
+                reason=reason,
             ),
         )
     )

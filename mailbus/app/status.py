@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
@@ -15,7 +16,7 @@ from mailbus.feedback.figures import delivery_figures, render_delivery_figures
 from mailbus.kernel.errors import StorageError
 from mailbus.kernel.settings import Settings
 
-__all__ = ["RATE_WINDOWS", "collect_status", "print_status"]
+__all__ = ["RATE_WINDOWS", "collect_status", "print_status", "shown_url"]
 
 PRIORITIES = ("p0", "p1", "p2")
 STATES = ("pending", "sending", "unknown", "accepted", "failed", "expired", "suppressed")
@@ -141,7 +142,7 @@ def _breakers(conn: psycopg.Connection[Any]) -> list[dict[str, Any]] | None:
     return [
         {
             "process": process,
-            "provider": provider,
+            "provider": shown_url(provider),
             "state": state,
             "since_s": round(float(since), 1),
             "updated_s_ago": round(float(updated), 1),
@@ -150,6 +151,15 @@ def _breakers(conn: psycopg.Connection[Any]) -> list[dict[str, Any]] | None:
             _BREAKERS, {"fresh_s": BREAKER_FRESH_S}
         )
     ]
+
+
+def shown_url(url: str) -> str:
+    """``url`` without its ``user:password@``: a provider URL recorded before settings
+    refused credentials in it (docs/configuration.md) is never printed with them."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
 def print_status(settings: Settings, as_json: bool) -> int:

@@ -11,9 +11,9 @@ of a field named like a secret: ``password``, ``api_key``, ``token``, ``authoriz
 Email addresses keep their first character and domain (``ana.smith@example.com`` →
 ``a***@example.com``); bearer tokens, ``api_key=…``-style values, ``Authorization`` header
 values, passwords in URLs and the exact values of the
-secret settings (``MAILBUS_PROVIDER_API_KEY``, ``MAILBUS_WEBHOOK_SECRET``, the Kafka
-passwords and client secret, their ``_FILE`` variants, and anything passed to
-:func:`register_secret`) become ``***``.
+secret settings (:data:`SECRET_ENV`: the provider keys, the webhook secrets and keys, the SES
+and SMTP credentials, the Kafka passwords and client secret, their ``_FILE`` variants, and
+anything passed to :func:`register_secret`) become ``***``.
 """
 
 from __future__ import annotations
@@ -27,15 +27,35 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["RedactingFilter", "configure_logging", "extra_fields", "redact", "register_secret"]
+__all__ = [
+    "SECRET_ENV",
+    "RedactingFilter",
+    "configure_logging",
+    "extra_fields",
+    "redact",
+    "register_secret",
+]
 
 MASK = "***"
 _MIN_SECRET_LEN = 8
-_SECRET_ENV = (
+# Every secret setting (tests/unit/test_secret_settings.py holds it to settings.py's).
+SECRET_ENV = (
     "MAILBUS_PROVIDER_API_KEY",
+    "MAILBUS_FALLBACK_PROVIDER_API_KEY",
+    "MAILBUS_PROVIDER_P0_API_KEY",
+    "MAILBUS_PROVIDER_P1_API_KEY",
+    "MAILBUS_PROVIDER_P2_API_KEY",
     "MAILBUS_WEBHOOK_SECRET",
     "MAILBUS_UNSUBSCRIBE_SECRET",
     "MAILBUS_UNSUBSCRIBE_SECRET_PREVIOUS",
+    "MAILBUS_SCHEMA_REGISTRY_AUTH",
+    "MAILBUS_SENDGRID_WEBHOOK_KEY",
+    "MAILBUS_MAILGUN_WEBHOOK_KEY",
+    "MAILBUS_POSTMARK_WEBHOOK_AUTH",
+    "MAILBUS_RESEND_WEBHOOK_SECRET",
+    "MAILBUS_SES_ACCESS_KEY_ID",
+    "MAILBUS_SES_SECRET_ACCESS_KEY",
+    "MAILBUS_SMTP_PASSWORD",
     "MAILBUS_KAFKA_SASL_PASSWORD",
     "MAILBUS_KAFKA_SSL_KEY_PASSWORD",
     "MAILBUS_KAFKA_OAUTH_CLIENT_SECRET",
@@ -75,7 +95,7 @@ def register_secret(value: str | None) -> None:
 
 def _secret_values() -> list[str]:
     values = set(_registered)
-    for name in _SECRET_ENV:
+    for name in SECRET_ENV:
         direct = os.environ.get(name, "").strip()
         if direct:
             values.add(direct)

@@ -50,6 +50,7 @@ __all__ = [
     "observe_webhook_ignored",
     "observe_webhook_late",
     "observe_webhook_rejected",
+    "observe_webhook_settled",
     "record_librdkafka_stats",
     "set_breaker_state",
     "set_in_flight",
@@ -168,8 +169,9 @@ OUTBOX_SCRAPE_ERRORS = Counter(
 
 WEBHOOK_EVENTS = Counter(
     "mailbus_webhook_events",
-    "Delivery events received, by type (delivered, deferred, bounced, complained) and "
-    "result (stored, duplicate, unmatched = stored but no send has its message_id).",
+    "Delivery events received, by type (delivered, deferred, bounced, complained, dropped ="
+    " accepted by the provider and then not sent) and result (stored, duplicate, unmatched ="
+    " stored but no send has its message_id).",
     ["type", "result"],
 )
 WEBHOOK_BOUNCES = Counter(
@@ -191,22 +193,40 @@ WEBHOOK_LATE = Counter(
 )
 WEBHOOK_REJECTED = Counter(
     "mailbus_webhook_rejected",
-    "Webhook requests refused, by reason (missing, malformed, mismatch, stale: 401; invalid: 400).",
+    "Webhook requests refused, by reason (missing, malformed, mismatch, stale, replayed: 401;"
+    " invalid, too_deep: 400; too_large: 413).",
     ["reason"],
 )
 WEBHOOK_IGNORED = Counter(
     "mailbus_webhook_ignored",
     "Provider events verified but not applied, by provider and reason (stale: signed too"
-    " long ago, a replay; untracked: an event kind mailbus does not follow, e.g. opens).",
+    " long ago, a replay; untracked: an event kind mailbus does not follow, e.g. opens;"
+    " invalid: an item of a batch that could not be read, the rest kept).",
     ["provider", "reason"],
 )
 
-for _type in ("delivered", "deferred", "bounced", "complained"):
+WEBHOOK_SETTLED = Counter(
+    "mailbus_webhook_settled",
+    "Sends in unknown (a provider without a key or a look-up) settled as accepted by that"
+    " provider's own event carrying their dedupe key, by provider.",
+    ["provider"],
+)
+
+for _type in ("delivered", "deferred", "bounced", "complained", "dropped"):
     for _result in ("stored", "duplicate", "unmatched"):
         WEBHOOK_EVENTS.labels(_type, _result)
 for _kind in ("hard", "soft"):
     WEBHOOK_BOUNCES.labels(_kind)
-for _reason in ("missing", "malformed", "mismatch", "stale", "invalid"):
+for _reason in (
+    "missing",
+    "malformed",
+    "mismatch",
+    "stale",
+    "invalid",
+    "replayed",
+    "too_deep",
+    "too_large",
+):
     WEBHOOK_REJECTED.labels(_reason)
 for _priority in PRIORITIES:
     for _outcome in OUTCOMES:
@@ -290,6 +310,10 @@ def observe_webhook_late(applied: int, suppressed: int) -> None:
 
 def observe_webhook_ignored(provider: str, reason: str, n: int = 1) -> None:
     WEBHOOK_IGNORED.labels(provider, reason).inc(n)
+
+
+def observe_webhook_settled(provider: str, n: int) -> None:
+    WEBHOOK_SETTLED.labels(provider).inc(n)
 
 
 def observe_webhook_rejected(reason: str) -> None:

@@ -187,10 +187,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         ),
         kafka_bootstrap=reader.bootstrap("MAILBUS_KAFKA_BOOTSTRAP", Settings.kafka_bootstrap),
         topic_prefix=reader.topic_prefix("MAILBUS_TOPIC_PREFIX", Settings.topic_prefix),
-        provider_url=reader.url("MAILBUS_PROVIDER_URL", Settings.provider_url, ("http", "https")),
+        provider_url=reader.url(
+            "MAILBUS_PROVIDER_URL", Settings.provider_url, ("http", "https"), credentials=False
+        ),
         provider_api_key=reader.secret("MAILBUS_PROVIDER_API_KEY"),
         fallback_provider_url=reader.optional_url(
-            "MAILBUS_FALLBACK_PROVIDER_URL", ("http", "https")
+            "MAILBUS_FALLBACK_PROVIDER_URL", ("http", "https"), credentials=False
         ),
         fallback_provider_api_key=reader.secret("MAILBUS_FALLBACK_PROVIDER_API_KEY"),
         priority_providers=_priority_providers(reader),
@@ -483,7 +485,7 @@ def _priority_providers(reader: _Reader) -> tuple[tuple[str, str, str], ...]:
     found = []
     for priority in ("p0", "p1", "p2"):
         name = f"MAILBUS_PROVIDER_{priority.upper()}"
-        url = reader.optional_url(f"{name}_URL", ("http", "https"))
+        url = reader.optional_url(f"{name}_URL", ("http", "https"), credentials=False)
         if url is not None:
             found.append((priority, url, reader.secret(f"{name}_API_KEY")))
         elif reader.secret(f"{name}_API_KEY"):
@@ -526,16 +528,31 @@ class _Reader:
         return None if value is None or value.strip() == "" else value.strip()
 
     def url(
-        self, name: str, default: str, schemes: tuple[str, ...], from_file: bool = False
+        self,
+        name: str,
+        default: str,
+        schemes: tuple[str, ...],
+        from_file: bool = False,
+        credentials: bool = True,
     ) -> str:
+        """``credentials=False``: a URL that is shown (`mailbus status`, logs) must carry
+        no ``user:password@``; the key has its own secret setting."""
         value = (self.secret(name) if from_file else self._raw(name)) or default
         parts = urlsplit(value)
         if parts.scheme not in schemes or not (parts.hostname or parts.path):
             raise ConfigError(name, f"expected a {schemes[0]}:// URL, got {_redact_url(value)!r}")
+        if not credentials and "@" in parts.netloc:
+            raise ConfigError(
+                name, "must not carry credentials (user:password@): give the key in its _API_KEY"
+            )
         return value
 
-    def optional_url(self, name: str, schemes: tuple[str, ...]) -> str | None:
-        return None if self._raw(name) is None else self.url(name, "", schemes)
+    def optional_url(
+        self, name: str, schemes: tuple[str, ...], credentials: bool = True
+    ) -> str | None:
+        if self._raw(name) is None:
+            return None
+        return self.url(name, "", schemes, credentials=credentials)
 
     def bootstrap(self, name: str, default: str) -> str:
         value = self._raw(name) or default
@@ -622,7 +639,10 @@ class _Reader:
 
 
 def _redact_url(url: str) -> str:
+    """``url`` with its password, or a user name alone (an API key), masked."""
     parts = urlsplit(url)
     if parts.password:
         return url.replace(f":{parts.password}@", ":***@", 1)
+    if parts.username:
+        return url.replace(f"{parts.username}@", "***@", 1)
     return url

@@ -50,7 +50,12 @@ SETTINGS: tuple[Setting, ...] = (
     _s("DATABASE_URL", "postgresql://localhost/mailbus", "PostgreSQL URL", from_file=True),
     _s("KAFKA_BOOTSTRAP", "127.0.0.1:9092", "Kafka bootstrap servers (host:port,...)", _KAFKA),
     _s("TOPIC_PREFIX", "mailbus", "prefix of every mailbus topic", _KAFKA),
-    _s("PROVIDER_URL", "the local sandbox", "base URL of the email API", {"consume"}),
+    _s(
+        "PROVIDER_URL",
+        "the local sandbox",
+        "base URL of the email API; no user:password@ (exit 2: the key has its own setting)",
+        {"consume"},
+    ),
     _s(
         "PROVIDER_API_KEY",
         "-",
@@ -131,8 +136,9 @@ SETTINGS: tuple[Setting, ...] = (
         "PROVIDER",
         "http",
         "which provider the consumer calls: http (the sandbox's API), smtp, resend,"
-        " postmark, sendgrid, mailgun, ses (docs/providers.md)",
-        {"consume"},
+        " postmark, sendgrid, mailgun, ses (docs/providers.md); give webhooks the same,"
+        " so a named provider's events match only its sends",
+        {"consume", "webhooks"},
     ),
     _s(
         "PROVIDER_KEY_PREFIX",
@@ -140,7 +146,7 @@ SETTINGS: tuple[Setting, ...] = (
         "put before every key the provider sees (e.g. staging:), so deployments sharing one"
         " provider account never share a key; up to 32 of A-Z a-z 0-9 . _ : -"
         " (docs/providers.md#the-key-the-provider-sees)",
-        {"consume", "send", "console"},
+        {"consume", "send", "console", "webhooks"},
     ),
     _s(
         "MAIL_FROM",

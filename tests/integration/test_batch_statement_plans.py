@@ -132,5 +132,10 @@ def test_a_webhook_batch_reads_only_the_sends_it_names(outbox: psycopg.Connectio
         }
         for n in range(BATCH)
     ]
-    params = {"events": json.dumps(events), "ranks": ["deferred", "delivered"]}
+    params = {
+        "events": json.dumps(events),
+        "ranks": ["deferred", "delivered"],
+        "primary": "sendgrid",
+        "named": ["ses", "sendgrid"],
+    }
     assert "email_sends" not in tables_scanned_whole(outbox, WEBHOOKS["record_events"], params)

@@ -19,7 +19,8 @@ VALUES ('p', %s, %s, %s, 'm', now(), %s, now() - make_interval(mins => %s))
 
 
 def seed(database_url: str) -> None:
-    """Last hour: 16 delivered, 2 hard, 2 soft, 1 complaint, 1 deferred (unmatched).
+    """Last hour: 16 delivered, 2 hard, 2 soft, 1 complaint, 1 deferred (unmatched), 1
+    dropped.
     Earlier that day: 20 delivered, 2 hard. Older than a day: 50 hard bounces."""
     rows: list[tuple[str, str | None, bool, int]] = (
         [("delivered", None, True, 10)] * 16
@@ -27,6 +28,7 @@ def seed(database_url: str) -> None:
         + [("bounced", "soft", True, 30)] * 2
         + [("complained", None, True, 40)]
         + [("deferred", None, False, 50)]
+        + [("dropped", None, True, 55)]
         + [("delivered", None, True, 300)] * 20
         + [("bounced", "hard", True, 600)] * 2
         + [("bounced", "hard", True, 2000)] * 50
@@ -48,6 +50,7 @@ def test_figures_by_window(database_url: str) -> None:
             "soft_bounces": 2,
             "complaints": 1,
             "unmatched": 1,
+            "dropped": 1,
             "hard_bounce_rate": 0.1,
             "complaint_rate": 0.0625,
         },
@@ -58,12 +61,13 @@ def test_figures_by_window(database_url: str) -> None:
             "soft_bounces": 2,
             "complaints": 1,
             "unmatched": 1,
+            "dropped": 1,
             "hard_bounce_rate": round(4 / 42, 4),
             "complaint_rate": round(1 / 36, 4),
         },
     }
     lines = render_delivery_figures(figures)
-    assert lines[1].split() == ["last", "1h", "16", "1", "2", "2", "10.0%", "1", "6.25%"]
+    assert lines[1].split() == ["last", "1h", "16", "1", "2", "2", "10.0%", "1", "6.25%", "1"]
     assert "\n".join(lines) in "\n".join(render_status(collect_status(database_url)))
 
 

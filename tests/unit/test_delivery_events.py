@@ -60,7 +60,7 @@ def test_offsets_and_naive_times() -> None:
 
 def test_ranks_order_ties() -> None:
     ranks = {t: parse_event(body(type=t, bounce="soft")).rank for t in STATUS_RANK}
-    assert ranks == {"deferred": 1, "delivered": 2, "bounced": 3, "complained": 4}
+    assert ranks == {"deferred": 1, "delivered": 2, "dropped": 3, "bounced": 4, "complained": 5}
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from cryptography.x509.oid import NameOID
 from svix.webhooks import Webhook
 
 from mailbus.feedback.events import DeliveryEvent
-from mailbus.feedback.native import sns
+from mailbus.feedback.native import mailgun_events, resend_events, sendgrid_events, sns
 from mailbus.feedback.native.routes import Mailgun, NativeReceiver, Postmark, Resend, SendGrid
 from mailbus.kernel.errors import ConfigError
 from mailbus.sandbox.emitter import emitter_from_args
@@ -129,8 +129,24 @@ def test_a_forged_or_stale_native_event_does_not_verify(provider: str) -> None:
     forged = FORGERS[provider].sign(sandbox_event(1, type="delivered"), TO, signed_at)
     assert asyncio.run(receiver.verify(forged.headers, forged.body)).reason == "mismatch"
     if provider != "postmark":  # Postmark signs no time: nothing is stale
-        old = signer.sign(sandbox_event(1, type="delivered"), TO, signed_at - 4000)
+        past = TOLERANCE[provider] + 100
+        old = signer.sign(sandbox_event(1, type="delivered"), TO, signed_at - past)
         assert asyncio.run(receiver.verify(old.headers, old.body)).reason == "stale"
+
+
+# Each provider's tolerance fits its retry schedule (review #15): Mailgun retries for 8 h,
+# SendGrid for 24 h, neither says a retry is signed anew; Svix signs every attempt.
+TOLERANCE = {
+    "mailgun": mailgun_events.TOLERANCE_S,
+    "sendgrid": sendgrid_events.TOLERANCE_S,
+    "resend": resend_events.TOLERANCE_S,
+}
+
+
+def test_tolerances_cover_each_providers_retry_schedule() -> None:
+    assert mailgun_events.TOLERANCE_S >= (10 + 10 + 15 + 30 + 60 + 120 + 240) * 60
+    assert sendgrid_events.TOLERANCE_S >= 24 * 3600
+    assert resend_events.TOLERANCE_S == 300  # svix's own: every retry is signed anew
 
 
 def test_ses_events_are_sns_notifications_signed_by_the_certificates_key() -> None:

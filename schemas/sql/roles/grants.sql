@@ -110,6 +110,8 @@ GRANT SELECT, UPDATE ON email_sends TO mailbus_webhooks;
 GRANT SELECT, INSERT ON email_suppressions TO mailbus_webhooks;
 -- ... and widens an unsubscribe's or a complaint's entry to all mail after a hard bounce.
 GRANT UPDATE (reason, source) ON email_suppressions TO mailbus_webhooks;
+-- ... and remembers Mailgun's signature tokens for the tolerance window, pruning them.
+GRANT SELECT, INSERT, UPDATE, DELETE ON webhook_tokens TO mailbus_webhooks;
 
 -- People: `mailbus status`, `dlq`, `suppress`, `campaign`. Reads everything; replays dead
 -- letters, manages suppressions and campaigns, and paces one in the foreground (`campaign
