@@ -59,6 +59,7 @@ SECRET_ENV = (
     "MAILBUS_KAFKA_SASL_PASSWORD",
     "MAILBUS_KAFKA_SSL_KEY_PASSWORD",
     "MAILBUS_KAFKA_OAUTH_CLIENT_SECRET",
+    "MAILBUS_CONSOLE_PROXY_SECRET",
 )
 
 # Bounded repetitions keep every scan linear on long lines.
