@@ -9,14 +9,15 @@
 -- at least a day (MAILBUS_RETENTION's floor: it is the dedupe window). FOR UPDATE SKIP
 -- LOCKED: a row a consumer or an operator holds is left for the next batch, and a row
 -- changed meanwhile is checked again against the view's conditions once locked.
--- Returns how many rows of `what` it deleted.
+-- Returns how many rows of `what` it deleted. (NaN sorts above Infinity: refused too.)
+-- Lock level: CREATE FUNCTION takes no lock on a table; writers never wait for it.
 CREATE OR REPLACE FUNCTION mailbus_prune(what text, retention_s double precision,
                                          batch integer) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
     deleted bigint;
 BEGIN
-    IF retention_s IS NULL OR retention_s < 86400 THEN
+    IF retention_s IS NULL OR NOT (retention_s >= 86400 AND retention_s < 'Infinity') THEN
         RAISE EXCEPTION 'mailbus_prune: the retention window must be at least a day, got % s',
             retention_s USING ERRCODE = 'invalid_parameter_value';
     END IF;
