@@ -126,12 +126,20 @@ GRANT SELECT, INSERT ON email_suppressions TO mailbus_webhooks;
 -- ... and widens an unsubscribe's or a complaint's entry to all mail after a hard bounce.
 GRANT UPDATE (reason, source) ON email_suppressions TO mailbus_webhooks;
 
--- People: `mailbus status`, `dlq`, `suppress`, `campaign`. Reads everything; replays dead
--- letters, manages suppressions and campaigns, and paces one in the foreground (`campaign
--- run`: the relay's pacer, which inserts sends and marks suppressed recipients). Never
--- deletes a send or its history, and (owning nothing) cannot change the schema.
+-- People: `mailbus status`, `dlq`, `send`, `suppress`, `campaign`. Reads everything;
+-- replays dead letters (consumer/dead_letters.sql: the letter's replayed_at and send_id),
+-- resolves and cancels sends (consumer/send_admin.sql), manages suppressions and campaigns,
+-- and paces one in the foreground (`campaign run`: the relay's pacer, which inserts sends
+-- and marks suppressed recipients). It changes a send's state, never what the send is (key,
+-- address, template, payload, priority, campaign, trace context, creation time) nor the
+-- webhooks' delivery status; never deletes a send or its history, and (owning nothing)
+-- cannot change the schema.
 GRANT SELECT ON ALL TABLES IN SCHEMA public TO mailbus_operator;
-GRANT UPDATE ON email_sends, email_dead_letters TO mailbus_operator;
+GRANT UPDATE (status, attempts, next_try_at, expires_at, message_id, last_error, updated_at,
+              published_at, lease_until, accepted_at, lease_token, provider, in_doubt_since,
+              provider_code, guarantee, first_tried_at)
+    ON email_sends TO mailbus_operator;
+GRANT UPDATE (replayed_at, send_id) ON email_dead_letters TO mailbus_operator;
 GRANT INSERT ON email_replays TO mailbus_operator;
 GRANT INSERT ON email_send_resolutions TO mailbus_operator;
 GRANT INSERT, UPDATE, DELETE ON email_suppressions TO mailbus_operator;
