@@ -14,6 +14,7 @@ from psycopg.errors import InsufficientPrivilege, InvalidParameterValue
 from transport_security import login_as
 
 from mailbus.app.migrate import apply_roles
+from mailbus.feedback.events import STATUS_RANK
 from mailbus_client.sqlfiles import load_queries
 
 pytestmark = pytest.mark.stack
@@ -25,6 +26,8 @@ RELAY = load_queries("mailbus.relay", "queries.sql")
 CAMPAIGNS = load_queries("mailbus.campaigns", "queries.sql")
 CONSUMER = load_queries("mailbus.consumer", "queries.sql")
 SEND_ADMIN = load_queries("mailbus.consumer", "send_admin.sql")
+FEEDBACK = load_queries("mailbus.feedback", "events.sql")
+UNSUBSCRIBE = load_queries("mailbus.feedback", "unsubscribe.sql")["unsubscribe"]
 LETTERS = load_queries("mailbus.consumer", "dead_letters.sql")
 
 # What each role's process runs (a named query of its .sql file where it takes simple
@@ -46,7 +49,8 @@ MUST: dict[str, list[tuple[str, dict[str, Any]]]] = {
             " matched) VALUES ('p', 'e-2', 'delivered', 'm-1', now(), true)",
             {},
         ),
-        ("UPDATE delivery_events SET matched = true WHERE event_id = 'e-1'", {}),
+        (FEEDBACK["apply_late_events"], {"ranks": list(STATUS_RANK)}),  # e-1 matches now
+        (UNSUBSCRIBE, {"address": "U@x.org", "source": "campaign:1"}),
     ],
     "mailbus_relay": [
         (RELAY["claim_due"], {"limit": 10}),
