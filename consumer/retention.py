@@ -2,11 +2,12 @@
 small batches, bounded per run; nothing that is not final is ever touched.
 
 Why batches of a flat table and not dropped partitions: docs/retention.md. What may go is
-stated once in SQL, by the ``*_past_retention`` views of migration 0028; this module walks
-them table by table, one transaction per batch of ``batch`` rows (so locks are short, WAL
-comes in small pieces and autovacuum reuses the space for new rows), until a batch comes
-back short or ``max_batches`` were done. Running it again is always safe: a second run
-finds only what the first left.
+stated once in SQL, by the ``*_past_retention`` views of migration 0028, and deleted only
+by the SECURITY DEFINER function ``mailbus_prune`` of migration 0057 (the retention role
+holds no DELETE grant); this module walks them table by table, one transaction per batch
+of ``batch`` rows (so locks are short, WAL comes in small pieces and autovacuum reuses the
+space for new rows), until a batch comes back short or ``max_batches`` were done. Running
+it again is always safe: a second run finds only what the first left.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["TABLES", "Pruned", "count_past_retention", "keep_going", "prune"]
 
-# (what the output calls it, its prune query, its count query), in the order they run:
+# (what the output and mailbus_prune call it, its count query), in the order they run:
 # sends first, so their dead letters go with them.
 TABLES = (
-    ("sends", "prune_sends", "count_sends"),
-    ("dead letters", "prune_dead_letters", "count_dead_letters"),
-    ("delivery events", "prune_delivery_events", "count_delivery_events"),
+    ("sends", "count_sends"),
+    ("dead letters", "count_dead_letters"),
+    ("delivery events", "count_delivery_events"),
 )
 
 
@@ -58,12 +59,13 @@ def prune(database_url: str, retention_s: float, batch: int, max_batches: int) -
     results = []
     try:
         with psycopg.connect(database_url, autocommit=True) as conn:
-            for table, prune_query, _ in TABLES:
+            for table, _ in TABLES:
                 rows = batches = 0
                 while True:
-                    with conn.transaction():
-                        conn.execute(q["window"], {"retention_s": str(retention_s)})
-                        deleted = conn.execute(q[prune_query], {"batch": batch}).rowcount
+                    row: Any = conn.execute(
+                        q["prune"], {"what": table, "retention_s": retention_s, "batch": batch}
+                    ).fetchone()
+                    deleted = int(row[0])
                     rows, batches = rows + deleted, batches + 1
                     more = keep_going(deleted, batch, batches, max_batches)
                     if not more:
@@ -81,7 +83,7 @@ def count_past_retention(database_url: str, retention_s: float) -> dict[str, int
         with psycopg.connect(database_url) as conn:
             conn.execute(q["window"], {"retention_s": str(retention_s)})
             counts: dict[str, int] = {}
-            for table, _, count_query in TABLES:
+            for table, count_query in TABLES:
                 row: Any = conn.execute(q[count_query]).fetchone()
                 counts[table] = int(row[0])
             return counts

@@ -64,18 +64,35 @@ REVOKE ALL ON FUNCTION mailbus_cancel_send(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION mailbus_cancel_send(text, text) TO mailbus_enqueuer,
     mailbus_operator;
 
--- `mailbus relay`: claims committed rows and dead letters and marks them published; its
--- campaign pacer fans recipients out into sends, skipping suppressed addresses.
-GRANT SELECT, UPDATE ON email_sends, email_dead_letters, campaigns, campaign_recipients
-    TO mailbus_relay;
-GRANT INSERT ON email_sends TO mailbus_relay;
+-- `mailbus relay` (relay/queries.sql): claims committed rows and dead letters and marks
+-- them published, reading what a pointer carries (never an address or a payload, never
+-- changing anything but published_at); its campaign pacer (campaigns/queries.sql
+-- lock_running, fan_out, record_tick) fans recipients out into sends, skipping and marking
+-- suppressed addresses, and advances the campaign's progress.
+GRANT SELECT (id, dedupe_key, priority, status, attempts, next_try_at, created_at,
+              published_at, campaign_id, traceparent, tracestate),
+      UPDATE (published_at)
+    ON email_sends TO mailbus_relay;
+GRANT INSERT (dedupe_key, to_address, template, payload_json, priority, campaign_id,
+              expires_at)
+    ON email_sends TO mailbus_relay;
+GRANT SELECT, UPDATE (published_at) ON email_dead_letters TO mailbus_relay;
+GRANT SELECT, UPDATE (checkpoint, processed, created_rows, suppressed, tokens, last_tick_at,
+                      day, day_count, state, ended_at, updated_at)
+    ON campaigns TO mailbus_relay;
+GRANT SELECT, UPDATE (suppressed) ON campaign_recipients TO mailbus_relay;
 GRANT SELECT ON email_suppressions TO mailbus_relay;
 -- ... and publishes outcome events (recorded by a trigger), pruning them after a day.
 GRANT SELECT, UPDATE, DELETE ON email_send_events TO mailbus_relay;
 
--- `mailbus consume`: claims, settles and records attempts; dead-letters what fails;
--- shares rate limits and provider health with the other consumers.
-GRANT SELECT, UPDATE ON email_sends TO mailbus_consumer;
+-- `mailbus consume` (consumer/queries.sql): reads the mail it sends; claims, settles and
+-- records attempts, changing only the delivery columns (never the address, payload,
+-- template, priority, expiry, campaign or the webhooks' delivery status); dead-letters
+-- what fails; shares rate limits and provider health with the other consumers.
+GRANT SELECT, UPDATE (status, attempts, next_try_at, in_doubt_since, last_error, message_id,
+                      provider_code, accepted_at, lease_token, lease_until, published_at,
+                      provider, guarantee, first_tried_at)
+    ON email_sends TO mailbus_consumer;
 GRANT SELECT ON email_suppressions TO mailbus_consumer;
 -- ... and a synchronous "no such address" (SMTP 550 5.1.1) suppresses it, as a webhook
 -- hard bounce does (widening an unsubscribe or complaint to all mail), never unsuppresses.
@@ -96,29 +113,45 @@ GRANT INSERT (dedupe_key, to_address, template, payload_json, priority, expires_
               last_error, traceparent, tracestate)
     ON email_sends TO mailbus_intake;
 GRANT SELECT (id, dedupe_key, status) ON email_sends TO mailbus_intake;
-GRANT INSERT ON email_dead_letters TO mailbus_intake;
+GRANT INSERT (reason, error, original_topic, original_partition, original_offset,
+              original_key, original_value, published_at)
+    ON email_dead_letters TO mailbus_intake;
 -- ... whose ON CONFLICT (original_topic, original_partition, original_offset) WHERE reason
 -- IN (...) needs SELECT on the arbiter index's columns: without it every dead letter is
 -- "permission denied" and the batch behind it never commits.
 GRANT SELECT (original_topic, original_partition, original_offset, reason)
     ON email_dead_letters TO mailbus_intake;
 
--- `mailbus webhooks`: records delivery events on their sends, suppresses bounced and
--- complaining addresses, takes unsubscribes.
-GRANT SELECT, INSERT, UPDATE ON delivery_events TO mailbus_webhooks;
-GRANT SELECT, UPDATE ON email_sends TO mailbus_webhooks;
+-- `mailbus webhooks` (feedback/events.sql, unsubscribe.sql), facing the internet: records
+-- delivery events on their sends (found by message id: the latest event and its time, the
+-- address to suppress), suppresses bounced and complaining addresses, takes unsubscribes.
+-- It cannot read a payload or change anything of a send but its delivery status.
+GRANT SELECT, INSERT (provider, event_id, type, bounce, message_id, occurred_at, matched),
+      UPDATE (matched)
+    ON delivery_events TO mailbus_webhooks;
+GRANT SELECT (id, message_id, to_address, delivery_status, last_event_at),
+      UPDATE (delivery_status, last_event_at)
+    ON email_sends TO mailbus_webhooks;
 GRANT SELECT, INSERT ON email_suppressions TO mailbus_webhooks;
 -- ... and widens an unsubscribe's or a complaint's entry to all mail after a hard bounce.
 GRANT UPDATE (reason, source) ON email_suppressions TO mailbus_webhooks;
 -- ... and remembers Mailgun's signature tokens for the tolerance window, pruning them.
 GRANT SELECT, INSERT, UPDATE, DELETE ON webhook_tokens TO mailbus_webhooks;
 
--- People: `mailbus status`, `dlq`, `suppress`, `campaign`. Reads everything; replays dead
--- letters, manages suppressions and campaigns, and paces one in the foreground (`campaign
--- run`: the relay's pacer, which inserts sends and marks suppressed recipients). Never
--- deletes a send or its history, and (owning nothing) cannot change the schema.
+-- People: `mailbus status`, `dlq`, `send`, `suppress`, `campaign`. Reads everything;
+-- replays dead letters (consumer/dead_letters.sql: the letter's replayed_at and send_id),
+-- resolves and cancels sends (consumer/send_admin.sql), manages suppressions and campaigns,
+-- and paces one in the foreground (`campaign run`: the relay's pacer, which inserts sends
+-- and marks suppressed recipients). It changes a send's state, never what the send is (key,
+-- address, template, payload, priority, campaign, trace context, creation time) nor the
+-- webhooks' delivery status; never deletes a send or its history, and (owning nothing)
+-- cannot change the schema.
 GRANT SELECT ON ALL TABLES IN SCHEMA public TO mailbus_operator;
-GRANT UPDATE ON email_sends, email_dead_letters TO mailbus_operator;
+GRANT UPDATE (status, attempts, next_try_at, expires_at, message_id, last_error, updated_at,
+              published_at, lease_until, accepted_at, lease_token, provider, in_doubt_since,
+              provider_code, guarantee, first_tried_at)
+    ON email_sends TO mailbus_operator;
+GRANT UPDATE (replayed_at, send_id) ON email_dead_letters TO mailbus_operator;
 GRANT INSERT ON email_replays TO mailbus_operator;
 GRANT INSERT ON email_send_resolutions TO mailbus_operator;
 GRANT INSERT, UPDATE, DELETE ON email_suppressions TO mailbus_operator;
@@ -126,21 +159,14 @@ GRANT INSERT, UPDATE ON campaigns TO mailbus_operator;
 GRANT INSERT, UPDATE, DELETE ON campaign_recipients TO mailbus_operator;
 GRANT INSERT ON email_sends TO mailbus_operator;
 
--- `mailbus retention run` (docs/retention.md): deletes what the *_past_retention views name,
--- nothing else. It locks their rows through the views (FOR UPDATE needs an UPDATE grant
--- on a column: their key columns are read-only expressions), and deletes by key; a send's
--- attempts and resolutions go by ON DELETE CASCADE. It inserts and updates nothing else.
-GRANT SELECT, UPDATE (id) ON email_sends_past_retention, email_dead_letters_past_retention
-    TO mailbus_retention;
-GRANT SELECT, UPDATE (provider) ON delivery_events_past_retention TO mailbus_retention;
-GRANT SELECT (id), DELETE ON email_sends TO mailbus_retention;
-GRANT SELECT (id, send_id), DELETE ON email_dead_letters TO mailbus_retention;
-GRANT SELECT (dead_letter_id), DELETE ON email_replays TO mailbus_retention;
-GRANT SELECT (provider, event_id), DELETE ON delivery_events TO mailbus_retention;
--- ... and its deletes count each deleted send's dedupe key in email_key_lives (a trigger
--- that runs as the deleting role), so the key enqueued again is a new mail under a new key
--- (docs/retention.md).
-GRANT SELECT, INSERT, UPDATE ON email_key_lives TO mailbus_retention;
+-- `mailbus retention run` (docs/retention.md): deletes only through mailbus_prune
+-- (migration 0057), a SECURITY DEFINER function that deletes what the *_past_retention
+-- views name under a window of at least a day, nothing else: no DELETE grant of its own,
+-- so its login cannot delete a pending send. `--dry-run` counts the views (keys and times
+-- only). It reads no table, inserts and updates nothing.
+GRANT SELECT ON email_sends_past_retention, email_dead_letters_past_retention,
+    delivery_events_past_retention TO mailbus_retention;
+GRANT EXECUTE ON FUNCTION mailbus_prune(text, double precision, integer) TO mailbus_retention;
 
 -- `mailbus console` (docs/guides/console.md#its-database-role): what its pages show and its
 -- actions do, nothing more. It reads every column of a send but the payload and the lease
