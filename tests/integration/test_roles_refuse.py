@@ -14,7 +14,7 @@ from psycopg.errors import InsufficientPrivilege, InvalidParameterValue
 from transport_security import login_as
 
 from mailbus.app.migrate import apply_roles
-from mailbus.feedback.events import STATUS_RANK
+from mailbus.feedback.events import NAMED_PROVIDERS, STATUS_RANK
 from mailbus_client.sqlfiles import load_queries
 
 pytestmark = pytest.mark.stack
@@ -26,6 +26,7 @@ RELAY = load_queries("mailbus.relay", "queries.sql")
 CAMPAIGNS = load_queries("mailbus.campaigns", "queries.sql")
 CONSUMER = load_queries("mailbus.consumer", "queries.sql")
 SEND_ADMIN = load_queries("mailbus.consumer", "send_admin.sql")
+CLIENT = load_queries("mailbus_client", "queries.sql")
 FEEDBACK = load_queries("mailbus.feedback", "events.sql")
 UNSUBSCRIBE = load_queries("mailbus.feedback", "unsubscribe.sql")["unsubscribe"]
 LETTERS = load_queries("mailbus.consumer", "dead_letters.sql")
@@ -49,7 +50,18 @@ MUST: dict[str, list[tuple[str, dict[str, Any]]]] = {
             " matched) VALUES ('p', 'e-2', 'delivered', 'm-1', now(), true)",
             {},
         ),
-        (FEEDBACK["apply_late_events"], {"ranks": list(STATUS_RANK)}),  # e-1 matches now
+        (  # e-1 matches now
+            FEEDBACK["apply_late_events"],
+            {"ranks": list(STATUS_RANK), "primary": None, "named": list(NAMED_PROVIDERS)},
+        ),
+        (  # an unknown send settled by its own provider's event carrying its key
+            FEEDBACK["settle_unknown"],
+            {
+                "settle": '[{"provider": "sendgrid", "dedupe_key": "unknown-k",'
+                ' "key": "unknown-k", "message_id": "sg-1"}]',
+                "primary": None,
+            },
+        ),
         (UNSUBSCRIBE, {"address": "U@x.org", "source": "campaign:1"}),
     ],
     "mailbus_relay": [
@@ -99,7 +111,7 @@ MUST: dict[str, list[tuple[str, dict[str, Any]]]] = {
         ),
     ],
     "mailbus_operator": [
-        (SEND_ADMIN["cancel_pending"], {"key": "pending"}),
+        (CLIENT["cancel_send"], {"key": "pending", "by": "test"}),
         (LETTERS["mark_replayed"], {"id": 1}),
         (LETTERS["link_send"], {"id": 1, "send_id": 1}),
         (LETTERS["reset_send"], {"send_id": 1}),

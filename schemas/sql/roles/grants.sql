@@ -91,7 +91,7 @@ GRANT SELECT, UPDATE, DELETE ON email_send_events TO mailbus_relay;
 -- what fails; shares rate limits and provider health with the other consumers.
 GRANT SELECT, UPDATE (status, attempts, next_try_at, in_doubt_since, last_error, message_id,
                       provider_code, accepted_at, lease_token, lease_until, published_at,
-                      provider, guarantee, first_tried_at)
+                      provider, guarantee, first_tried_at, provider_key)
     ON email_sends TO mailbus_consumer;
 GRANT SELECT ON email_suppressions TO mailbus_consumer;
 -- ... and a synchronous "no such address" (SMTP 550 5.1.1) suppresses it, as a webhook
@@ -125,12 +125,19 @@ GRANT SELECT (original_topic, original_partition, original_offset, reason)
 -- `mailbus webhooks` (feedback/events.sql, unsubscribe.sql), facing the internet: records
 -- delivery events on their sends (found by message id: the latest event and its time, the
 -- address to suppress), suppresses bounced and complaining addresses, takes unsubscribes.
--- It cannot read a payload or change anything of a send but its delivery status.
-GRANT SELECT, INSERT (provider, event_id, type, bounce, message_id, occurred_at, matched),
+-- It cannot read a payload or change what a send is (its key, address, template, payload).
+GRANT SELECT, INSERT (provider, event_id, type, bounce, message_id, occurred_at, matched,
+                      reason, suppression),
       UPDATE (matched)
     ON delivery_events TO mailbus_webhooks;
-GRANT SELECT (id, message_id, to_address, delivery_status, last_event_at),
+GRANT SELECT (id, message_id, to_address, delivery_status, last_event_at, provider, status,
+              dedupe_key, provider_key),
       UPDATE (delivery_status, last_event_at)
+    ON email_sends TO mailbus_webhooks;
+-- ... and settles an `unknown` send of a provider with neither key nor look-up from that
+-- provider's own event carrying the send's key (settle_unknown: accepted, with the event's
+-- message id, as `mailbus send resolve --accepted` would).
+GRANT UPDATE (status, message_id, next_try_at, last_error, updated_at)
     ON email_sends TO mailbus_webhooks;
 GRANT SELECT, INSERT ON email_suppressions TO mailbus_webhooks;
 -- ... and widens an unsubscribe's or a complaint's entry to all mail after a hard bounce.
