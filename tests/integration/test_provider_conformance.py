@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import pytest
 
 from mailbus.consumer.core.capability import Guarantee, guarantee_of
-from mailbus.consumer.core.outcome import Outcome, classify
+from mailbus.consumer.core.outcome import ACCOUNT, QUOTA, Outcome, classify
 from mailbus.consumer.provider import Dialect, HttpProvider, MailbusDialect, OutgoingMail
 from mailbus.consumer.providers.mailgun import MailgunDialect
 from mailbus.consumer.providers.postmark import PostmarkDialect
@@ -180,3 +180,43 @@ def test_a_provider_template_goes_by_reference(
     assert keys[MAIL.dedupe_key]["accepted"] == 1
     assert keys[MAIL.dedupe_key]["provider_template"] == "order-confirmation-v2"
     assert keys[MAIL.dedupe_key]["template_data"] == {"order_id": "7"}
+
+
+# what each dialect's spent quota is (docs/providers.md#account-sender-and-quota-replies):
+# Postmark and Mailgun document no quota reply, so the sandbox answers their account refusal
+QUOTA_STATE = {"http": QUOTA, "resend": QUOTA, "sendgrid": QUOTA, "postmark": ACCOUNT}
+
+
+def test_a_revoked_key_is_the_providers_state_and_a_rotated_one_sends(
+    sandbox: ThreadedSandbox, dialect: Dialect
+) -> None:
+    """The sandbox revokes our key: every dialect answers its provider's documented bad-key
+    reply, which the adapter reads as the account's state (a retry, no attempt spent, the
+    breaker fed), never as a verdict on the mail; once the key is accepted again, the mail
+    is accepted once."""
+
+    def revoke(state: SandboxState) -> None:
+        state.account.keys = frozenset({"the-rotated-key-0987654321"})
+
+    sandbox.call(revoke)
+    refused = send_once(sandbox, dialect)
+    assert (refused.outcome, refused.server_stage) == (Outcome.RETRY, ACCOUNT), refused
+    assert accepted_by_sandbox(sandbox) == {}
+    sandbox.call(lambda state: state.account.reset())
+    result = send_once(sandbox, dialect)
+    assert result.outcome is Outcome.ACCEPTED
+    assert accepted_by_sandbox(sandbox) == {MAIL.dedupe_key: (1, result.message_id)}
+
+
+def test_a_spent_quota_is_the_providers_state(sandbox: ThreadedSandbox, dialect: Dialect) -> None:
+    def spend(state: SandboxState) -> None:
+        state.account.quota_retry_after = 600
+
+    sandbox.call(spend)
+    refused = send_once(sandbox, dialect)
+    name = next(n for n, make in ADAPTERS.items() if isinstance(dialect, type(make())))
+    assert (refused.outcome, refused.server_stage) == (
+        Outcome.RETRY,
+        QUOTA_STATE.get(name, ACCOUNT),
+    ), refused
+    assert accepted_by_sandbox(sandbox) == {}
