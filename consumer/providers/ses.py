@@ -31,7 +31,9 @@ AccountSuspendedException,                      reply, account  the provider's s
 SendingPausedException, a refused credential                    retried, the breaker
 (401/403, UnrecognizedClientException, ...),                    counts it, no attempt
 NotFoundException naming a configuration set
-MailFromDomainNotVerifiedException              reply, sender   the same
+MailFromDomainNotVerifiedException,             reply, sender   the same
+MessageRejected "Email address is not verified"
+naming our From address
 any 5xx                                         lost reply      unknown: with no key or
                                                                 look-up a 5xx is not a
                                                                 definite "not accepted"
@@ -61,6 +63,7 @@ import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from email.utils import parseaddr
 from typing import Any
 
 import boto3
@@ -136,8 +139,9 @@ class SesPrepared:
     arguments: Mapping[str, Any]
 
 
-def ses_error_result(status: int, code: str, message: str) -> CallResult:
-    """What one SES error reply means, per the table above (pure)."""
+def ses_error_result(status: int, code: str, message: str, sender: str = "") -> CallResult:
+    """What one SES error reply means, per the table above (pure); ``sender`` is the From
+    address, whose being unverified is the sender identity's state, not the mail's."""
     excerpt = f"{code}: {message}" if message else code
     if 500 <= status <= 599:
         return TransportFailure(True, clip_reason(f"http {status} {excerpt}"))
@@ -146,7 +150,7 @@ def ses_error_result(status: int, code: str, message: str) -> CallResult:
         return ProviderReply(status, None, None, excerpt, server_stage=QUOTA)
     if code in _THROTTLED:
         return ProviderReply(429, None, None, excerpt)
-    if code == "MailFromDomainNotVerifiedException":
+    if code == "MailFromDomainNotVerifiedException" or _unverified_sender(code, message, sender):
         return ProviderReply(status, None, None, excerpt, server_stage=SENDER)
     if (
         code in _ACCOUNT
@@ -155,6 +159,17 @@ def ses_error_result(status: int, code: str, message: str) -> CallResult:
     ):
         return ProviderReply(status, None, None, excerpt, server_stage=ACCOUNT)
     return ProviderReply(status, None, None, excerpt)
+
+
+def _unverified_sender(code: str, message: str, sender: str) -> bool:
+    """A MessageRejected "Email address is not verified. The following identities failed
+    the check ...: <addresses>" that names our From address (a recipient named alone is
+    the mail's: an SES sandbox account sends only to verified recipients)."""
+    address = parseaddr(sender)[1].lower()
+    text = message.lower()
+    return (
+        code == "MessageRejected" and "not verified" in text and bool(address) and (address in text)
+    )
 
 
 class _GivenUp(Exception):
@@ -281,7 +296,7 @@ class SesProvider:
                 error = exc.response.get("Error", {})
                 status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 400))
                 return ses_error_result(
-                    status, str(error.get("Code", "")), str(error.get("Message", ""))
+                    status, str(error.get("Code", "")), str(error.get("Message", "")), self._sender
                 )
             except _NOT_SENT as exc:
                 return TransportFailure(False, clip_reason(f"{type(exc).__name__}: {exc}"))

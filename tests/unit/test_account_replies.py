@@ -281,3 +281,14 @@ def _gate(max_in_flight: int = 4, **policy: Any) -> ProviderGate:
         on_breaker_change=lambda _state: None,
         on_limit_change=lambda _limit: None,
     )
+
+
+def test_ses_unverified_from_is_the_senders_and_an_unverified_recipient_the_mails() -> None:
+    """SES's MessageRejected names the identities that failed the check: our From address
+    is the sender identity's state; a recipient alone (an SES sandbox account) the mail's."""
+    text = "Email address is not verified. The following identities failed the check in "
+    sender = "Shop <shop@example.com>"
+    ours = classify(ses_error_result(400, "MessageRejected", text + "shop@example.com", sender))
+    theirs = classify(ses_error_result(400, "MessageRejected", text + "ana@example.com", sender))
+    assert (ours.outcome, ours.server_stage) == (Outcome.RETRY, SENDER)
+    assert (theirs.outcome, theirs.server_stage) == (Outcome.REJECTED, None)
