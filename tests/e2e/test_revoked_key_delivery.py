@@ -19,9 +19,15 @@ import pytest
 from conftest import API_KEY, Stack
 from relay_runner import wait_until
 
-DIALECTS = {
+DIALECTS = {  # a key and a look-up; a key; a look-up; neither
     "http": {},
     "resend": {"MAILBUS_PROVIDER": "resend", "MAILBUS_MAIL_FROM": "shop@example.com"},
+    "postmark": {"MAILBUS_PROVIDER": "postmark", "MAILBUS_MAIL_FROM": "shop@example.com"},
+    "mailgun": {
+        "MAILBUS_PROVIDER": "mailgun",
+        "MAILBUS_MAIL_FROM": "shop@mg.example.com",
+        "MAILBUS_MAILGUN_DOMAIN": "mg.example.com",
+    },
 }
 ROTATED_KEY = "e2e-rotated-key-9876543210"
 
