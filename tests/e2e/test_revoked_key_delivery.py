@@ -42,9 +42,7 @@ def test_a_key_revoked_for_20s_under_load_fails_nothing(stack: Stack, dialect: s
     stack.set_faults(latency_ms=100)  # about 40 mails a second through 4 slots
     stack.start_relay()
     # no recovery ramp after the outage: this test is about what the outage leaves behind
-    stack.start_consumer(
-        MAILBUS_MAX_IN_FLIGHT="4", MAILBUS_RECOVERY_RATE="0", **DIALECTS[dialect]
-    )
+    stack.start_consumer(MAILBUS_MAX_IN_FLIGHT="4", MAILBUS_RECOVERY_RATE="0", **DIALECTS[dialect])
     wait_until(lambda: accepted(stack) >= 20, 60, "the backlog draining")
     stack.control("account", {"keys": []})  # the key is revoked
     time.sleep(20)
@@ -78,5 +76,33 @@ def test_a_key_rotated_in_its_file_is_taken_up_without_a_restart(
     second = stack.seed(10, prefix="after")
     assert stack.wait_settled(60) == {"accepted": len(first) + len(second)}
     assert consumer.poll() is None  # the same process, never restarted
+    assert stack.query("SELECT count(*) FROM email_dead_letters") == [(0,)]
+    stack.assert_table_agrees_with_providers()
+
+
+def test_a_spent_quota_waits_the_quota_pause_and_fails_nothing(stack: Stack) -> None:
+    """Resend's ``daily_quota_exceeded`` (with a 1 s ``retry-after``, the rate limit's, no
+    reset): every mail waits MAILBUS_QUOTA_PAUSE before its next try, spends no attempt,
+    and is accepted once after the quota comes back."""
+    stack.control("account", {"quota": {"retry_after": 1}})
+    keys = stack.seed(20, prefix="quota")
+    stack.start_relay()
+    stack.start_consumer(MAILBUS_QUOTA_PAUSE="6s", MAILBUS_RECOVERY_RATE="0", **DIALECTS["resend"])
+
+    def refused_once() -> bool:
+        return stack.query(
+            "SELECT count(*) FROM email_sends WHERE last_error LIKE %s",
+            "%daily_quota_exceeded%",
+        ) == [(len(keys),)]
+
+    wait_until(refused_once, 60, "every mail refused for the quota")
+    waits = stack.query(
+        "SELECT min(extract(epoch FROM next_try_at - updated_at)) FROM email_sends"
+        " WHERE status = 'pending'"
+    )
+    assert waits[0][0] is not None and waits[0][0] > 5  # the pause, not the 1 s header
+    stack.control("account", {"quota": None})
+    assert stack.wait_settled(90) == {"accepted": len(keys)}
+    assert stack.query("SELECT max(attempts) FROM email_sends") == [(1,)]
     assert stack.query("SELECT count(*) FROM email_dead_letters") == [(0,)]
     stack.assert_table_agrees_with_providers()
