@@ -4,8 +4,10 @@ Watermill's way (docs/architecture.md#providers-as-adapters): the same cases, pa
 over every HTTP dialect -- accepted, 4xx, 5xx, 429 with Retry-After, a timeout after
 acceptance, a malformed 2xx, and the way doubt is settled (a look-up, a resend under the
 same key, or -- a provider with neither -- not at all: the one mail stays the one mail,
-at most once) -- each classified into the same outcomes, and ending with what the sandbox
-accepted agreeing with what the adapter reported. No stack services needed.
+at most once), a revoked key and a spent quota (the provider's documented replies, each
+the account's state, never the mail's) -- each classified into the same outcomes, and
+ending with what the sandbox accepted agreeing with what the adapter reported. No stack
+services needed.
 """
 
 from __future__ import annotations
