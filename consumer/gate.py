@@ -6,7 +6,10 @@
 - the **circuit breaker** (``core.breaker``): while open nothing is sent or claimed;
   deliveries wait before they take a ``claims`` permit (a waiting newsletter never holds
   one a password reset needs), and the Kafka source's backpressure pauses the partitions,
-- a **429 pause**: a 429 stops every send of this process for its Retry-After,
+- a **429 pause**: a 429 (or a provider's own rate-limit reply, ``throttled``) stops every
+  send of this process for its Retry-After; it is the provider answering, so it never
+  feeds the breaker, nor does a retry the provider asks for about one request
+  (``transient``); a reply about our account, sender or quota (``server_stage``) does,
 - **per-domain pauses** (``core.domains``): a 421/452, or a 429 scoped to the recipient's
   domain, pauses that domain alone; the service defers its mail without a call,
 - the **recovery cap** (``recovery_pacer.RecoveryPacer``): once the breaker closes after an
@@ -217,13 +220,13 @@ class ProviderGate:
             self._domains = throttle(
                 self._domains, domain, now, result.retry_after_s, self._domain_policy
             )
-        elif result.status_code == 429:
+        elif result.throttled:
             pause = result.retry_after_s or self._default_pause_s
             self._paused_until = max(self._paused_until, now + pause)
         elif result.outcome is Outcome.ACCEPTED and domain:
             self._domains = clear(self._domains, domain)
         healthy = result.outcome in (Outcome.ACCEPTED, Outcome.REJECTED) or (
-            result.status_code == 429 or domain_throttled(result)
+            result.throttled or result.transient or domain_throttled(result)
         )
         was_open = self.breaker.state is not BreakerState.CLOSED
         self._set_breaker(record(self.breaker, healthy, now, self._breaker_policy))

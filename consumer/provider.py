@@ -19,7 +19,9 @@ The exchange (:mod:`mailbus.consumer.http_wire`) raises the httpx exceptions of 
 whichever library carries the call. The read timeout is per chunk, so every call is also
 bounded as a whole by ``request_timeout``; keep ``connect_timeout`` below it, or a slow
 connect counts as sent.
-The API key travels only in the ``Authorization`` header and is masked in every detail.
+The API key travels only in the ``Authorization`` header and is masked in every detail;
+with ``key_file`` (MAILBUS_PROVIDER_API_KEY_FILE) it is read again when that file changes
+(:class:`~mailbus.consumer.key_file.KeyFile`), so a rotated key is used from the next call.
 A send made inside a traced mail's span carries the W3C ``traceparent`` (and ``tracestate``)
 header of that span (docs/guides/tracing.md).
 
@@ -53,6 +55,8 @@ import httpx
 from mailbus.consumer.aiohttp_transport import AiohttpTransport
 from mailbus.consumer.core.capability import Capability, IdempotencyKey
 from mailbus.consumer.core.outcome import (
+    ACCOUNT,
+    QUOTA,
     CallResult,
     ProviderReply,
     TransportFailure,
@@ -60,6 +64,7 @@ from mailbus.consumer.core.outcome import (
     parse_retry_after,
 )
 from mailbus.consumer.http_wire import Exchange, HttpCall, HttpxExchange, Timeouts
+from mailbus.consumer.key_file import KeyFile
 from mailbus.consumer.templates import ProviderTemplate, Rendered
 from mailbus.kernel import tracing
 from mailbus.kernel.errors import ConfigError, InvalidSendError
@@ -105,6 +110,7 @@ class PreparedMail:
 
     key: str
     call: HttpCall
+    key_generation: int = 0  # which API key its headers carry (see HttpProvider.send)
 
 
 @dataclass(frozen=True)
@@ -210,7 +216,14 @@ class MailbusDialect:
             return ProviderReply(status, message_id_of(body), retry_after)
         scope = headers.get("X-Throttle-Scope", "").strip().lower()
         excerpt = body[:_EXCERPT_BYTES].decode("utf-8", "replace")
-        return ProviderReply(status, None, retry_after, excerpt, scope == "recipient-domain")
+        return ProviderReply(
+            status,
+            None,
+            retry_after,
+            excerpt,
+            scope == "recipient-domain",
+            server_stage=_account_state(status, body),
+        )
 
     def lookup_request(self, dedupe_key: str) -> WireRequest:
         return WireRequest("GET", "v1/messages", {}, params={"idempotency_key": dedupe_key})
@@ -232,6 +245,22 @@ class MailbusDialect:
         return LookupResult(
             None, True, f"http {status}: {excerpt}" if excerpt else f"http {status}"
         )
+
+
+def _account_state(status: int, body: bytes) -> str | None:
+    """A reply about our account (docs/reference/contract.md#email-api): a 401 or 403 is
+    the account's (a revoked or wrong key, a suspended sender), and a 429 whose ``error``
+    is ``quota_exceeded`` is a sending quota, not a rate limit."""
+    if status in (401, 403):
+        return ACCOUNT
+    if status == 429 and b"quota_exceeded" in body:
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            return None
+        if isinstance(doc, dict) and doc.get("error") == "quota_exceeded":
+            return QUOTA
+    return None
 
 
 def json_body(document: Any) -> bytes:
@@ -261,6 +290,7 @@ class HttpProvider:
         transport: httpx.AsyncBaseTransport | None = None,
         clock: Callable[[], datetime] = _utc_now,
         dialect: Dialect | None = None,
+        key_file: str | None = None,
     ) -> None:
         url = httpx.URL(base_url) if _is_http_url(base_url) else None
         if url is None:
@@ -274,17 +304,17 @@ class HttpProvider:
         if any(ch.isspace() for ch in api_key):
             raise ConfigError("MAILBUS_PROVIDER_API_KEY", "must not contain whitespace")
         self._api_key = api_key
+        self._key_file = KeyFile(key_file, api_key) if key_file else None
+        self._key_generation = 0
+        self._earlier_keys: tuple[str, ...] = ()  # still scrubbed from details after a rotation
         self._request_timeout = request_timeout
         self._clock = clock
         self._dialect: Dialect = dialect if dialect is not None else MailbusDialect()
         self.capability = self._dialect.capability
         self._base = url
         self._urls: dict[str, str] = {}  # path -> its URL under the base, built once
-        self._headers = {
-            **self._dialect.auth_headers(api_key),
-            "Accept": "application/json",
-            "User-Agent": "mailbus",
-        }
+        self._auth = self._dialect.auth_headers(api_key)
+        self._headers = {**self._auth, "Accept": "application/json", "User-Agent": "mailbus"}
         # waiting for a free connection ("pool") sends nothing yet: the connect timeout
         timeouts = Timeouts(connect_timeout, request_timeout, connect_timeout)
         self._exchange: Exchange = (
@@ -297,7 +327,22 @@ class HttpProvider:
         """Encode ``mail`` into its request, before any row is claimed for it; raises
         :class:`InvalidSendError` naming the field that cannot travel (see the dialect's
         ``encode``)."""
-        return PreparedMail(mail.key, self._call(self._dialect.encode(mail)))
+        self._refresh_key()
+        call = self._call(self._dialect.encode(mail))
+        return PreparedMail(mail.key, call, self._key_generation)
+
+    def _refresh_key(self) -> None:
+        """Take up a key the key file now holds (see :class:`KeyFile`)."""
+        if self._key_file is None:
+            return
+        key = self._key_file.current()
+        if key == self._api_key:
+            return
+        self._earlier_keys = (self._api_key, *self._earlier_keys)[:4]
+        self._api_key = key
+        self._key_generation += 1
+        self._auth = self._dialect.auth_headers(key)
+        self._headers = {**self._headers, **self._auth}
 
     def _call(self, wire: WireRequest) -> HttpCall:
         url = self._urls.get(wire.path)
@@ -312,7 +357,11 @@ class HttpProvider:
     async def send(self, mail: OutgoingMail | PreparedMail) -> CallResult:
         """POST the mail under its dedupe key; a reply or a transport failure, never raises
         for network or HTTP problems (``InvalidSendError`` from :meth:`prepare`)."""
-        call = (mail if isinstance(mail, PreparedMail) else self.prepare(mail)).call
+        prepared = mail if isinstance(mail, PreparedMail) else self.prepare(mail)
+        call = prepared.call
+        self._refresh_key()
+        if prepared.key_generation != self._key_generation:  # prepared under an earlier key
+            call = replace(call, headers={**call.headers, **self._auth})
         trace = tracing.current()
         if trace is not None:  # the mail's trace, continued at the provider (harmless if not)
             carried = {"traceparent": trace.traceparent}
@@ -336,6 +385,7 @@ class HttpProvider:
         or HTTP problems (a provider without a look-up: failed)."""
         if not self.capability.look_up:
             return LookupResult(None, True, "no look-up at this provider")
+        self._refresh_key()
         call = self._call(self._dialect.lookup_request(dedupe_key))
         try:
             async with asyncio.timeout(self._request_timeout):
@@ -359,8 +409,9 @@ class HttpProvider:
         return self._scrub(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
     def _scrub(self, text: str) -> str:
-        if self._api_key:
-            text = text.replace(self._api_key, "***")
+        for key in (self._api_key, *self._earlier_keys):
+            if key:
+                text = text.replace(key, "***")
         return clip_reason(text)
 
 

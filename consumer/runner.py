@@ -130,6 +130,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
             settings.backoff_cap,
             settings.late_accept_s,
             max_age_s=settings.max_age,
+            quota_pause_s=settings.quota_pause,
         ),
         settings.retry_schedule,
     )
@@ -138,7 +139,10 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         fallback = _templated(
             settings,
             _http_provider(
-                settings, settings.fallback_provider_url, settings.fallback_provider_api_key
+                settings,
+                settings.fallback_provider_url,
+                settings.fallback_provider_api_key,
+                settings.fallback_provider_api_key_file,
             ),
         )
     service = DeliveryService(
@@ -269,6 +273,7 @@ def _primary_provider(settings: Settings) -> Provider:
             request_timeout=settings.request_timeout,
             max_connections=settings.max_in_flight,
             dialect=dialect,
+            key_file=settings.provider_api_key_file,
         )
     if settings.provider == "ses":
         return SesProvider(
@@ -292,7 +297,12 @@ def _primary_provider(settings: Settings) -> Provider:
             max_connections=settings.max_in_flight,
             allow_plaintext_auth=settings.smtp_allow_plaintext_auth,
         )
-    return _http_provider(settings, settings.provider_url, settings.provider_api_key)
+    return _http_provider(
+        settings,
+        settings.provider_url,
+        settings.provider_api_key,
+        settings.provider_api_key_file,
+    )
 
 
 def _named_dialect(settings: Settings) -> Dialect | None:
@@ -308,13 +318,16 @@ def _named_dialect(settings: Settings) -> Dialect | None:
     return None
 
 
-def _http_provider(settings: Settings, url: str, api_key: str) -> HttpProvider:
+def _http_provider(
+    settings: Settings, url: str, api_key: str, key_file: str | None = None
+) -> HttpProvider:
     return HttpProvider(
         url,
         api_key,
         connect_timeout=settings.connect_timeout,
         request_timeout=settings.request_timeout,
         max_connections=settings.max_in_flight,
+        key_file=key_file,
     )
 
 

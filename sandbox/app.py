@@ -18,13 +18,16 @@ Control endpoints (no auth; loopback clients only unless ``open_control``):
 ``GET /_sandbox/health``, ``GET /_sandbox/ledger``, ``GET /_sandbox/requests[?since=T]``,
 ``GET|POST /_sandbox/faults`` (read or replace the plan), ``POST /_sandbox/reset``,
 ``POST /_sandbox/idempotency`` (a key window), ``POST /_sandbox/search`` (a search lag),
-``GET /_sandbox/events`` (what the delivery-event emitter sent, when there is one).
+``GET /_sandbox/events`` (what the delivery-event emitter sent, when there is one),
+``GET|POST /_sandbox/account`` (the API keys accepted, a spent sending quota:
+:mod:`mailbus.sandbox.account`).
 
 With an emitter (:mod:`mailbus.sandbox.emitter`), every newly accepted message gets signed
 delivery events posted to the receiver: mailbus's own, or those of the provider whose
 dialect accepted it, signed that provider's way.
 
-Order of checks for a send: auth (401), Idempotency-Key (400), body (400), then the fault
+Order of checks for a send: auth (the dialect's bad-key reply), Idempotency-Key (400), body
+(400), a spent quota (the dialect's quota reply), then the fault
 is chosen and the delay slept. A send that is slow is still accepted after its delay even
 if the client gave up: the provider processed it, the client cannot know (an *unknown*
 outcome). A hang ends early when the client closes the connection. Lookups get neither
@@ -47,6 +50,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from mailbus.sandbox.account import Account, account_reply, quota_reply, read_account
 from mailbus.sandbox.dialects import DIALECTS, POSTMARK_KEY_FIELD, Dialect
 from mailbus.sandbox.emitter import EventEmitter
 from mailbus.sandbox.faults import Fault, FaultPlan, FaultSpecError, choose_fault, plan_from_dict
@@ -71,7 +75,7 @@ class SandboxState:
     ) -> None:
         self.emitter = emitter
         self.api_key = api_key
-        self.authorization = f"Bearer {api_key}"
+        self.account = Account.starting_with(api_key)  # the keys accepted, the quota
         self.idempotency_window_s: float | None = None  # None: a key is kept for good
         self.search_lag_s = 0.0  # Postmark's search shows a mail this long after accepting it
         self.plan = plan if plan is not None else FaultPlan()
@@ -88,6 +92,11 @@ class SandboxState:
         self.ledger.reset()
         self.idempotency_window_s = None
         self.search_lag_s = 0.0
+        self.account.reset()
+
+    def authorized(self, request: web.Request, dialect: Dialect) -> bool:
+        """Whether the request carries a key the account accepts, the dialect's way."""
+        return any(dialect.authorized(request, key) for key in self.account.keys)
 
 
 STATE = web.AppKey("sandbox_state", SandboxState)
@@ -136,9 +145,9 @@ async def _handle_send(
     request: web.Request, state: SandboxState, record: RequestRecord, dialect: Dialect
 ) -> web.StreamResponse:
     ledger = state.ledger
-    if not dialect.authorized(request, state.api_key):
+    if not state.authorized(request, dialect):
         ledger.settle(record, "unauthorized")
-        return dialect.error(401, "unauthorized", "missing or wrong API key")
+        return account_reply(dialect.name)
     body = await request.read()
     if dialect.key_required and not request.headers.get("Idempotency-Key"):
         ledger.settle(record, "bad_request")
@@ -148,6 +157,9 @@ async def _handle_send(
         ledger.settle(record, "bad_request")
         return dialect.error(400, "bad_request", parsed)
     record.to = parsed.to
+    if state.account.quota_retry_after is not None:
+        ledger.settle(record, "quota")
+        return quota_reply(dialect.name, state.account.quota_retry_after)
     domain = parsed.to.rpartition("@")[2].lower()
     choice = choose_fault(state.plan, state.rng, domain)
     state.plan = choice.plan
@@ -197,9 +209,9 @@ async def _lookup(request: web.Request) -> web.Response:
     key = request.query.get("idempotency_key") or None
     record = ledger.arrive(key, "lookup")
     try:
-        if request.headers.get("Authorization") != state.authorization:
+        if not state.authorized(request, DIALECTS["mailbus"]):
             ledger.settle(record, "unauthorized")
-            return _error(401, "unauthorized", "missing or wrong API key")
+            return account_reply("mailbus")
         if key is None:
             ledger.settle(record, "bad_request")
             return _error(400, "bad_request", "the idempotency_key parameter is required")
@@ -222,9 +234,9 @@ async def _postmark_search(request: web.Request) -> web.Response:
     key = request.query.get(f"metadata_{POSTMARK_KEY_FIELD}") or None
     record = ledger.arrive(key, "lookup")
     try:
-        if not dialect.authorized(request, state.api_key):
+        if not state.authorized(request, dialect):
             ledger.settle(record, "unauthorized")
-            return dialect.error(401, "unauthorized", "missing or wrong server token")
+            return account_reply(dialect.name)
         if not (request.query.get("count", "").isdigit() and "offset" in request.query):
             ledger.settle(record, "bad_request")
             return dialect.error(422, "bad_request", "count and offset are required")
@@ -319,6 +331,16 @@ async def _set_search(request: web.Request, state: SandboxState) -> web.Response
         return _error(400, "bad_request", str(exc))
     state.search_lag_s = float(lag)
     return web.json_response({"lag_s": state.search_lag_s})
+async def _get_account(request: web.Request, state: SandboxState) -> web.Response:
+    return web.json_response(state.account.to_dict())
+
+
+async def _set_account(request: web.Request, state: SandboxState) -> web.Response:
+    try:
+        read_account(state.account, json.loads(await request.read()))
+    except ValueError as exc:
+        return _error(400, "bad_request", str(exc))
+    return web.json_response(state.account.to_dict())
 
 
 async def _reset(request: web.Request, state: SandboxState) -> web.Response:
@@ -347,4 +369,6 @@ def make_app(state: SandboxState) -> web.Application:
     app.router.add_post("/_sandbox/idempotency", _control(_set_idempotency))
     app.router.add_post("/_sandbox/search", _control(_set_search))
     app.router.add_get("/_sandbox/events", _control(_events))
+    app.router.add_get("/_sandbox/account", _control(_get_account))
+    app.router.add_post("/_sandbox/account", _control(_set_account))
     return app

@@ -10,13 +10,18 @@ retry waits the n-th delay (plus up to 10% jitter, Retry-After still a minimum) 
 call after the last one is the last: ``max_attempts`` is then ``len(schedule) + 1``.
 Randomness is injected (``rand`` returns a float in ``[0, 1)``, e.g.
 ``random.Random().random``) so tests and replays are deterministic.
+
+A provider's *quota* (a daily or monthly sending quota,
+docs/providers.md#account-sender-and-quota-replies) is not a rate limit: the next try of a
+mail that met it waits :func:`quota_wait`, at least ``quota_pause_s``
+(MAILBUS_QUOTA_PAUSE) or a longer Retry-After, whatever its attempt.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mailbus.consumer.core.outcome import MAX_RETRY_AFTER_S
 from mailbus_client.errors import ConfigError
@@ -24,6 +29,7 @@ from mailbus_client.errors import ConfigError
 __all__ = [
     "RetryPolicy",
     "backoff_ceiling",
+    "quota_wait",
     "retry_delay",
     "with_schedule",
 ]
@@ -48,6 +54,7 @@ class RetryPolicy:
     late_accept_s: float = 30.0
     schedule: tuple[float, ...] = ()  # explicit retry delays in seconds; () = exponential
     max_age_s: float | None = None  # MAILBUS_MAX_AGE: no retry this long after created_at
+    quota_pause_s: float = 3600.0  # MAILBUS_QUOTA_PAUSE: the next try after a quota reply
 
     def __post_init__(self) -> None:
         if any(not (math.isfinite(d) and d > 0) for d in self.schedule):
@@ -65,6 +72,8 @@ class RetryPolicy:
             raise ConfigError("MAILBUS_MAX_AGE", "must be a positive duration")
         if not (math.isfinite(self.late_accept_s) and self.late_accept_s >= 0):
             raise ConfigError("MAILBUS_LATE_ACCEPT_WINDOW", "must be a number of seconds >= 0")
+        if not (math.isfinite(self.quota_pause_s) and self.quota_pause_s > 0):
+            raise ConfigError("MAILBUS_QUOTA_PAUSE", "must be a positive duration")
 
 
 def backoff_ceiling(attempts: int, policy: RetryPolicy) -> float:
@@ -97,16 +106,24 @@ def retry_delay(
     return delay
 
 
+def quota_wait(policy: RetryPolicy, retry_after_s: float | None) -> float:
+    """Seconds before the next try of a mail the provider refused for a sending quota: the
+    provider's Retry-After where it is longer (clamped to ``MAX_RETRY_AFTER_S``), else
+    ``quota_pause_s``. A rate-limit header on a quota reply (Resend sends its
+    ``retry-after`` with every 429) is shorter than any quota, so it never shortens it."""
+    if retry_after_s is None or math.isnan(retry_after_s):
+        return policy.quota_pause_s
+    return max(policy.quota_pause_s, min(retry_after_s, MAX_RETRY_AFTER_S))
+
+
 def with_schedule(policy: RetryPolicy, schedule: tuple[float, ...]) -> RetryPolicy:
     """``policy`` with an explicit schedule (and ``max_attempts`` = delays + 1); the cap grows
     to the longest delay, so a wait for a look-up is never capped below the schedule."""
     if not schedule:
         return policy
-    return RetryPolicy(
-        len(schedule) + 1,
-        policy.base_s,
-        max(policy.cap_s, max(schedule)),
-        policy.late_accept_s,
-        schedule,
-        policy.max_age_s,
+    return replace(
+        policy,
+        max_attempts=len(schedule) + 1,
+        cap_s=max(policy.cap_s, max(schedule)),
+        schedule=schedule,
     )

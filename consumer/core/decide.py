@@ -41,8 +41,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from mailbus.consumer.core.backoff import RetryPolicy, retry_delay
-from mailbus.consumer.core.outcome import Classification, Outcome, clip_reason
+from mailbus.consumer.core.backoff import RetryPolicy, quota_wait, retry_delay
+from mailbus.consumer.core.outcome import QUOTA, Classification, Outcome, clip_reason
 from mailbus.consumer.core.states import Status
 from mailbus_client.errors import InvalidSendError
 from mailbus_client.send_request import validate_address
@@ -238,9 +238,12 @@ def server_failed(
     greeting, AUTH, MAIL): back to ``pending``, the attempt handed back (``uncounted``), so
     an outage never spends the mail's attempts, fails it or dead-letters it; only
     ``expires_at`` still ends it (``expired``). Waiting for the server is the breaker's job:
-    the retry is due after the backoff of the attempt the mail is at."""
+    the retry is due after the backoff of the attempt the mail is at, or, after a sending
+    quota (``QUOTA``), after :func:`~mailbus.consumer.core.backoff.quota_wait`."""
     earlier = replace(row, attempts=max(row.attempts - 1, 0))
     retry_at = _retry_at(earlier, now, policy, rand, result.retry_after_s)
+    if result.server_stage == QUOTA:  # a sending quota resets in hours, not seconds
+        retry_at = now + timedelta(seconds=quota_wait(policy, result.retry_after_s))
     reason = clip_reason(f"{result.reason} (attempt not counted)")
     if row.expires_at is not None and retry_at >= row.expires_at:
         return Decision(

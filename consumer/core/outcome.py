@@ -11,9 +11,14 @@ result                                      outcome   why
 408, 429, 500, 502, 503, 504                retry     the contract; Retry-After carried
 a 4xx the provider's error body calls      retry     e.g. Resend's 409
 transient (``transient``)                             concurrent_idempotent_requests
-a reply the provider's error body says is   retry     the provider's state (a bad token,
-about our account (``server_stage``)                  sending paused): the breaker
-                                                      counts it, no attempt is spent
+a reply about our account, sender          retry     the provider's state (a bad token,
+identity or quota (``server_stage``:                  sending paused, an unverified From,
+``account``, ``sender``, ``quota``)                   a daily quota): the breaker counts
+                                                      it, no attempt is spent, a quota
+                                                      waits MAILBUS_QUOTA_PAUSE
+a rate limit outside HTTP 429             retry     like a 429: the process pauses,
+(``rate_limited``, e.g. Postmark's 422              the breaker is not fed
+ErrorCode 429)
 any other 4xx                               rejected  the contract: failed + DLQ (a
                                                       dialect's definite "no such
                                                       recipient" also suppresses the
@@ -43,9 +48,12 @@ from email.utils import parsedate_to_datetime
 from enum import StrEnum
 
 __all__ = [
+    "ACCOUNT",
     "MAX_REASON_CHARS",
     "MAX_RETRY_AFTER_S",
+    "QUOTA",
     "RETRYABLE_STATUS_CODES",
+    "SENDER",
     "CallResult",
     "Classification",
     "Outcome",
@@ -55,6 +63,13 @@ __all__ = [
     "clip_reason",
     "parse_retry_after",
 ]
+
+# ``server_stage`` of an HTTP reply about our account at the provider, not the mail
+# (docs/providers.md#account-sender-and-quota-replies): counted by kind in
+# mailbus_provider_server_failures_total{stage}
+ACCOUNT = "account"  # a bad, revoked or missing key; a suspended or paused account
+SENDER = "sender"  # the From address or domain is not a verified sender identity
+QUOTA = "quota"  # a daily or monthly sending quota: waits MAILBUS_QUOTA_PAUSE
 
 RETRYABLE_STATUS_CODES: frozenset[int] = frozenset({408, 429, 500, 502, 503, 504})
 MAX_RETRY_AFTER_S = 3600.0
@@ -75,9 +90,11 @@ class ProviderReply:
     error_excerpt: str = ""
     domain_scoped: bool = False  # a 429 for the recipient's domain (X-Throttle-Scope)
     transient: bool = False  # the provider's error body says: the same request again, later
+    rate_limited: bool = False  # a rate limit outside HTTP 429 (Postmark's ErrorCode 429)
     bad_recipient: bool = False  # a definite "this address does not exist / is invalid"
     # the reply is about our account at the provider (a bad token, sending paused), not
-    # this mail: the provider's state, like an SMTP server stage (Classification.server_stage)
+    # this mail: the provider's state, like an SMTP server stage (Classification.server_stage):
+    # ACCOUNT, SENDER or QUOTA
     server_stage: str | None = None
 
 
@@ -118,6 +135,12 @@ class Classification:
     # A rejection that says the address itself is bad (SMTP 5.1.1, a dialect's "invalid
     # recipient"): the address is suppressed as a hard bounce would suppress it.
     bad_recipient: bool = False
+    # A rate limit (a 429, or a provider's own code for one): the process pauses for it and
+    # the breaker does not count it -- the provider answered, it is healthy.
+    throttled: bool = False
+    # A retry the provider's error body asks for about this request (Resend's 409
+    # concurrent_idempotent_requests): not a sign of an unhealthy provider either.
+    transient: bool = False
 
     def __post_init__(self) -> None:
         if self.provider_code is None and self.status_code is not None:
@@ -150,13 +173,21 @@ def classify(result: CallResult) -> Classification:
             status_code=code,
             server_stage=result.server_stage,
         )
-    if code in RETRYABLE_STATUS_CODES or 500 <= code <= 599 or result.transient:
+    transient = result.transient and 400 <= code <= 499
+    if (
+        code in RETRYABLE_STATUS_CODES
+        or 500 <= code <= 599
+        or transient
+        or result.rate_limited
+    ):
         return Classification(
             Outcome.RETRY,
             retry_after_s=_sane_delay(result.retry_after_s),
             reason=_with_excerpt(code, result.error_excerpt),
             status_code=code,
             domain_scoped=code == 429 and result.domain_scoped,
+            throttled=code == 429 or result.rate_limited,
+            transient=transient,
         )
     if 400 <= code <= 499:
         return Classification(

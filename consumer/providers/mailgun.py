@@ -23,8 +23,14 @@ the prefix and life of docs/providers.md#the-key-the-provider-sees) travels as
 
 Errors are ``{"message": ...}``; a 429 says when to try again in its message ("... limit
 exceeded, try again after Mon, 20 Dec 2021 20:33:21 UTC"), which (or a ``Retry-After``
-header) becomes the Retry-After minimum. 400, 401, 403, 404 (an unknown domain), 413 are
-``rejected``; 429 and 5xx are retried (:mod:`mailbus.consumer.core.outcome`). The 400 "to
+header) becomes the Retry-After minimum. 400 and 413 are ``rejected``; 429 and 5xx are
+retried (:mod:`mailbus.consumer.core.outcome`). About our account, the provider's state,
+never the mail's (https://documentation.mailgun.com/docs/mailgun/quickstart-guide/responses):
+a 401 (a wrong key: "Forbidden") and a 403 ("Auth error or access denied", e.g. a sandbox
+domain sending to an address that is not an authorized recipient, a disabled domain) are
+the account's (``ACCOUNT``); a 404 on the send path is the sending domain's -- "Domain not
+found: <domain>", and Mailgun warns a 404 "can be temporal" -- so the sender identity's
+(``SENDER``). Mailgun documents no sending-quota reply of its own. The 400 "to
 parameter is not a valid address" is Mailgun's definite "invalid recipient":
 ``bad_recipient``, and the address is suppressed
 (docs/providers.md#a-bad-address-is-suppressed).
@@ -40,7 +46,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from mailbus.consumer.core.capability import Capability
-from mailbus.consumer.core.outcome import ProviderReply, parse_retry_after
+from mailbus.consumer.core.outcome import ACCOUNT, SENDER, ProviderReply, parse_retry_after
 from mailbus.consumer.provider import LookupResult, OutgoingMail, WireRequest, valid_id
 from mailbus.consumer.providers.smtp import mail_parts
 from mailbus.kernel.errors import ConfigError
@@ -54,6 +60,7 @@ _DOMAIN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
 _TRY_AGAIN = re.compile(r"try again after (.+?)\s*$")
 _EXCERPT_CHARS = 2000
 _BAD_TO = "to parameter is not a valid address"
+_ACCOUNT_STATES = {401: ACCOUNT, 403: ACCOUNT, 404: SENDER}  # see the module
 
 
 class MailgunDialect:
@@ -108,7 +115,14 @@ class MailgunDialect:
         if 200 <= status <= 299:
             return ProviderReply(status, _message_id(body), retry_after)
         bad_recipient = status == 400 and message.startswith(_BAD_TO)
-        return ProviderReply(status, None, retry_after, message, bad_recipient=bad_recipient)
+        return ProviderReply(
+            status,
+            None,
+            retry_after,
+            message,
+            bad_recipient=bad_recipient,
+            server_stage=_ACCOUNT_STATES.get(status),
+        )
 
     def lookup_request(self, dedupe_key: str) -> WireRequest:
         raise NotImplementedError("Mailgun has no look-up mailbus can trust (see the module)")

@@ -18,23 +18,33 @@ it: a *look-up* capability (:mod:`mailbus.consumer.core.capability`), exactly on
 Replies (https://postmarkapp.com/developer/api/overview#response-codes and #error-codes):
 errors are ``{"ErrorCode", "Message"}``. ``422`` carries the ErrorCode that says why:
 ``406`` inactive recipient (a hard bounce, complaint or manual suppression at Postmark)
-and ``300`` invalid request are about the mail (``failed``); ``405`` not allowed to send,
-``412`` account pending and ``413`` account may not send are about our account, so are a
-``401`` (bad or missing token, ErrorCode 10): the provider's state (retried, the breaker
-counts them), never a recipient's ``failed``. ``429``, ``500`` and ``503`` are retried.
-Postmark documents no rate-limit header; a ``Retry-After`` is honoured if one comes.
+and ``300`` invalid request are about the mail (``failed``). About our account, the
+provider's state (retried, the breaker counts them, no attempt spent), never a
+recipient's ``failed``: ``10`` bad or missing API token, ``405`` not allowed to send,
+``412`` account pending, ``413`` account may not send, and any ``401`` or ``403`` (a 403
+with an HTML body comes from the network layer in front of the API:
+https://postmarkapp.com/support/article/getting-a-403-that-doesnt-look-like-a-postmark-error)
+(``ACCOUNT``); ``400`` sender signature not found, ``401`` sender signature not confirmed,
+and a ``300`` whose Message is about the From address ("Invalid 'From' address: ... is not
+a verified sender signature",
+https://postmarkapp.com/support/article/troubleshooting-422-unprocessable-entity-errors)
+(``SENDER``) -- a 300 about the To address stays the mail's. ``422`` ErrorCode ``429``
+"Rate limit exceeded" is a rate limit like a 429 (the process pauses, the breaker is not
+fed). ``429``, ``500`` and ``503`` are retried. Postmark documents no rate-limit header and
+no sending quota; a ``Retry-After`` is honoured if one comes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from mailbus.consumer.core.capability import Capability
-from mailbus.consumer.core.outcome import ProviderReply, parse_retry_after
+from mailbus.consumer.core.outcome import ACCOUNT, SENDER, ProviderReply, parse_retry_after
 from mailbus.consumer.provider import LookupResult, OutgoingMail, WireRequest, json_body, valid_id
 from mailbus.consumer.providers.smtp import mail_parts, template_data
 from mailbus.consumer.templates import ProviderTemplate
@@ -44,7 +54,9 @@ __all__ = ["METADATA_FIELD", "PostmarkDialect", "metadata_value"]
 
 METADATA_FIELD = "mailbus_key"
 _MAX_METADATA_CHARS = 80  # a metadata value's limit (the custom metadata FAQ)
-_ACCOUNT_CODES = frozenset({405, 412, 413})  # not allowed to send, pending, may not send
+_ACCOUNT_CODES = frozenset({10, 405, 412, 413})  # token, not allowed, pending, may not send
+_SENDER_CODES = frozenset({400, 401})  # sender signature not found, not confirmed
+_FROM = re.compile(r"(?i)'from'|\bfrom address\b|sender signature")
 # the most a search returns (https://postmarkapp.com/developer/api/messages-api): a loose
 # filter may match other keys' mails too, and ours must be among those returned
 _SEARCH_COUNT = "500"
@@ -113,14 +125,13 @@ class PostmarkDialect:
         if not message:
             message = body[:2000].decode("utf-8", "replace")
         excerpt = f"ErrorCode {code}: {message}" if isinstance(code, int) else message
-        account = status == 401 or (status == 422 and code in _ACCOUNT_CODES)
         return ProviderReply(
             status,
             None,
             retry_after,
             excerpt,
-            transient=status == 422 and code == 429,
-            server_stage="account" if account else None,
+            rate_limited=status == 422 and code == 429,
+            server_stage=_account_state(status, code, message),
         )
 
     def lookup_request(self, dedupe_key: str) -> WireRequest:
@@ -159,6 +170,19 @@ class PostmarkDialect:
         if isinstance(total, int) and total > len(messages):
             return LookupResult(None, True, f"{total} matches, ours not among the first")
         return LookupResult(None, False)  # nothing sent under this key
+
+
+def _account_state(status: int, code: Any, message: str) -> str | None:
+    """``ACCOUNT`` or ``SENDER`` for a reply about our account (see the module), else None."""
+    if status in (401, 403):
+        return ACCOUNT
+    if status != 422 or not isinstance(code, int):
+        return None
+    if code in _ACCOUNT_CODES:
+        return ACCOUNT
+    if code in _SENDER_CODES or (code == 300 and _FROM.search(message)):
+        return SENDER
+    return None
 
 
 def _document(body: bytes) -> dict[str, Any] | None:

@@ -12,7 +12,17 @@ anything mailbus chooses, so a call in doubt is resent under its key inside the 
 stays ``unknown`` past it (:mod:`mailbus.consumer.core.capability`).
 
 Errors are ``{"statusCode", "name", "message"}``; 429 carries ``retry-after`` and
-``ratelimit-reset`` (seconds) (https://resend.com/docs/api-reference/rate-limit). The
+``ratelimit-reset`` (seconds) (https://resend.com/docs/api-reference/rate-limit).
+
+Replies about our account are the provider's state, never the mail's
+(https://resend.com/docs/api-reference/errors): ``missing_api_key`` and
+``restricted_api_key`` (401), ``invalid_api_key`` (403) and any other 401/403 are the
+account's (``ACCOUNT``); a 403 ``validation_error`` saying the domain is not verified, or
+that only testing emails to our own address may be sent until a domain is verified, is the
+sender identity's (``SENDER``; https://resend.com/docs/knowledge-base/403-error-domain-mismatch);
+``daily_quota_exceeded`` and ``monthly_quota_exceeded`` (429: "wait until 24 hours have
+passed", or the next month) are a sending quota (``QUOTA``), while ``rate_limit_exceeded``
+stays an ordinary 429. The
 subject, text and html come from a local template or the row's variables
 (:func:`~mailbus.consumer.providers.smtp.mail_parts`).
 """
@@ -20,12 +30,19 @@ subject, text and html come from a local template or the row's variables
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from mailbus.consumer.core.capability import Capability, IdempotencyKey
-from mailbus.consumer.core.outcome import ProviderReply, parse_retry_after
+from mailbus.consumer.core.outcome import (
+    ACCOUNT,
+    QUOTA,
+    SENDER,
+    ProviderReply,
+    parse_retry_after,
+)
 from mailbus.consumer.provider import (
     LookupResult,
     OutgoingMail,
@@ -42,6 +59,8 @@ __all__ = ["RESEND_WINDOW_S", "ResendDialect"]
 RESEND_WINDOW_S = 24 * 3600.0
 _MAX_KEY_CHARS = 256
 _TRANSIENT = frozenset({"concurrent_idempotent_requests"})  # a 409 to retry, not a verdict
+_QUOTAS = frozenset({"daily_quota_exceeded", "monthly_quota_exceeded"})
+_UNVERIFIED = re.compile(r"(?i)domain is not verified|verify a domain")
 
 
 class ResendDialect:
@@ -95,7 +114,12 @@ class ResendDialect:
         name, message = _error(body)
         excerpt = f"{name}: {message}" if name else message
         return ProviderReply(
-            status, None, retry_after, excerpt, transient=status == 409 and name in _TRANSIENT
+            status,
+            None,
+            retry_after,
+            excerpt,
+            transient=status == 409 and name in _TRANSIENT,
+            server_stage=_account_state(status, name, message),
         )
 
     def lookup_request(self, dedupe_key: str) -> WireRequest:
@@ -103,6 +127,17 @@ class ResendDialect:
 
     def lookup_reply(self, dedupe_key: str, status: int, body: bytes) -> LookupResult:
         raise NotImplementedError("Resend has no look-up by idempotency key")
+
+
+def _account_state(status: int, name: str, message: str) -> str | None:
+    """``ACCOUNT``, ``SENDER`` or ``QUOTA`` for a reply about our account (see the module)."""
+    if name in _QUOTAS:
+        return QUOTA
+    if status not in (401, 403):
+        return None
+    if status == 403 and _UNVERIFIED.search(message):
+        return SENDER
+    return ACCOUNT
 
 
 def _error(body: bytes) -> tuple[str, str]:

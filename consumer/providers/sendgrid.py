@@ -23,8 +23,15 @@ Event Webhook post carries it.
 Errors are ``{"errors": [{"message", "field", "help"}]}``; a 429 carries
 ``X-RateLimit-Reset``, the Unix time at which the limit resets
 (https://www.twilio.com/docs/sendgrid/api-reference/how-to-use-the-sendgrid-v3-api/rate-limits),
-which becomes the Retry-After minimum. 400 (a bad request), 401/403 (the key), 413 (too
-large) are ``rejected``; 429 and 5xx are retried (:mod:`mailbus.consumer.core.outcome`). A
+which becomes the Retry-After minimum. 400 (a bad request) and 413 (too large) are
+``rejected``; 429 and 5xx are retried (:mod:`mailbus.consumer.core.outcome`). A 401 ("The
+provided authorization grant is invalid, expired, or revoked", or a key without the Mail
+Send permission) or a 403 is about our account, the provider's state, never the mail's
+(``ACCOUNT``; https://support.sendgrid.com/hc/en-us/articles/18322114821403-4XX-API-Errors-and-Troubleshooting-Suggestions,
+https://www.twilio.com/docs/api/errors/60604); a 403 "The from address does not match a
+verified Sender Identity" is the sender identity's (``SENDER``;
+https://www.twilio.com/docs/api/errors/60222); "Maximum credits exceeded" (a 401 on a
+plan whose sending credits ran out) is a sending quota (``QUOTA``). A
 400 naming the recipient's address (``field`` ``personalizations.0.to.0.email``: "Does not
 contain a valid address.") is SendGrid's definite "invalid recipient": ``bad_recipient``,
 and the address is suppressed (docs/providers.md#a-bad-address-is-suppressed).
@@ -39,7 +46,13 @@ from datetime import datetime
 from typing import Any
 
 from mailbus.consumer.core.capability import Capability
-from mailbus.consumer.core.outcome import ProviderReply, parse_retry_after
+from mailbus.consumer.core.outcome import (
+    ACCOUNT,
+    QUOTA,
+    SENDER,
+    ProviderReply,
+    parse_retry_after,
+)
 from mailbus.consumer.provider import LookupResult, OutgoingMail, WireRequest, json_body, valid_id
 from mailbus.consumer.providers.smtp import mail_parts, template_data
 from mailbus.consumer.templates import ProviderTemplate
@@ -50,6 +63,8 @@ __all__ = ["DEDUPE_ARG", "SendGridDialect"]
 DEDUPE_ARG = "dedupe_key"  # custom_args name carrying the row's dedupe key
 _EXCERPT_CHARS = 2000
 _RECIPIENT_FIELD = re.compile(r"personalizations\.\d+\.to\.\d+\.email")
+_SENDER_IDENTITY = re.compile(r"(?i)sender identity")
+_CREDITS = re.compile(r"(?i)maximum credits exceeded")
 
 
 class SendGridDialect:
@@ -103,13 +118,30 @@ class SendGridDialect:
         bad_recipient = status == 400 and any(
             _RECIPIENT_FIELD.fullmatch(str(e.get("field"))) for e in errors_of(body)
         )
-        return ProviderReply(status, None, retry_after, _excerpt(body), bad_recipient=bad_recipient)
+        excerpt = _excerpt(body)
+        return ProviderReply(
+            status,
+            None,
+            retry_after,
+            excerpt,
+            bad_recipient=bad_recipient,
+            server_stage=_account_state(status, excerpt),
+        )
 
     def lookup_request(self, dedupe_key: str) -> WireRequest:
         raise NotImplementedError("SendGrid has no look-up mailbus can trust (see the module)")
 
     def lookup_reply(self, dedupe_key: str, status: int, body: bytes) -> LookupResult:
         raise NotImplementedError("SendGrid has no look-up mailbus can trust (see the module)")
+
+
+def _account_state(status: int, excerpt: str) -> str | None:
+    """``ACCOUNT``, ``SENDER`` or ``QUOTA`` for a reply about our account (see the module)."""
+    if status not in (401, 403):
+        return None
+    if _CREDITS.search(excerpt):
+        return QUOTA
+    return SENDER if _SENDER_IDENTITY.search(excerpt) else ACCOUNT
 
 
 def _reset_in(value: str | None, now: datetime) -> float | None:

@@ -20,20 +20,40 @@ Errors of SendEmail (its "Errors" section, the SDK's service model):
 ==============================================  ==============  =========================
 error code                                      result          outcome
 ==============================================  ==============  =========================
+any error whose message is "Daily message       reply, quota    the provider's state; the
+quota exceeded"                                                 next try waits
+                                                                MAILBUS_QUOTA_PAUSE
 TooManyRequestsException (429), Throttling,     reply 429       retry, with backoff
-ThrottlingException
-MessageRejected, MailFromDomainNotVerified-     reply 400/404   rejected: failed + DLQ
-Exception, BadRequestException,
-NotFoundException, LimitExceededException
+ThrottlingException ("Maximum sending rate
+exceeded")
+MessageRejected, BadRequestException,           reply 400/404   rejected: failed + DLQ
+NotFoundException (a template),
+LimitExceededException
 AccountSuspendedException,                      reply, account  the provider's state:
 SendingPausedException, a refused credential                    retried, the breaker
-(403, UnrecognizedClientException, ...)                         counts it, no attempt
+(401/403, UnrecognizedClientException, ...),                    counts it, no attempt
+NotFoundException naming a configuration set
+MailFromDomainNotVerifiedException,             reply, sender   the same
+MessageRejected "Email address is not verified"
+naming our From address
 any 5xx                                         lost reply      unknown: with no key or
                                                                 look-up a 5xx is not a
                                                                 definite "not accepted"
-connect refused / connect timeout               not sent        retry
+connect refused / connect timeout, no or        not sent        retry
+partial credentials, a credential or token
+that could not be fetched, parameters the SDK
+refused, a TLS handshake that failed, a call
+still queued for a worker thread at its deadline
 read timeout, connection closed after sending   lost reply      unknown
 ==============================================  ==============  =========================
+
+The quota and rate messages are SES's own
+(https://docs.aws.amazon.com/ses/latest/dg/manage-sending-quotas-errors.html: the API
+"produces a ThrottlingException error" with "Daily message quota exceeded" or "Maximum
+sending rate exceeded"); the daily quota is a rolling 24 h window
+(https://docs.aws.amazon.com/ses/latest/dg/manage-sending-quotas.html), so capacity comes
+back as the sends of 24 h before age out. The SDK raises the not-sent errors above before
+it writes a byte (botocore signs after resolving credentials and validating parameters).
 """
 
 from __future__ import annotations
@@ -43,9 +63,11 @@ import base64
 import functools
 import hashlib
 import re
+import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from email.utils import parseaddr
 from typing import Any
 
 import boto3
@@ -54,12 +76,27 @@ from botocore.exceptions import (
     BotoCoreError,
     ClientError,
     ConnectTimeoutError,
+    CredentialRetrievalError,
     EndpointConnectionError,
     NoCredentialsError,
+    ParamValidationError,
+    PartialCredentialsError,
+    ProxyConnectionError,
+    SSLError,
+    SSOError,
+    TokenRetrievalError,
 )
 
 from mailbus.consumer.core.capability import Capability
-from mailbus.consumer.core.outcome import CallResult, ProviderReply, TransportFailure, clip_reason
+from mailbus.consumer.core.outcome import (
+    ACCOUNT,
+    QUOTA,
+    SENDER,
+    CallResult,
+    ProviderReply,
+    TransportFailure,
+    clip_reason,
+)
 from mailbus.consumer.provider import LookupResult, OutgoingMail, json_body, valid_id
 from mailbus.consumer.providers.smtp import mail_parts, template_data
 from mailbus.consumer.templates import ProviderTemplate
@@ -72,6 +109,21 @@ NO_LOOKUP = "SES has no look-up by anything mailbus chooses"
 KEY_TAG = "mailbus_key"  # the EmailTags entry carrying the provider key (key_tag)
 _TAG_VALUE = re.compile(r"[A-Za-z0-9_-]+")
 _MAX_TAG_CHARS = 256
+_DAILY_QUOTA = re.compile(r"(?i)daily message quota exceeded")
+_CONFIGURATION_SET = re.compile(r"(?i)configuration set")
+# raised before any byte of the request is written: the mail was not sent
+_NOT_SENT: tuple[type[Exception], ...] = (
+    EndpointConnectionError,
+    ConnectTimeoutError,
+    ProxyConnectionError,
+    NoCredentialsError,
+    PartialCredentialsError,
+    CredentialRetrievalError,
+    TokenRetrievalError,
+    SSOError,
+    ParamValidationError,
+    SSLError,
+)
 _THROTTLED = frozenset({"TooManyRequestsException", "Throttling", "ThrottlingException"})
 _ACCOUNT = frozenset(
     {
@@ -110,16 +162,62 @@ def key_tag(key: str) -> dict[str, str]:
     return {"Name": f"{KEY_TAG}_sha256", "Value": hashlib.sha256(raw).hexdigest()}
 
 
-def ses_error_result(status: int, code: str, message: str) -> CallResult:
-    """What one SES error reply means, per the table above (pure)."""
+def ses_error_result(status: int, code: str, message: str, sender: str = "") -> CallResult:
+    """What one SES error reply means, per the table above (pure); ``sender`` is the From
+    address, whose being unverified is the sender identity's state, not the mail's."""
     excerpt = f"{code}: {message}" if message else code
     if 500 <= status <= 599:
         return TransportFailure(True, clip_reason(f"http {status} {excerpt}"))
+    status = status if 400 <= status <= 499 else 400
+    if _DAILY_QUOTA.search(message):
+        return ProviderReply(status, None, None, excerpt, server_stage=QUOTA)
     if code in _THROTTLED:
         return ProviderReply(429, None, None, excerpt)
-    if code in _ACCOUNT or status in (401, 403):
-        return ProviderReply(status, None, None, excerpt, server_stage="account")
-    return ProviderReply(status if 400 <= status <= 499 else 400, None, None, excerpt)
+    if code == "MailFromDomainNotVerifiedException" or _unverified_sender(code, message, sender):
+        return ProviderReply(status, None, None, excerpt, server_stage=SENDER)
+    if (
+        code in _ACCOUNT
+        or status in (401, 403)
+        or (code == "NotFoundException" and _CONFIGURATION_SET.search(message))
+    ):
+        return ProviderReply(status, None, None, excerpt, server_stage=ACCOUNT)
+    return ProviderReply(status, None, None, excerpt)
+
+
+def _unverified_sender(code: str, message: str, sender: str) -> bool:
+    """A MessageRejected "Email address is not verified. The following identities failed
+    the check ...: <addresses>" that names our From address (a recipient named alone is
+    the mail's: an SES sandbox account sends only to verified recipients)."""
+    address = parseaddr(sender)[1].lower()
+    text = message.lower()
+    return (
+        code == "MessageRejected" and "not verified" in text and bool(address) and (address in text)
+    )
+
+
+class _GivenUp(Exception):
+    """A queued call whose caller had already given up: never started, never sent."""
+
+
+class _Start:
+    """Whether a call queued for a worker thread began (and so may have sent) or was given
+    up first: exactly one of :meth:`begin` and :meth:`give_up` wins."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._decided: str | None = None
+
+    def begin(self) -> bool:
+        return self._decide("begun")
+
+    def give_up(self) -> bool:
+        return self._decide("given up")
+
+    def _decide(self, what: str) -> bool:
+        with self._lock:
+            if self._decided is None:
+                self._decided = what
+            return self._decided == what
 
 
 class SesProvider:
@@ -209,24 +307,33 @@ class SesProvider:
         network or API problem."""
         prepared = mail if isinstance(mail, SesPrepared) else self.prepare(mail)
         async with self._permits:
+            start = _Start()
             try:
                 async with asyncio.timeout(self._deadline):
-                    call = functools.partial(self._client.send_email, **prepared.arguments)
+                    call = functools.partial(self._send_email, start, prepared.arguments)
                     reply = await asyncio.get_running_loop().run_in_executor(self._threads, call)
             except TimeoutError:
+                if start.give_up():  # still queued behind a thread of an earlier call
+                    return TransportFailure(False, f"not started within {self._deadline:g}s")
                 return TransportFailure(True, f"no reply within {self._deadline:g}s")
             except ClientError as exc:
                 error = exc.response.get("Error", {})
                 status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 400))
                 return ses_error_result(
-                    status, str(error.get("Code", "")), str(error.get("Message", ""))
+                    status, str(error.get("Code", "")), str(error.get("Message", "")), self._sender
                 )
-            except (EndpointConnectionError, ConnectTimeoutError, NoCredentialsError) as exc:
+            except _NOT_SENT as exc:
                 return TransportFailure(False, clip_reason(f"{type(exc).__name__}: {exc}"))
             except BotoCoreError as exc:  # read timeout, connection closed: maybe sent
                 return TransportFailure(True, clip_reason(f"{type(exc).__name__}: {exc}"))
         status = int(reply.get("ResponseMetadata", {}).get("HTTPStatusCode", 200))
         return ProviderReply(status, valid_id(reply.get("MessageId")))
+
+    def _send_email(self, start: _Start, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """SendEmail in a worker thread, unless the caller gave up while it was queued."""
+        if not start.begin():
+            raise _GivenUp()
+        return self._client.send_email(**arguments)  # type: ignore[no-any-return]
 
     async def lookup(self, dedupe_key: str) -> LookupResult:
         return LookupResult(None, True, NO_LOOKUP)

@@ -103,7 +103,8 @@ DOMAIN_DEFERRALS = Counter(
 SERVER_FAILURES = Counter(
     "mailbus_provider_server_failures",
     "Calls the provider's server failed before the mail reached it (SMTP: connect, auth,"
-    " mail; a 530 anywhere), by stage: counted against the breaker, never against the mail.",
+    " mail; a 530 anywhere) or answered about our account (HTTP: account, sender, quota),"
+    " by stage: counted against the breaker, never against the mail.",
     ["stage"],
 )
 DEAD_LETTERS = Counter(

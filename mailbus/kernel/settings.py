@@ -42,8 +42,10 @@ class Settings:
     topic_prefix: str = "mailbus"
     provider_url: str = _DEFAULT_SANDBOX_URL
     provider_api_key: str = ""
+    provider_api_key_file: str | None = None  # read again when it changes (a key rotation)
     fallback_provider_url: str | None = None
     fallback_provider_api_key: str = ""
+    fallback_provider_api_key_file: str | None = None
     # MAILBUS_PROVIDER_P0_URL / _API_KEY (and P1, P2): a priority's own HTTP provider
     priority_providers: tuple[tuple[str, str, str], ...] = ()  # (priority, url, api key)
     max_in_flight: int = 32
@@ -106,6 +108,7 @@ class Settings:
     unknown_outcome: str = "at_most_once"  # at_most_once | at_least_once
     retry_schedule: tuple[float, ...] = ()  # explicit retry delays (s); () = exponential
     max_age: float | None = None  # seconds after created_at with no further retry; None: off
+    quota_pause: float = 3600.0  # seconds before the next try of a mail that met a quota
     attempt_warning: int = 3  # the attempt that counts in mailbus_attempt_warnings_total
     recovery_rate: float | None = 100 / 60  # sends/s after an outage; None: no recovery cap
     recovery_ramp: float = 600.0  # seconds until the recovery cap lifts (doubling 4 times)
@@ -191,10 +194,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
             "MAILBUS_PROVIDER_URL", Settings.provider_url, ("http", "https"), credentials=False
         ),
         provider_api_key=reader.secret("MAILBUS_PROVIDER_API_KEY"),
+        provider_api_key_file=reader._raw("MAILBUS_PROVIDER_API_KEY_FILE"),
         fallback_provider_url=reader.optional_url(
             "MAILBUS_FALLBACK_PROVIDER_URL", ("http", "https"), credentials=False
         ),
         fallback_provider_api_key=reader.secret("MAILBUS_FALLBACK_PROVIDER_API_KEY"),
+        fallback_provider_api_key_file=reader._raw("MAILBUS_FALLBACK_PROVIDER_API_KEY_FILE"),
         priority_providers=_priority_providers(reader),
         max_in_flight=reader.integer("MAILBUS_MAX_IN_FLIGHT", Settings.max_in_flight, 1, 10_000),
         rate_limit=reader.optional_number("MAILBUS_RATE_LIMIT"),
@@ -284,6 +289,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         ),
         retry_schedule=_retry_schedule(env.get("MAILBUS_RETRY_SCHEDULE")),
         max_age=_duration("MAILBUS_MAX_AGE", env.get("MAILBUS_MAX_AGE")),
+        quota_pause=_duration("MAILBUS_QUOTA_PAUSE", env.get("MAILBUS_QUOTA_PAUSE"))
+        or Settings.quota_pause,
         recovery_rate=_recovery_rate(env.get("MAILBUS_RECOVERY_RATE")),
         recovery_ramp=_duration("MAILBUS_RECOVERY_RAMP", env.get("MAILBUS_RECOVERY_RAMP"))
         or Settings.recovery_ramp,

@@ -99,6 +99,13 @@ SETTINGS: tuple[Setting, ...] = (
         {"consume"},
     ),
     _s(
+        "QUOTA_PAUSE",
+        "1h",
+        "the next try of a mail the provider refused for a sending quota (Resend, SES daily"
+        " quota): no attempt spent; a longer Retry-After wins (docs/providers.md)",
+        {"consume"},
+    ),
+    _s(
         "ATTEMPT_WARNING",
         "3",
         "a mail reaching this attempt counts in mailbus_attempt_warnings_total (alert"

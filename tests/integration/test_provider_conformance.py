@@ -4,8 +4,10 @@ Watermill's way (docs/architecture.md#providers-as-adapters): the same cases, pa
 over every HTTP dialect -- accepted, 4xx, 5xx, 429 with Retry-After, a timeout after
 acceptance, a malformed 2xx, and the way doubt is settled (a look-up, a resend under the
 same key, or -- a provider with neither -- not at all: the one mail stays the one mail,
-at most once) -- each classified into the same outcomes, and ending with what the sandbox
-accepted agreeing with what the adapter reported. No stack services needed.
+at most once), a revoked key and a spent quota (the provider's documented replies, each
+the account's state, never the mail's) -- each classified into the same outcomes, and
+ending with what the sandbox accepted agreeing with what the adapter reported. No stack
+services needed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, TypeVar
 import pytest
 
 from mailbus.consumer.core.capability import Guarantee, guarantee_of, without_cover
-from mailbus.consumer.core.outcome import Outcome, classify
+from mailbus.consumer.core.outcome import ACCOUNT, QUOTA, Outcome, classify
 from mailbus.consumer.provider import (
     Dialect,
     HttpProvider,
@@ -277,3 +279,43 @@ def test_postmarks_search_is_believed_only_for_our_key_and_after_its_lag(
     assert early == LookupResult(None, False)  # not there yet: the settle time's reason
     assert (late.message_id, late.failed) == (sent.message_id, False)
     sandbox.call(lag(0.0))
+
+
+# what each dialect's spent quota is (docs/providers.md#account-sender-and-quota-replies):
+# Postmark and Mailgun document no quota reply, so the sandbox answers their account refusal
+QUOTA_STATE = {"http": QUOTA, "resend": QUOTA, "sendgrid": QUOTA, "postmark": ACCOUNT}
+
+
+def test_a_revoked_key_is_the_providers_state_and_a_rotated_one_sends(
+    sandbox: ThreadedSandbox, dialect: Dialect
+) -> None:
+    """The sandbox revokes our key: every dialect answers its provider's documented bad-key
+    reply, which the adapter reads as the account's state (a retry, no attempt spent, the
+    breaker fed), never as a verdict on the mail; once the key is accepted again, the mail
+    is accepted once."""
+
+    def revoke(state: SandboxState) -> None:
+        state.account.keys = frozenset({"the-rotated-key-0987654321"})
+
+    sandbox.call(revoke)
+    refused = send_once(sandbox, dialect)
+    assert (refused.outcome, refused.server_stage) == (Outcome.RETRY, ACCOUNT), refused
+    assert accepted_by_sandbox(sandbox) == {}
+    sandbox.call(lambda state: state.account.reset())
+    result = send_once(sandbox, dialect)
+    assert result.outcome is Outcome.ACCEPTED
+    assert accepted_by_sandbox(sandbox) == {MAIL.key: (1, result.message_id)}
+
+
+def test_a_spent_quota_is_the_providers_state(sandbox: ThreadedSandbox, dialect: Dialect) -> None:
+    def spend(state: SandboxState) -> None:
+        state.account.quota_retry_after = 600
+
+    sandbox.call(spend)
+    refused = send_once(sandbox, dialect)
+    name = next(n for n, make in ADAPTERS.items() if isinstance(dialect, type(make())))
+    assert (refused.outcome, refused.server_stage) == (
+        Outcome.RETRY,
+        QUOTA_STATE.get(name, ACCOUNT),
+    ), refused
+    assert accepted_by_sandbox(sandbox) == {}

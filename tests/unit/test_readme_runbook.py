@@ -18,6 +18,7 @@ TOPICS = (
     "Pausing a campaign",
     "Adding partitions",
     "Rotating the provider API key",
+    "The provider refuses our account, sender or quota",
     "Upgrades",
     "Table growth and retention",
     "Kafka is down",

@@ -33,8 +33,8 @@ MAIL = OutgoingMail("order-7-confirmation", "ana@example.com", "order", {"subjec
     ("status", "outcome"),
     [
         (400, Outcome.REJECTED),  # a bad request
-        (401, Outcome.REJECTED),  # the key
-        (403, Outcome.REJECTED),
+        (401, Outcome.RETRY),  # the key: the provider's state (test_account_replies)
+        (403, Outcome.RETRY),
         (413, Outcome.REJECTED),  # too large
         (429, Outcome.RETRY),
         (500, Outcome.RETRY),

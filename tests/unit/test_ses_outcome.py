@@ -14,7 +14,7 @@ from mailbus.consumer.providers.ses import ses_error_result
         (429, "TooManyRequestsException", Outcome.RETRY, False),
         (400, "Throttling", Outcome.RETRY, False),
         (400, "MessageRejected", Outcome.REJECTED, False),
-        (400, "MailFromDomainNotVerifiedException", Outcome.REJECTED, False),
+        (400, "MailFromDomainNotVerifiedException", Outcome.RETRY, False),  # the sender's
         (404, "NotFoundException", Outcome.REJECTED, False),
         (400, "AccountSuspendedException", Outcome.RETRY, True),
         (400, "SendingPausedException", Outcome.RETRY, True),
