@@ -25,7 +25,8 @@ WHERE s.id = ANY(%(ids)s::bigint[])
 -- once the row is ours: a claim that waited on the relay's lock is not born lapsed.
 -- A row in doubt (a call of it had no known outcome) is sent again only within
 -- `resend_window_s` of its first call (an idempotency key's window, less the time to reach
--- the provider; NULL: any time). The claim records the guarantee the row is sent under and
+-- the provider; NULL: any time). The claim records the guarantee the row is sent under
+-- (never upgrading one an operator made `at_least_once`, consumer/send_admin.sql) and
 -- the start of its first call.
 -- The rows are found by `id = ANY(ARRAY(…))`, through the primary key: joined to the JSON
 -- batch instead (which PostgreSQL always guesses at 100 rows), a table of up to tens of
@@ -46,7 +47,8 @@ SET status = 'sending',
     lease_token = c.token,
     lease_until = clock_timestamp() + make_interval(secs => %(lease_s)s),
     provider = c.provider,
-    guarantee = coalesce(c.guarantee, s.guarantee),
+    guarantee = CASE WHEN s.guarantee = 'at_least_once' THEN s.guarantee  -- an operator's choice
+                     ELSE coalesce(c.guarantee, s.guarantee) END,
     first_tried_at = coalesce(s.first_tried_at, clock_timestamp())
 FROM claims c
 WHERE s.id = ANY(ARRAY(SELECT id FROM locked)) AND s.id = c.id

@@ -489,7 +489,8 @@ def _add_send_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     outcome.add_argument(
         "--not-sent",
         action="store_true",
-        help="the provider never accepted it: pending again under the same key",
+        help="the provider never accepted it: sent again under the same key, recorded as"
+        " at_least_once (were it accepted after all, it goes out twice)",
     )
     action(
         "cancel",
