@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mailbus.kernel.errors import ConfigError, MailbusError
 from mailbus.kernel.logs import configure_logging, redact, register_secret
@@ -18,6 +19,9 @@ from mailbus.kernel.settings_doc import add_command
 from mailbus.kernel.settings_doc import epilog as settings_epilog
 from mailbus.kernel.signals import stop_on_signals
 from mailbus.kernel.unknown_settings import check_names
+
+if TYPE_CHECKING:
+    from mailbus.app.migrate_waits import LockWait
 
 __all__ = ["main"]
 
@@ -81,12 +85,13 @@ def _check_kafka(settings: Settings) -> None:
 
 
 def _migrate(settings: Settings, args: argparse.Namespace) -> int:
-    from mailbus.app.migrate import apply_migrations
+    from mailbus.app.migrate import LockWait, apply_migrations
     from mailbus.kernel.topics import ensure_topics
 
+    wait = LockWait(lock_timeout_s=args.lock_timeout, max_wait_s=args.max_wait)
     if args.status or args.dry_run:
-        return _migrate_plan(settings, dry_run=args.dry_run, roles=args.roles)
-    applied = apply_migrations(settings.database_url, allow_locking=args.allow_locking)
+        return _migrate_plan(settings, dry_run=args.dry_run, roles=args.roles, wait=wait)
+    applied = apply_migrations(settings.database_url, allow_locking=args.allow_locking, wait=wait)
     print(f"schema: applied {applied or 'nothing (up to date)'}")
     if args.roles:
         from mailbus.app.migrate import apply_roles
@@ -104,8 +109,9 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _migrate_plan(settings: Settings, *, dry_run: bool, roles: bool) -> int:
-    """``migrate --status`` / ``--dry-run``: read the recorded versions, change nothing."""
+def _migrate_plan(settings: Settings, *, dry_run: bool, roles: bool, wait: LockWait) -> int:
+    """``migrate --status`` / ``--dry-run``: read the recorded versions, change nothing;
+    name how each pending migration is applied: what it locks, and how long it may wait."""
     import psycopg
 
     from mailbus.app.migrate import schema_state
@@ -119,8 +125,20 @@ def _migrate_plan(settings: Settings, *, dry_run: bool, roles: bool) -> int:
     print(f"applied: {_versions(applied) if applied else 'nothing'}")
     pending = [m.label + (" (locking)" if m.locking else "") for m in state.pending]
     print(f"pending: {', '.join(pending) if pending else 'nothing (up to date)'}")
+    for migration in state.pending:
+        print(f"  {migration.label}: {migration.plan}")
+    if any(not m.online for m in state.pending):
+        print(
+            f"locks: each try waits at most {wait.lock_timeout_s:g} s per lock (writers queued"
+            f" behind it wait no longer), tries again for up to {wait.max_wait_s:g} s"
+        )
     if dry_run:
         print(f"would apply: {', '.join(pending) if pending else 'nothing'}")
+        if any(m.locking for m in state.pending):
+            print(
+                "would refuse without --allow-locking on a database that holds sends:"
+                f" {', '.join(m.label for m in state.pending if m.locking)}"
+            )
         if roles:
             print("would set: the grants of schemas/sql/roles/grants.sql")
         print("would ensure: the topics (nothing was applied: --dry-run)")
@@ -364,6 +382,22 @@ def _build_parser() -> argparse.ArgumentParser:
         " --status names them) on a database that holds sends",
     )
     migrate.add_argument(
+        "--lock-timeout",
+        type=_seconds,
+        default=0.05,
+        metavar="SECONDS",
+        help="how long each try of a migration waits for a lock; writers queued behind it"
+        " wait no longer (default 0.05)",
+    )
+    migrate.add_argument(
+        "--max-wait",
+        type=_seconds,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long a migration keeps trying (backing off) while long transactions hold"
+        " the locks it needs; then exit 1 naming them (default 300)",
+    )
+    migrate.add_argument(
         "--roles",
         action="store_true",
         help="also create the NOLOGIN group roles mailbus_enqueuer, _relay, _consumer, _intake,"
@@ -602,6 +636,16 @@ def _count(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
     return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
 
 
 def _positive(text: str) -> int:
