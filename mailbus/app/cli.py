@@ -48,10 +48,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         register_secret(settings.unsubscribe_secret_previous)
         for secret in settings.kafka_security.secrets:
             register_secret(secret)
-        if getattr(args, "checks_schema", False):  # the processes (and status) only: an
-            from mailbus.app.migrate import check_schema  # option error still comes first
+        if getattr(args, "checks_schema", True):  # every command that reads the database
+            from mailbus.app.migrate import check_schema  # (after its options' errors)
 
-            check_schema(settings.database_url)  # behind this build: exit 2, run migrate
+            until = stop_on_signals() if getattr(args, "long_running", False) else None
+            if not check_schema(settings.database_url, until):  # behind: exit 2
+                return 0  # stopped while it waited for the database
         return int(args.handler(settings, args))
     except ConfigError as exc:
         print(f"mailbus: configuration error: {exc}", file=sys.stderr)
@@ -365,6 +367,7 @@ def _build_parser() -> argparse.ArgumentParser:
         return sub
 
     migrate = command("migrate", _migrate, "create or upgrade the schema and the topics")
+    migrate.set_defaults(checks_schema=False)
     migrate.add_argument("--skip-topics", action="store_true", help="only the database schema")
     plan = migrate.add_mutually_exclusive_group()
     plan.add_argument(
@@ -404,9 +407,9 @@ def _build_parser() -> argparse.ArgumentParser:
         " _webhooks, _operator and _retention and set their grants (needs CREATEROLE)",
     )
     relay = command("relay", _relay, "publish committed outbox rows to Kafka (long-running)")
-    relay.set_defaults(checks_schema=True)
+    relay.set_defaults(long_running=True)
     consume = command("consume", _consume, "deliver queued mail to the email API (long-running)")
-    consume.set_defaults(checks_schema=True)
+    consume.set_defaults(long_running=True)
     consume.add_argument(
         "--priority",
         type=_priorities,
@@ -414,7 +417,6 @@ def _build_parser() -> argparse.ArgumentParser:
         help="p0, p1, p2 or a comma list (default: all three)",
     )
     status = command("status", _status, "queue depth, oldest pending age, failures")
-    status.set_defaults(checks_schema=True)
     status.add_argument("--json", action="store_true", help="machine-readable output")
     _add_dlq_commands(commands)
     _add_send_commands(commands)
@@ -426,6 +428,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_campaign_commands(commands)
     sandbox = command("sandbox", _sandbox, "run the fault-injectable sandbox email API")
+    sandbox.set_defaults(checks_schema=False)
     from mailbus.sandbox.server import add_arguments as add_sandbox_arguments
 
     add_sandbox_arguments(sandbox)
@@ -560,7 +563,7 @@ def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.Argumen
     webhooks = add_command(
         commands, "webhooks", text, description=text + "; /healthz and /readyz beside it"
     )
-    webhooks.set_defaults(handler=_webhooks, checks_schema=True)
+    webhooks.set_defaults(handler=_webhooks, long_running=True)
     text = "manage email_suppressions (addresses stored lower-cased, compared case-insensitively)"
     suppress = add_command(commands, "suppress", text)
     actions = suppress.add_subparsers(dest="suppress_command", required=True, metavar="ACTION")
@@ -600,11 +603,11 @@ def _add_console_command(commands: argparse._SubParsersAction[argparse.ArgumentP
     console = add_command(
         commands, "console", text, description=text + "; /healthz and /readyz beside it"
     )
-    console.set_defaults(handler=_console)
+    console.set_defaults(handler=_console, long_running=True)
     actions = console.add_subparsers(dest="console_command", metavar="[hash-password]")
     text = "print a users-file line NAME:ROLE:argon2 hash for a password read from stdin"
     hashing = actions.add_parser("hash-password", help=text, description=text)
-    hashing.set_defaults(skips_schema_check=True)
+    hashing.set_defaults(checks_schema=False, long_running=False)
     hashing.add_argument("name", metavar="NAME")
     hashing.add_argument("role", metavar="ROLE", help="viewer or operator")
 
@@ -618,11 +621,11 @@ def _add_intake_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         help_text,
         description=help_text + " (long-running; stops cleanly on SIGTERM/SIGINT)",
     )
-    intake.set_defaults(handler=_intake, checks_schema=True)
+    intake.set_defaults(handler=_intake, long_running=True)
     actions = intake.add_subparsers(dest="intake_command", metavar="[publish-sample]")
     text = "publish sample OrderPlaced events (plus duplicates and malformed ones) to the topic"
     sample = add_command(actions, "publish-sample", text, settings_of="intake")
-    sample.set_defaults(handler=_intake_publish_sample, checks_schema=False)
+    sample.set_defaults(handler=_intake_publish_sample, checks_schema=False, long_running=False)
     sample.add_argument("--count", type=_count, default=10, help="distinct orders (default 10)")
     sample.add_argument(
         "--duplicates", type=_count, default=3, help="events sent twice (default 3)"

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -228,16 +229,32 @@ def schema_state(database_url: str, connect_timeout: float = 10) -> SchemaState:
     )
 
 
-def check_schema(database_url: str) -> None:
-    """Raise ConfigError when the database is behind this build. A database that cannot be
-    reached now is not judged: the process starts and waits for it as it always did."""
-    try:
-        state = schema_state(database_url, connect_timeout=5)
-    except psycopg.OperationalError:
-        return
+def check_schema(database_url: str, until: threading.Event | None = None) -> bool:
+    """Raise ConfigError when the database is behind this build. A long-running process
+    (``until``: its stop event) waits for a database that cannot be reached yet, trying
+    again with backoff, and is judged once it answers; False if it was stopped meanwhile.
+    A command (no ``until``) is not judged on a database it cannot reach: its own first
+    statement says so."""
+    delay = 1.0
+    while True:
+        try:
+            state = schema_state(database_url, connect_timeout=5)
+            break
+        except psycopg.OperationalError as exc:
+            if until is None:
+                return True
+            log.warning(
+                "database unreachable, the schema check tries again in %.0f s: %s",
+                delay,
+                str(exc).strip().splitlines()[0] if str(exc).strip() else exc,
+            )
+            if until.wait(delay):
+                return False
+            delay = min(delay * 2, 30.0)
     reason = state.behind()
     if reason is not None:
         raise ConfigError("MAILBUS_DATABASE_URL", reason)
+    return True
 
 
 def apply_roles(database_url: str) -> tuple[str, ...]:
