@@ -54,6 +54,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             until = stop_on_signals() if getattr(args, "long_running", False) else None
             if not check_schema(settings.database_url, until):  # behind: exit 2
                 return 0  # stopped while it waited for the database
+        if getattr(args, "long_running", False):  # /readyz: a database round trip too
+            from mailbus.app.database_probe import database_probe
+            from mailbus.kernel import health
+
+            health.probe("database round trip", database_probe(settings.database_url))
         return int(args.handler(settings, args))
     except ConfigError as exc:
         print(f"mailbus: configuration error: {exc}", file=sys.stderr)
