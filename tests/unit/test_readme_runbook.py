@@ -21,6 +21,7 @@ TOPICS = (
     "Upgrades",
     "Table growth and retention",
     "Kafka is down",
+    "Probes",
     "PostgreSQL failover",
     "Rows in unknown",
     "Intake lag or poison",
