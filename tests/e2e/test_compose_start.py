@@ -91,10 +91,8 @@ class Machine:
         return found
 
     def localize(self, name: str, text: str, mounts: dict[str, Path] | None = None) -> str:
-        local = urlsplit(self.database_url)
-        text = re.sub(
-            r"@postgres:5432/mailbus\b", f"@{local.hostname}:{local.port}{local.path}", text
-        )
+        ours = urlsplit(self.database_url)
+        text = re.sub(r"@postgres:5432/mailbus\b", f"@{ours.hostname}:{ours.port}{ours.path}", text)
         text = text.replace("kafka:29092", self.kafka)
         text = text.replace("http://sandbox:8025", f"http://127.0.0.1:{self.port(name, '8025')}")
         text = "127.0.0.1" if text == "0.0.0.0" else text  # MAILBUS_METRICS_ADDR
