@@ -183,7 +183,7 @@ def test_every_compose_service_starts_with_its_own_environment_and_files(
         with (logs / f"{name}.log").open("wb") as log:
             running[name] = subprocess.Popen(
                 _command(machine, name, mounts),
-                cwd=tmp_path,
+                cwd=REPO,  # this checkout's mailbus
                 env=_env(machine, name, mounts),
                 stdout=log,
                 stderr=subprocess.STDOUT,
