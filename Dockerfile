@@ -25,6 +25,8 @@ RUN python -m venv /opt/mailbus \
 FROM ${PYTHON_IMAGE}
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/mailbus/bin:$PATH
 COPY --from=build /opt/mailbus /opt/mailbus
+# the console's users file in compose (a named volume takes this directory's owner)
+RUN mkdir -p /var/lib/mailbus && chown 10001:10001 /var/lib/mailbus
 WORKDIR /
 # A numeric, non-root user: Kubernetes can check runAsNonRoot against it (k8s/ runs 10001).
 USER 10001:10001

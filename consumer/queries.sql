@@ -27,8 +27,9 @@ WHERE s.id = ANY(%(ids)s::bigint[])
 -- once the row is ours: a claim that waited on the relay's lock is not born lapsed.
 -- A row in doubt (a call of it had no known outcome) is sent again only within
 -- `resend_window_s` of its first call (an idempotency key's window, less the time to reach
--- the provider; NULL: any time). The claim records the guarantee the row is sent under,
--- the start of its first call and the key its first call carries (never changed after).
+-- the provider; NULL: any time). The claim records the guarantee the row is sent under
+-- (never upgrading one an operator made `at_least_once`, consumer/send_admin.sql), the
+-- start of its first call and the key its first call carries (never changed after).
 -- The rows are found by `id = ANY(ARRAY(…))`, through the primary key: joined to the JSON
 -- batch instead (which PostgreSQL always guesses at 100 rows), a table of up to tens of
 -- thousands of rows was scanned whole, twice per claim
@@ -50,7 +51,8 @@ SET status = 'sending',
     lease_token = c.token,
     lease_until = clock_timestamp() + make_interval(secs => %(lease_s)s),
     provider = c.provider,
-    guarantee = coalesce(c.guarantee, s.guarantee),
+    guarantee = CASE WHEN s.guarantee = 'at_least_once' THEN s.guarantee  -- an operator's choice
+                     ELSE coalesce(c.guarantee, s.guarantee) END,
     first_tried_at = coalesce(s.first_tried_at, clock_timestamp()),
     provider_key = coalesce(s.provider_key, c.provider_key)
 FROM claims c

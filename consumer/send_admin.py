@@ -7,7 +7,9 @@ row in ``email_send_resolutions`` (who, when, what). A send that moved meanwhile
 by a consumer, settled by a look-up) matches nothing and is left as it is:
 
 - ``resolve --accepted MESSAGE_ID``: ``unknown → accepted`` with the provider's id;
-- ``resolve --not-sent``: ``unknown → pending`` under the same key, due now;
+- ``resolve --not-sent``: ``unknown → pending`` under the same key, due now, its doubt
+  settled and the row marked ``at_least_once``, so the consumer sends it again whatever
+  the provider offers (a key's window or "waits for an operator" no longer holds it);
 - ``cancel``: ``pending → expired`` for a send no call was made for (``attempts = 0``):
   the client's ``cancel_send`` (``mailbus_client/queries.sql``), the same function
   ``Client.cancel`` calls, which writes the audit row itself.

@@ -40,10 +40,14 @@ WHERE dedupe_key = %(key)s AND status = 'unknown'
 RETURNING id, 'unknown' AS from_status
 
 -- name: resolve_not_sent
--- A send in `unknown` that the provider never accepted: pending again under the same key,
--- due now (the consumer still resolves by look-up or same-key retry, never a blind send).
+-- A send in `unknown` that the operator found the provider never accepted: pending again
+-- under the same key, due now, and sent again whatever the provider offers. The operator's
+-- word settles the doubt of its earlier calls (`in_doubt_since` cleared, so no resend window
+-- or "waits for an operator" gate holds it back again); were the operator wrong, the mail
+-- goes out twice, so the row is recorded as sent `at_least_once` (the claim keeps that).
 UPDATE email_sends
-SET status = 'pending', next_try_at = NULL, last_error = 'resolved by hand: not sent',
+SET status = 'pending', next_try_at = NULL, in_doubt_since = NULL,
+    guarantee = 'at_least_once', last_error = 'resolved by hand: not sent, sent again',
     updated_at = now()
 WHERE dedupe_key = %(key)s AND status = 'unknown'
 RETURNING id, 'unknown' AS from_status

@@ -73,6 +73,7 @@ EVENTS = "events"  # outcome events
 P0_POINTERS = "p0 pointers"  # send pointers of P0 rows alone
 ALL_LANES = frozenset({POINTERS, EVENTS})
 _SEND_LANES = frozenset({POINTERS, P0_POINTERS})
+_HEARTBEAT_S = 30.0  # a lane that has not come round its loop for this long is not ready
 _CHANNELS = {
     POINTERS: NOTIFY_CHANNEL,
     P0_POINTERS: NOTIFY_CHANNEL,
@@ -127,13 +128,24 @@ class Relay:
         self._listener: psycopg.Connection | None = None
 
     def run(self, stop: threading.Event) -> None:
-        """Publish until ``stop`` is set; survives PostgreSQL and Kafka outages."""
+        """Publish until ``stop`` is set; survives PostgreSQL and Kafka outages. Anything
+        else ends the thread, and its readiness with it (a mark that stops beating goes
+        stale too: a pass stuck in a call to a black-holed database)."""
+        try:
+            self._run(stop)
+        except BaseException as exc:
+            health.mark(self._component, False, f"stopped: {type(exc).__name__}: {exc}")
+            raise
+
+    def _run(self, stop: threading.Event) -> None:
         reconnect_delay = 0.5
+        heartbeat_s = max(_HEARTBEAT_S, 3 * self.settings.relay_poll_interval)
         while not stop.is_set():
             try:
                 self._connect()
                 while not stop.is_set():
-                    health.mark(self._component, True)  # the database answers, Kafka acknowledges
+                    # the database answers, Kafka acknowledges, and the pass came round
+                    health.mark(self._component, True, heartbeat_s=heartbeat_s)
                     if self._one_pass(stop) < self.settings.relay_batch_size:
                         self._wait_for_work(stop)
                 reconnect_delay = 0.5

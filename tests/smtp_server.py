@@ -4,6 +4,7 @@
 ``data451-*``: ``451 4.3.0`` to the first DATA of each Message-ID, accepted after;
 ``always451-*``: ``451 4.3.0`` to every DATA;
 ``drop-*``: the connection is dropped once the message arrived, before any reply;
+``drop1-*``: so for the first DATA of each Message-ID only, accepted after;
 anything else: ``250 2.0.0 Ok: queued as Q<n>``. ``messages`` counts what was accepted per
 Message-ID, ``data_seen`` every message received (answered or not) per Message-ID.
 
@@ -86,7 +87,7 @@ class SmtpRecorder:
             self.data_seen[message_id] += 1
             self.contents[message_id] = envelope.content
             seen = self.data_seen[message_id]
-        if rcpt.startswith("drop-"):
+        if rcpt.startswith("drop-") or (rcpt.startswith("drop1-") and seen == 1):
             server.transport.abort()  # no reply: the client cannot know
             return "250 OK"
         if rcpt.startswith("always451-") or (rcpt.startswith("data451-") and seen == 1):

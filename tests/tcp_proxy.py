@@ -1,5 +1,7 @@
 """A TCP proxy on loopback whose link can be cut: a database outage for one process only,
-while the shared PostgreSQL keeps serving everyone else."""
+while the shared PostgreSQL keeps serving everyone else. :meth:`TcpProxy.black_hole`
+drops every byte instead, answering nothing and resetting nothing (a failover that moved
+an address, a partition): calls hang until a timeout notices."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ class TcpProxy:
         self.port: int = self._listener.getsockname()[1]
         self._up = threading.Event()
         self._up.set()
+        self._holed = threading.Event()
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
         threading.Thread(target=self._accept, daemon=True).start()
@@ -26,12 +29,18 @@ class TcpProxy:
         self._up.clear()
         with self._lock:
             for sock in self._sockets:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-                    sock.close()
+                _close(sock)
             self._sockets.clear()
 
+    def black_hole(self) -> None:
+        """Drop every byte both ways and hold new connections unanswered, until
+        :meth:`restore` (which resets what was held)."""
+        self._holed.set()
+
     def restore(self) -> None:
+        if self._holed.is_set():
+            self.cut()  # what crossed the hole is lost: those connections are gone
+            self._holed.clear()
         self._up.set()
 
     def close(self) -> None:
@@ -47,6 +56,10 @@ class TcpProxy:
             if not self._up.is_set():
                 client.close()
                 continue
+            if self._holed.is_set():
+                with self._lock:
+                    self._sockets.add(client)  # accepted, never answered
+                continue
             try:
                 upstream = socket.create_connection(self._target, timeout=5)
             except OSError:
@@ -60,7 +73,16 @@ class TcpProxy:
     def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while chunk := source.recv(65536):
-                sink.sendall(chunk)
+                if not self._holed.is_set():
+                    sink.sendall(chunk)
         for sock in (source, sink):
-            with contextlib.suppress(OSError):
-                sock.close()
+            _close(sock)
+
+
+def _close(sock: socket.socket) -> None:
+    """Shut down, then close: a close alone, while another thread is blocked reading the
+    socket, sends nothing to the peer (the kernel keeps the file open for that read)."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        sock.close()

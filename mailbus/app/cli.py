@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mailbus.kernel.errors import ConfigError, MailbusError, StorageError
 from mailbus.kernel.logs import configure_logging, redact, register_secret
@@ -18,6 +19,9 @@ from mailbus.kernel.settings_doc import add_command
 from mailbus.kernel.settings_doc import epilog as settings_epilog
 from mailbus.kernel.signals import stop_on_signals
 from mailbus.kernel.unknown_settings import check_names
+
+if TYPE_CHECKING:
+    from mailbus.app.migrate_waits import LockWait
 
 __all__ = ["main"]
 
@@ -44,10 +48,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         register_secret(settings.unsubscribe_secret_previous)
         for secret in settings.kafka_security.secrets:
             register_secret(secret)
-        if getattr(args, "checks_schema", False):  # the processes (and status) only: an
-            from mailbus.app.migrate import check_schema  # option error still comes first
+        if getattr(args, "checks_schema", True):  # every command that reads the database
+            from mailbus.app.migrate import check_schema  # (after its options' errors)
 
-            check_schema(settings.database_url)  # behind this build: exit 2, run migrate
+            until = stop_on_signals() if getattr(args, "long_running", False) else None
+            if not check_schema(settings.database_url, until):  # behind: exit 2
+                return 0  # stopped while it waited for the database
+        if getattr(args, "long_running", False):  # /readyz: a database round trip too
+            from mailbus.app.database_probe import database_probe
+            from mailbus.kernel import health
+
+            health.probe("database round trip", database_probe(settings.database_url))
         return int(args.handler(settings, args))
     except ConfigError as exc:
         print(f"mailbus: configuration error: {exc}", file=sys.stderr)
@@ -81,12 +92,13 @@ def _check_kafka(settings: Settings) -> None:
 
 
 def _migrate(settings: Settings, args: argparse.Namespace) -> int:
-    from mailbus.app.migrate import apply_migrations
+    from mailbus.app.migrate import LockWait, apply_migrations
     from mailbus.kernel.topics import ensure_topics
 
+    wait = LockWait(lock_timeout_s=args.lock_timeout, max_wait_s=args.max_wait)
     if args.status or args.dry_run:
-        return _migrate_plan(settings, dry_run=args.dry_run, roles=args.roles)
-    applied = apply_migrations(settings.database_url, allow_locking=args.allow_locking)
+        return _migrate_plan(settings, dry_run=args.dry_run, roles=args.roles, wait=wait)
+    applied = apply_migrations(settings.database_url, allow_locking=args.allow_locking, wait=wait)
     print(f"schema: applied {applied or 'nothing (up to date)'}")
     if args.roles:
         from mailbus.app.migrate import apply_roles
@@ -104,8 +116,9 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _migrate_plan(settings: Settings, *, dry_run: bool, roles: bool) -> int:
-    """``migrate --status`` / ``--dry-run``: read the recorded versions, change nothing."""
+def _migrate_plan(settings: Settings, *, dry_run: bool, roles: bool, wait: LockWait) -> int:
+    """``migrate --status`` / ``--dry-run``: read the recorded versions, change nothing;
+    name how each pending migration is applied: what it locks, and how long it may wait."""
     import psycopg
 
     from mailbus.app.migrate import schema_state
@@ -119,8 +132,20 @@ def _migrate_plan(settings: Settings, *, dry_run: bool, roles: bool) -> int:
     print(f"applied: {_versions(applied) if applied else 'nothing'}")
     pending = [m.label + (" (locking)" if m.locking else "") for m in state.pending]
     print(f"pending: {', '.join(pending) if pending else 'nothing (up to date)'}")
+    for migration in state.pending:
+        print(f"  {migration.label}: {migration.plan}")
+    if any(not m.online for m in state.pending):
+        print(
+            f"locks: each try waits at most {wait.lock_timeout_s:g} s per lock (writers queued"
+            f" behind it wait no longer), tries again for up to {wait.max_wait_s:g} s"
+        )
     if dry_run:
         print(f"would apply: {', '.join(pending) if pending else 'nothing'}")
+        if any(m.locking for m in state.pending):
+            print(
+                "would refuse without --allow-locking on a database that holds sends:"
+                f" {', '.join(m.label for m in state.pending if m.locking)}"
+            )
         if roles:
             print("would set: the grants of schemas/sql/roles/grants.sql")
         print("would ensure: the topics (nothing was applied: --dry-run)")
@@ -347,6 +372,7 @@ def _build_parser() -> argparse.ArgumentParser:
         return sub
 
     migrate = command("migrate", _migrate, "create or upgrade the schema and the topics")
+    migrate.set_defaults(checks_schema=False)
     migrate.add_argument("--skip-topics", action="store_true", help="only the database schema")
     plan = migrate.add_mutually_exclusive_group()
     plan.add_argument(
@@ -364,15 +390,31 @@ def _build_parser() -> argparse.ArgumentParser:
         " --status names them) on a database that holds sends",
     )
     migrate.add_argument(
+        "--lock-timeout",
+        type=_seconds,
+        default=0.05,
+        metavar="SECONDS",
+        help="how long each try of a migration waits for a lock; writers queued behind it"
+        " wait no longer (default 0.05)",
+    )
+    migrate.add_argument(
+        "--max-wait",
+        type=_seconds,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long a migration keeps trying (backing off) while long transactions hold"
+        " the locks it needs; then exit 1 naming them (default 300)",
+    )
+    migrate.add_argument(
         "--roles",
         action="store_true",
         help="also create the NOLOGIN group roles mailbus_enqueuer, _relay, _consumer, _intake,"
         " _webhooks, _operator and _retention and set their grants (needs CREATEROLE)",
     )
     relay = command("relay", _relay, "publish committed outbox rows to Kafka (long-running)")
-    relay.set_defaults(checks_schema=True)
+    relay.set_defaults(long_running=True)
     consume = command("consume", _consume, "deliver queued mail to the email API (long-running)")
-    consume.set_defaults(checks_schema=True)
+    consume.set_defaults(long_running=True)
     consume.add_argument(
         "--priority",
         type=_priorities,
@@ -380,7 +422,6 @@ def _build_parser() -> argparse.ArgumentParser:
         help="p0, p1, p2 or a comma list (default: all three)",
     )
     status = command("status", _status, "queue depth, oldest pending age, failures")
-    status.set_defaults(checks_schema=True)
     status.add_argument("--json", action="store_true", help="machine-readable output")
     _add_dlq_commands(commands)
     _add_send_commands(commands)
@@ -392,6 +433,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_campaign_commands(commands)
     sandbox = command("sandbox", _sandbox, "run the fault-injectable sandbox email API")
+    sandbox.set_defaults(checks_schema=False)
     from mailbus.sandbox.server import add_arguments as add_sandbox_arguments
 
     add_sandbox_arguments(sandbox)
@@ -489,7 +531,8 @@ def _add_send_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
     outcome.add_argument(
         "--not-sent",
         action="store_true",
-        help="the provider never accepted it: pending again under the same key",
+        help="the provider never accepted it: sent again under the same key, recorded as"
+        " at_least_once (were it accepted after all, it goes out twice)",
     )
     action(
         "cancel",
@@ -525,7 +568,7 @@ def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.Argumen
     webhooks = add_command(
         commands, "webhooks", text, description=text + "; /healthz and /readyz beside it"
     )
-    webhooks.set_defaults(handler=_webhooks, checks_schema=True)
+    webhooks.set_defaults(handler=_webhooks, long_running=True)
     text = "manage email_suppressions (addresses stored lower-cased, compared case-insensitively)"
     suppress = add_command(commands, "suppress", text)
     actions = suppress.add_subparsers(dest="suppress_command", required=True, metavar="ACTION")
@@ -565,11 +608,11 @@ def _add_console_command(commands: argparse._SubParsersAction[argparse.ArgumentP
     console = add_command(
         commands, "console", text, description=text + "; /healthz and /readyz beside it"
     )
-    console.set_defaults(handler=_console)
+    console.set_defaults(handler=_console, long_running=True)
     actions = console.add_subparsers(dest="console_command", metavar="[hash-password]")
     text = "print a users-file line NAME:ROLE:argon2 hash for a password read from stdin"
     hashing = actions.add_parser("hash-password", help=text, description=text)
-    hashing.set_defaults(skips_schema_check=True)
+    hashing.set_defaults(checks_schema=False, long_running=False)
     hashing.add_argument("name", metavar="NAME")
     hashing.add_argument("role", metavar="ROLE", help="viewer or operator")
 
@@ -583,11 +626,11 @@ def _add_intake_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
         help_text,
         description=help_text + " (long-running; stops cleanly on SIGTERM/SIGINT)",
     )
-    intake.set_defaults(handler=_intake, checks_schema=True)
+    intake.set_defaults(handler=_intake, long_running=True)
     actions = intake.add_subparsers(dest="intake_command", metavar="[publish-sample]")
     text = "publish sample OrderPlaced events (plus duplicates and malformed ones) to the topic"
     sample = add_command(actions, "publish-sample", text, settings_of="intake")
-    sample.set_defaults(handler=_intake_publish_sample, checks_schema=False)
+    sample.set_defaults(handler=_intake_publish_sample, checks_schema=False, long_running=False)
     sample.add_argument("--count", type=_count, default=10, help="distinct orders (default 10)")
     sample.add_argument(
         "--duplicates", type=_count, default=3, help="events sent twice (default 3)"
@@ -601,6 +644,16 @@ def _count(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
     return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
 
 
 def _positive(text: str) -> int:

@@ -3,20 +3,18 @@ with ``--roles`` also the least-privilege group roles of ``schemas/sql/roles/gra
 
 Safe to run any number of times and concurrently: every run takes one session-level
 advisory lock, then applies only the versions not yet recorded, each in its own
-transaction with its version row.
+transaction with its version row (an online one a statement at a time; the markers are
+read in :mod:`mailbus.app.migration_files`).
 
-Two marker lines, at the start of a line in a migration's file, change how it is applied
-(docs/runbook.md#upgrades):
-
-- ``-- mailbus: online``: the file's statements cannot run inside a transaction
-  (``CREATE INDEX CONCURRENTLY``); each (ending with ``;`` at the end of a line) runs
-  alone, in order, and the version is recorded after the last. Each must be idempotent
-  (``IF NOT EXISTS``): a rerun after an interruption runs them all again.
-  An invalid index (the leftover of an online build that was interrupted) is dropped
-  first, so a rerun builds it again.
-- ``-- mailbus: locking``: it holds a lock that stops writes to a table for as long as it
-  runs. On a database that already holds sends, ``migrate`` refuses to apply it (exit 2,
-  nothing applied) unless ``--allow-locking`` is given; a new database takes it at once.
+Never behind a long transaction with writers queued behind it (docs/runbook.md#upgrades):
+each try of a file waits at most :attr:`LockWait.lock_timeout_s` for each lock it needs
+(PostgreSQL's ``lock_timeout``), so an ``ALTER TABLE`` that must wait for an open
+transaction holds the inserts queued behind its request for no longer than that; then it
+gives up, backs off (jittered, doubling up to ``cap_s``) and tries again, for up to
+``max_wait_s``, naming the transactions it waits for. The session is the server's to end
+when its client goes: ``client_connection_check_interval`` cancels a statement whose
+client is gone and TCP keepalives find a vanished host, so a killed ``migrate`` leaves no
+session behind holding the advisory lock or waiting in a lock queue.
 
 Every other command first compares the database's recorded versions with the build's
 (:func:`check_schema`): a database behind the build is refused with one line that says to
@@ -27,31 +25,47 @@ only add.
 
 from __future__ import annotations
 
+import logging
+import random
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
-from importlib.resources.abc import Traversable
 
 import psycopg
 
+from mailbus.app.migrate_waits import LockWait, LockWaiter, retry_delay
+from mailbus.app.migration_files import Migration, available_migrations, statements
 from mailbus.kernel.errors import ConfigError, StorageError
 
 __all__ = [
     "ROLES",
+    "LockWait",
     "Migration",
     "SchemaState",
     "apply_migrations",
     "apply_roles",
     "available_migrations",
     "check_schema",
+    "retry_delay",
     "schema_state",
     "statements",
 ]
 
+log = logging.getLogger(__name__)
+
 _LOCK_KEY = 0x6D61696C62757301  # "mailbus\x01": one lock for all migrators of a database
 _LOCK_POLL_S = 0.2
-_ONLINE = "-- mailbus: online"
-_LOCKING = "-- mailbus: locking"
+_APPLICATION = "mailbus migrate"
+# the server ends the session when its client is gone: a dead client's statement is
+# cancelled within a second, a vanished host's connection dropped within ~25 s
+_SESSION = (
+    "SET client_connection_check_interval = '1s'",
+    "SET tcp_keepalives_idle = 10",
+    "SET tcp_keepalives_interval = 5",
+    "SET tcp_keepalives_count = 3",
+)
 ROLES = (
     "mailbus_enqueuer",
     "mailbus_relay",
@@ -62,46 +76,6 @@ ROLES = (
     "mailbus_retention",
     "mailbus_console",
 )
-
-
-@dataclass(frozen=True)
-class Migration:
-    version: int
-    name: str
-    sql: str
-
-    @property
-    def label(self) -> str:
-        return f"{self.version:04d}_{self.name}"
-
-    @property
-    def online(self) -> bool:
-        """Runs outside a transaction (CREATE INDEX CONCURRENTLY), a statement at a time."""
-        return _marked(self.sql, _ONLINE)
-
-    @property
-    def locking(self) -> bool:
-        """Stops writes to a table while it runs: needs --allow-locking on a live database."""
-        return _marked(self.sql, _LOCKING)
-
-
-def _marked(sql: str, marker: str) -> bool:
-    return any(line.startswith(marker) for line in sql.splitlines())
-
-
-def statements(sql: str) -> list[str]:
-    """An online migration's statements: each ends with ``;`` at the end of a line (pure).
-    Comment lines are dropped; a last statement without ``;`` is kept."""
-    found, lines = [], []
-    for line in sql.splitlines():
-        if line.lstrip().startswith("--"):
-            continue
-        lines.append(line)
-        if line.rstrip().endswith(";"):
-            found.append("\n".join(lines).strip())
-            lines = []
-    rest = "\n".join(lines).strip()
-    return [s for s in [*found, rest] if s]
 
 
 @dataclass(frozen=True)
@@ -126,40 +100,32 @@ class SchemaState:
         )
 
 
-def available_migrations(directory: Traversable | None = None) -> list[Migration]:
-    """The migrations in ``directory`` (default: those shipped in ``schemas/sql``), ordered
-    by version (``0001_name.sql``). Two files with one version (two branches that each
-    added the next number) raise ConfigError: a database that recorded the version with
-    one of them would skip the other."""
-    if directory is None:
-        directory = resources.files("mailbus.schemas").joinpath("sql")
-    files: dict[int, str] = {}  # version → file name
-    found = []
-    for entry in sorted(directory.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".sql"):
-            prefix, _, rest = entry.name.partition("_")
-            version = int(prefix)
-            if version in files:
-                raise ConfigError(
-                    str(directory),
-                    f"migrations {files[version]} and {entry.name} share version {version}:"
-                    " renumber one",
-                )
-            files[version] = entry.name
-            found.append(Migration(version, rest.removesuffix(".sql"), entry.read_text()))
-    return sorted(found, key=lambda m: m.version)
-
-
-def apply_migrations(database_url: str, *, allow_locking: bool = False) -> list[int]:
+def apply_migrations(
+    database_url: str,
+    *,
+    allow_locking: bool = False,
+    wait: LockWait | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    rand: Callable[[], float] = random.random,
+) -> list[int]:
     """Apply what is missing; return the versions applied by this call. A pending locking
     migration on a database that holds sends raises ConfigError (``--allow-locking``)
-    before anything is applied."""
+    before anything is applied; one that could not take its locks within
+    ``wait.max_wait_s`` raises StorageError, the versions before it applied."""
     migrations = available_migrations()  # two files with one version: refused before connecting
     try:
-        with psycopg.connect(database_url, autocommit=True) as conn:
+        with psycopg.connect(database_url, autocommit=True, application_name=_APPLICATION) as conn:
+            for setting in _SESSION:
+                conn.execute(setting)
             _lock(conn)
             try:
-                return _apply_pending(conn, migrations, allow_locking)
+                return _apply_pending(
+                    conn,
+                    migrations,
+                    allow_locking,
+                    LockWaiter(wait or LockWait(), sleep, clock, rand),
+                )
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_KEY,))
     except psycopg.Error as exc:
@@ -174,7 +140,10 @@ def _lock(conn: psycopg.Connection[tuple[object, ...]]) -> None:
 
 
 def _apply_pending(
-    conn: psycopg.Connection[tuple[object, ...]], migrations: list[Migration], allow_locking: bool
+    conn: psycopg.Connection[tuple[object, ...]],
+    migrations: list[Migration],
+    allow_locking: bool,
+    waiter: LockWaiter,
 ) -> list[int]:
     conn.execute(
         "CREATE TABLE IF NOT EXISTS mailbus_schema_migrations ("
@@ -193,15 +162,18 @@ def _apply_pending(
         )
     applied = []
     for migration in pending:
-        if migration.online:
-            _drop_invalid_indexes(conn)
+        if migration.online:  # never blocks writers: no lock timeout, it waits its turn
+            _drop_invalid_indexes(conn, migration.index_names)
             for statement in statements(migration.sql):
                 conn.execute(statement.encode())
             _record(conn, migration)
         else:
-            with conn.transaction():
+
+            def apply(migration: Migration = migration) -> None:
                 conn.execute(migration.sql.encode())
                 _record(conn, migration)
+
+            waiter.run(conn, migration.label, apply)
         applied.append(migration.version)
     return applied
 
@@ -219,13 +191,17 @@ def _holds_sends(conn: psycopg.Connection[tuple[object, ...]]) -> bool:
     return conn.execute("SELECT EXISTS (SELECT FROM email_sends)").fetchone() == (True,)
 
 
-def _drop_invalid_indexes(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+def _drop_invalid_indexes(
+    conn: psycopg.Connection[tuple[object, ...]], names: tuple[str, ...]
+) -> None:
     """An online build that was interrupted leaves its index invalid (never used, still
-    maintained); under the migrators' lock no other build is running, so drop it."""
+    maintained): drop it, so the rerun builds it again. Only the indexes this migration
+    builds: another invalid index may be a DBA's build still running."""
     rows = conn.execute(
-        "SELECT format('%I', c.relname) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+        "SELECT format('%%I', c.relname) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
         " JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE NOT i.indisvalid AND n.nspname = current_schema()"
+        " WHERE NOT i.indisvalid AND n.nspname = current_schema() AND c.relname = ANY(%s)",
+        (list(names),),
     ).fetchall()
     for (name,) in rows:
         conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}".encode())
@@ -254,16 +230,32 @@ def schema_state(database_url: str, connect_timeout: float = 10) -> SchemaState:
     )
 
 
-def check_schema(database_url: str) -> None:
-    """Raise ConfigError when the database is behind this build. A database that cannot be
-    reached now is not judged: the process starts and waits for it as it always did."""
-    try:
-        state = schema_state(database_url, connect_timeout=5)
-    except psycopg.OperationalError:
-        return
+def check_schema(database_url: str, until: threading.Event | None = None) -> bool:
+    """Raise ConfigError when the database is behind this build. A long-running process
+    (``until``: its stop event) waits for a database that cannot be reached yet, trying
+    again with backoff, and is judged once it answers; False if it was stopped meanwhile.
+    A command (no ``until``) is not judged on a database it cannot reach: its own first
+    statement says so."""
+    delay = 1.0
+    while True:
+        try:
+            state = schema_state(database_url, connect_timeout=5)
+            break
+        except psycopg.OperationalError as exc:
+            if until is None:
+                return True
+            log.warning(
+                "database unreachable, the schema check tries again in %.0f s: %s",
+                delay,
+                str(exc).strip().splitlines()[0] if str(exc).strip() else exc,
+            )
+            if until.wait(delay):
+                return False
+            delay = min(delay * 2, 30.0)
     reason = state.behind()
     if reason is not None:
         raise ConfigError("MAILBUS_DATABASE_URL", reason)
+    return True
 
 
 def apply_roles(database_url: str) -> tuple[str, ...]:

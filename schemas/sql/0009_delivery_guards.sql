@@ -1,3 +1,4 @@
+-- mailbus: locking (builds indexes on email_suppressions and email_dead_letters under SHARE: their writes, and every settle, wait)
 -- Guards the delivery path relies on (issue "Close the holes found in exactly-once delivery").
 
 -- The start of the latest call whose outcome was never known (a timeout, a dropped

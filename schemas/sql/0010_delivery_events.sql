@@ -1,3 +1,4 @@
+-- mailbus: locking (adds a CHECKed column to email_sends: a scan under ACCESS EXCLUSIVE, enqueues wait)
 -- Delivery events (docs/reference/contract.md#delivery-events): what the provider says happened after
 -- `accepted`. Each event is stored once per (provider, event id); the send it names by
 -- message_id shows its latest event in delivery_status / last_event_at.

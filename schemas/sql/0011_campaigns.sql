@@ -1,3 +1,4 @@
+-- mailbus: locking (a CHECKed column and an index on email_sends: a scan and a build while enqueues wait)
 -- Bulk campaigns (issue 10). The audience is imported once into campaign_recipients; the
 -- pacer (hosted by `mailbus relay`, or `mailbus campaign run`) then writes email_sends rows
 -- as the campaign's pace allows, advancing `checkpoint` in the transaction that wrote them.

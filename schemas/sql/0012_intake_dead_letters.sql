@@ -1,3 +1,4 @@
+-- mailbus: locking (builds an index on email_dead_letters under SHARE: dead letters and settles wait)
 -- The intake records each event it rejects as a dead letter (send_id NULL, reason
 -- 'intake_undecodable' or 'intake_invalid'), in the transaction of its batch's rows, so
 -- `mailbus dlq list/show` show them; it publishes them to `{prefix}.intake.dlq` itself,

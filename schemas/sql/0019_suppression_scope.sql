@@ -1,3 +1,4 @@
+-- mailbus: locking (a stored generated column rewrites email_suppressions under ACCESS EXCLUSIVE)
 -- Suppressions scoped by their reason (issue 18). A hard bounce, a manual entry or any
 -- other reason stops all mail to the address (scope 'all'); a complaint or an unsubscribe
 -- stops bulk mail only (scope 'bulk': a campaign's rows and the templates of the policy

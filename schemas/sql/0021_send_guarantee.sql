@@ -1,3 +1,4 @@
+-- mailbus: locking (a CHECK constraint scans email_sends under ACCESS EXCLUSIVE: enqueues wait)
 -- What a row was sent under, and when its first call started (issue 20).
 -- guarantee: exactly_once (the provider has an idempotency key or a look-up), at_most_once
 -- or at_least_once (neither; MAILBUS_UNKNOWN_OUTCOME), written by the claim that sends it.

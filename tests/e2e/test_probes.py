@@ -27,7 +27,6 @@ from mailbus.kernel.topics import create_topics
 pytestmark = pytest.mark.stack
 
 REPO = Path(__file__).resolve().parents[2]
-CONSOLE_USERS = REPO / "ops" / "compose" / "console-users"
 _URL = re.compile(r"https?://[^/'\" ]+:(\d+)(/[^'\" ]*)")
 
 
@@ -53,9 +52,7 @@ def _k8s() -> tuple[set[tuple[str, ...]], set[tuple[int, str]], dict[str, int]]:
                 [container] = doc["spec"]["template"]["spec"]["containers"]
                 commands.add(tuple(container["args"]))
                 containers.append(container)
-    named = {
-        port["name"]: port["containerPort"] for c in containers for port in c.get("ports", [])
-    }
+    named = {port["name"]: port["containerPort"] for c in containers for port in c.get("ports", [])}
     for container in containers:
         for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
             http = container.get(kind, {}).get("httpGet")
@@ -110,7 +107,9 @@ def test_the_manifests_name_the_same_processes_and_probes() -> None:
     assert k8s_ports == compose_ports
 
 
-def test_every_process_answers_every_probe_of_the_manifests(stack: Stack) -> None:
+def test_every_process_answers_every_probe_of_the_manifests(stack: Stack, tmp_path: Path) -> None:
+    users = tmp_path / "console-users"  # compose makes its own at first start
+    users.write_text("ana:operator:-\n")
     k8s_commands, k8s_probes, k8s_ports = _k8s()
     compose_commands, compose_probes, compose_ports = _compose()
     topic = f"{stack.settings.topic_prefix}.orders.events"
@@ -126,7 +125,7 @@ def test_every_process_answers_every_probe_of_the_manifests(stack: Stack) -> Non
             MAILBUS_WEBHOOK_SECRET="probe-test-secret",
             MAILBUS_INTAKE_TOPIC=topic,
             MAILBUS_CONSOLE_LISTEN=f"127.0.0.1:{_free_port()}",
-            MAILBUS_CONSOLE_USERS_FILE=str(CONSOLE_USERS),  # compose's own users file
+            MAILBUS_CONSOLE_USERS_FILE=str(users),
         )
         running[command] = {
             manifest[name]: local[name]

@@ -3,12 +3,18 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
-from services import StackServices, database_url_for, run_mailbus, settings_env
+from services import REPO, StackServices, database_url_for, run_mailbus, settings_env
+from tcp_proxy import TcpProxy
 
 from mailbus.app.migrate import available_migrations
 from mailbus.app.scratch_database import drop_database
@@ -41,7 +47,19 @@ def _recorded(database_url: str) -> list[int]:
         return [v for (v,) in conn.execute("SELECT version FROM mailbus_schema_migrations")]
 
 
-@pytest.mark.parametrize("command", [["relay"], ["consume", "--priority", "p0"], ["status"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["relay"],
+        ["consume", "--priority", "p0"],
+        ["status"],
+        ["console"],  # review 2026-12-06 hole 19: the console and every CLI action too
+        ["send", "show", "k"],
+        ["dlq", "list"],
+        ["suppress", "list"],
+        ["retention", "run", "--dry-run"],
+    ],
+)
 def test_a_process_on_a_database_behind_the_build_exits_2_with_one_line(
     settings: Settings, command: list[str]
 ) -> None:
@@ -82,3 +100,41 @@ def test_status_and_dry_run_show_pending_and_apply_nothing(settings: Settings) -
     status = run_mailbus("migrate", "--status", env=env, timeout=60)
     assert "pending: nothing (up to date)" in status.stdout
     assert run_mailbus("status", env=env, timeout=60).returncode == 0
+
+
+def test_a_process_started_before_its_database_answers_is_judged_once_it_does(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """The consumer started while PostgreSQL is unreachable waits for it; once it answers,
+    at a schema behind the build, it exits 2 instead of running on a schema it cannot use
+    (review 2026-12-06 hole 19)."""
+    _forget_last_two(settings.database_url)
+    url = urlsplit(settings.database_url)
+    proxy = TcpProxy(url.hostname or "127.0.0.1", url.port or 5432)
+    proxy.cut()  # PostgreSQL is down
+    through = urlunsplit(
+        url._replace(netloc=f"{url.username}:{url.password}@127.0.0.1:{proxy.port}")
+    )
+    env = settings_env(settings, MAILBUS_DATABASE_URL=through)
+    with (tmp_path / "consume.log").open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "mailbus", "consume", "--priority", "p0"],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    try:
+        time.sleep(3)
+        assert process.poll() is None  # waiting for the database, not judged
+        proxy.restore()  # PostgreSQL is back
+        assert process.wait(60) == 2
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        proxy.close()
+    assert (
+        f"database at {BEHIND}, this build needs {BUILD}" in (tmp_path / "consume.log").read_text()
+    )

@@ -130,3 +130,12 @@ def test_every_priority_has_a_consumer_pdb_and_scaler() -> None:
         ]
         assert name in pdbs
         assert f'mailbus_consumer_lag{{topic="mailbus.send.{priority}"}}' in topics[name]["query"]
+
+
+def test_the_migrate_job_sets_the_grants_of_what_it_migrates() -> None:
+    """Without --roles, the tables an upgrade adds stay ungranted until someone remembers
+    (review 2026-12-06 hole 10); and it gives up waiting for locks before its deadline."""
+    [job] = base_documents("migrate-job.yaml")
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:2] == ["migrate", "--roles"]
+    assert float(args[args.index("--max-wait") + 1]) < job["spec"]["activeDeadlineSeconds"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mailbus.app.migrate import available_migrations, statements
+from mailbus.app.migrate import LockWait, Migration, available_migrations, retry_delay, statements
 from mailbus.kernel.errors import ConfigError
 
 
@@ -57,3 +57,29 @@ def test_every_shipped_online_migration_is_statements_each_idempotent() -> None:
         if migration.online:
             for statement in statements(migration.sql):
                 assert "IF NOT EXISTS" in statement, (migration.label, statement)
+
+
+def test_a_lock_wait_backs_off_doubling_jittered_up_to_its_cap() -> None:
+    wait = LockWait(lock_timeout_s=0.05, max_wait_s=60, first_delay_s=0.5, cap_s=4)
+    assert [retry_delay(wait, tries, lambda: 1.0) for tries in range(1, 7)] == [
+        0.5,
+        1.0,
+        2.0,
+        4.0,
+        4.0,
+        4.0,
+    ]
+    assert retry_delay(wait, 3, lambda: 0.0) == 1.0  # never less than half
+
+
+def test_an_online_migration_names_only_the_indexes_it_builds() -> None:
+    sql = (
+        "-- mailbus: online\nCREATE EXTENSION IF NOT EXISTS pg_trgm;\n"
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS Sends_To_Idx ON t (a);\n"
+        "create unique index concurrently if not exists b_idx on t (b);\n"
+    )
+    assert Migration(43, "x", sql).index_names == ("sends_to_idx", "b_idx")
+    assert "online" in Migration(43, "x", sql).plan
+    assert Migration(17, "x", "-- mailbus: locking (why)\nALTER TABLE t;").plan.startswith(
+        "locking"
+    )

@@ -22,6 +22,7 @@ TOPICS = (
     "Upgrades",
     "Table growth and retention",
     "Kafka is down",
+    "Probes",
     "PostgreSQL failover",
     "Rows in unknown",
     "Intake lag or poison",

@@ -1,0 +1,33 @@
+"""The database round trip every long-running process's ``/readyz`` makes (issue 35,
+review 2026-12-06 hole 16): a process whose database is black-holed (a failover that moved
+its address, a partition) is not ready, within ``timeout_s``, instead of green until a
+kernel's retransmission timeout ends a stuck call a quarter of an hour later."""
+
+from __future__ import annotations
+
+import psycopg
+
+from mailbus.kernel.health import Probe
+
+__all__ = ["database_probe"]
+
+
+def database_probe(database_url: str, timeout_s: float = 3.0) -> Probe:
+    """A :func:`mailbus.kernel.health.probe` that connects and runs ``SELECT 1``, the
+    connection and the statement each bounded by ``timeout_s``."""
+
+    def check() -> tuple[bool, str]:
+        try:
+            with psycopg.connect(
+                database_url,
+                connect_timeout=max(2, round(timeout_s)),  # libpq's least is 2 s
+                options=f"-c statement_timeout={int(timeout_s * 1000)}",
+                application_name="mailbus readyz",
+            ) as conn:
+                conn.execute("SELECT 1")
+        except psycopg.Error as exc:
+            lines = str(exc).strip().splitlines()
+            return False, f"no round trip: {lines[0] if lines else type(exc).__name__}"
+        return True, ""
+
+    return check
