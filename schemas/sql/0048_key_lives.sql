@@ -61,4 +61,7 @@ BEGIN
     IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'mailbus_operator') THEN
         GRANT SELECT ON email_key_lives TO mailbus_operator;
     END IF;
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'mailbus_console') THEN
+        GRANT SELECT ON email_key_lives TO mailbus_console;
+    END IF;
 END $$;

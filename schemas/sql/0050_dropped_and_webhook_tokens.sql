@@ -40,4 +40,7 @@ BEGIN
     IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'mailbus_webhooks') THEN
         GRANT SELECT, INSERT, UPDATE, DELETE ON webhook_tokens TO mailbus_webhooks;
     END IF;
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'mailbus_operator') THEN
+        GRANT SELECT ON webhook_tokens TO mailbus_operator;  -- it reads every table
+    END IF;
 END $$;

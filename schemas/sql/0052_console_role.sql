@@ -55,7 +55,6 @@ BEGIN
     END IF;
     IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'mailbus_console') THEN
         GRANT SELECT ON email_sends_shown TO mailbus_console;
-        GRANT SELECT ON email_key_lives TO mailbus_console;
         GRANT SELECT, INSERT (who, role, action, target, mails, detail) ON console_audit
             TO mailbus_console;
     END IF;

@@ -19,6 +19,12 @@ BEGIN
             delivery_events_past_retention TO mailbus_operator;
         GRANT INSERT ON email_send_resolutions TO mailbus_operator;  -- the audit: the console's (0052)
     END IF;
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'mailbus_console') THEN  -- 0052's role
+        GRANT SELECT (id, published_at) ON email_send_events TO mailbus_console;
+        GRANT SELECT ON email_send_resolutions TO mailbus_console;
+        GRANT SELECT, INSERT (who, role, action, target, mails, detail) ON console_audit
+            TO mailbus_console;
+    END IF;
     IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'mailbus_retention') THEN
         GRANT SELECT ON email_sends_past_retention, email_dead_letters_past_retention,
             delivery_events_past_retention TO mailbus_retention;  -- deletes: mailbus_prune (0057)
