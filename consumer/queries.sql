@@ -29,7 +29,9 @@ WHERE s.id = ANY(%(ids)s::bigint[])
 -- `resend_window_s` of its first call (an idempotency key's window, less the time to reach
 -- the provider; NULL: any time). The claim records the guarantee the row is sent under
 -- (never upgrading one an operator made `at_least_once`, consumer/send_admin.sql), the
--- start of its first call and the key its first call carries (never changed after).
+-- start of its first call and the key its first call carries (never changed after); a
+-- claim carrying another key (loaded before a claim under another prefix, released
+-- since) is refused: the next load carries the recorded one.
 -- The rows are found by `id = ANY(ARRAY(…))`, through the primary key: joined to the JSON
 -- batch instead (which PostgreSQL always guesses at 100 rows), a table of up to tens of
 -- thousands of rows was scanned whole, twice per claim
@@ -67,6 +69,7 @@ WHERE s.id = ANY(ARRAY(SELECT id FROM locked)) AND s.id = c.id
         AND (s.in_doubt_since IS NULL OR c.resend_window_s IS NULL
              OR s.first_tried_at + make_interval(secs => c.resend_window_s) > clock_timestamp()))
        OR (s.status = 'sending' AND s.lease_token = c.token))
+  AND (s.provider_key IS NULL OR c.provider_key IS NULL OR s.provider_key = c.provider_key)
   AND NOT EXISTS (SELECT 1 FROM campaigns k
                   WHERE k.id = s.campaign_id AND k.state IN ('paused', 'cancelled'))
 RETURNING s.id, extract(epoch FROM s.expires_at - clock_timestamp())::float8,

@@ -43,8 +43,9 @@ SELECT open_rows.n, (SELECT id FROM inserted) FROM open_rows
 
 -- name: enqueue_many
 -- enqueue_with_policy for many rows in one statement: one array per column, one element
--- per row (no dedupe key twice), inserted in key order. With a threshold, the batch is written only when the open
--- rows plus its keys not yet in the table stay within it (open rows counted only then).
+-- per row (no dedupe key twice), inserted in key order. With a threshold, the batch is
+-- written only when the open rows plus its keys not yet in the table stay within it (open
+-- rows counted only then); a batch of keys all in the table is a no-op, never refused.
 -- Returns per row, in order: (id, created, open_rows, admitted); id NULL when a
 -- concurrent transaction committed the key after this statement's snapshot was taken.
 -- Existing keys are looked up by correlated sub-selects, one index probe per row: as a
@@ -66,7 +67,7 @@ WITH input AS (
     WHERE %(threshold)s::bigint IS NOT NULL
       AND (SELECT true FROM email_sends AS s WHERE s.dedupe_key = input.dedupe_key) IS NULL
 ), admitted AS (
-    SELECT %(threshold)s::bigint IS NULL
+    SELECT %(threshold)s::bigint IS NULL OR (SELECT n FROM fresh) = 0
            OR (SELECT n FROM open_rows) + (SELECT n FROM fresh) <= %(threshold)s::bigint AS ok
 ), inserted AS (
     INSERT INTO email_sends (dedupe_key, to_address, template, payload_json, priority,

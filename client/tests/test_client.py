@@ -118,6 +118,22 @@ def test_enqueue_many_is_refused_whole_past_the_cap(database_url: str) -> None:
     assert len(rows(database_url)) == 10
 
 
+def test_enqueue_many_of_keys_already_in_is_a_no_op_even_past_the_cap(database_url: str) -> None:
+    """As ``enqueue``: a key already in the table is a no-op past the cap, not a refusal
+    (a retry of a batch that went in, or its retry of keys another transaction committed
+    meanwhile, raised QueueFullError with the first rows written)."""
+    client = Client(cap=QueueCap(10))
+    with psycopg.connect(database_url) as conn:
+        first = client.enqueue_many(conn, batch(7, prefix="a-", priority="p0"))
+        again = client.enqueue_many(conn, batch(2, prefix="a-", priority="p2"))  # 7 > 6
+        assert client.enqueue(conn, batch(1, prefix="a-", priority="p2")[0]).created is False
+        with pytest.raises(QueueFullError):
+            client.enqueue_many(
+                conn, batch(1, prefix="a-", priority="p2") + batch(1, prefix="b-", priority="p2")
+            )
+    assert again == [EnqueueResult(first[0].send_id, False), EnqueueResult(first[1].send_id, False)]
+
+
 def test_send_at_and_a_delay_set_next_try_at_and_the_expiry_follows(database_url: str) -> None:
     at = datetime(2031, 5, 1, 8, tzinfo=UTC)
     with psycopg.connect(database_url) as conn:

@@ -8,6 +8,9 @@
 --     transaction has just marked replayed (consumer/dead_letters.sql mark_replayed);
 --   mailbus_campaign_*: a campaign's rows, only while the campaign is in the state the
 --     move just gave it (campaigns/queries.sql transition): cancelled, paused, running.
+--     That is a state, not this transaction's move: each may run again, so each is
+--     idempotent (hold skips a row already held, which release's one century would not
+--     bring back).
 -- No lock is taken on a table: creating a function reads the catalog only.
 
 CREATE OR REPLACE FUNCTION mailbus_replay_send(send bigint) RETURNS SETOF bigint
@@ -56,6 +59,7 @@ LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
     UPDATE email_sends
     SET next_try_at = coalesce(next_try_at, now()) + interval '100 years', published_at = NULL
     WHERE campaign_id = campaign AND status = 'pending'
+      AND (next_try_at IS NULL OR next_try_at <= now() + interval '50 years')  -- held once
       AND EXISTS (SELECT 1 FROM campaigns c WHERE c.id = campaign AND c.state = 'paused')
     RETURNING id
 $$;

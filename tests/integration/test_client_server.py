@@ -90,6 +90,42 @@ def test_the_enqueuer_role_schedules_reads_status_and_cancels_and_nothing_more(
     assert len(rows(database_url)) == 4
 
 
+def test_the_enqueuer_cannot_cancel_a_campaigns_mail_nor_sign_its_cancel_as_someone_else(
+    database_url: str,
+) -> None:
+    """mailbus_cancel_send runs as the tables' owner for any key: an enqueuer (any domain
+    service) could stop a campaign's mail, which only the operator's `campaign cancel`
+    may, and wrote whatever name it liked as the audit row's resolved_by. The operator
+    still cancels a campaign's row by hand."""
+    apply_roles(database_url)
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template, campaign_id)"
+            " VALUES ('camp-1', 'a@example.com', 'newsletter', 7),"
+            " ('camp-2', 'b@example.com', 'newsletter', 7)"
+        )
+    client = Client()
+    with login_as(database_url, "mailbus_enqueuer") as url, psycopg.connect(url) as conn:
+        client.enqueue(conn, SendRequest("own", "c@example.com", "welcome"))
+        assert not client.cancel(conn, "camp-1")
+        assert client.cancel(conn, "own", by="ops-ana")
+        login = conn.execute("SELECT session_user").fetchone()[0]  # type: ignore[index]
+        conn.commit()
+    with login_as(database_url, "mailbus_operator") as url, psycopg.connect(url) as conn:
+        assert client.cancel(conn, "camp-2", by="ana")
+        conn.commit()
+    with psycopg.connect(database_url) as conn:
+        audit = conn.execute(
+            "SELECT s.dedupe_key, s.status, r.resolved_by FROM email_sends s"
+            " LEFT JOIN email_send_resolutions r ON r.send_id = s.id ORDER BY s.dedupe_key"
+        ).fetchall()
+    assert audit == [
+        ("camp-1", "pending", None),
+        ("camp-2", "expired", "ana"),
+        ("own", "expired", f"ops-ana (login {login})"),
+    ]
+
+
 def scanned_whole(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> set[str]:
     """The tables an EXPLAIN (FORMAT JSON) plan of ``sql`` reads by a sequential scan."""
     [(explained,)] = conn.execute(f"EXPLAIN (FORMAT JSON) {sql}", params).fetchall()

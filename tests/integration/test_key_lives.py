@@ -200,3 +200,36 @@ def test_only_retention_counts_lives_and_nobody_forgets_them(
         pytest.raises(psycopg.errors.InsufficientPrivilege),
     ):
         conn.execute(statement)
+
+
+def test_a_claim_under_another_key_than_the_recorded_one_is_refused(database_url: str) -> None:
+    """Two consumers of different prefixes during a rollout that changes it: the new one
+    loads the row (key `new:K`); the old one claims it first (recording `old:K`) and hands
+    the claim back before its call (release_claim). The new one's claim then went through
+    and its call carried `new:K` while the row said `old:K`: a look-up or resend of that
+    row would ask under a key the provider never saw. The claim is refused instead; the
+    next load (the relay publishes the released row again) carries the recorded key."""
+    send_id = enqueue(database_url, "code-9")
+
+    async def race(new: SendLedger) -> Any:
+        loaded = await new.load(send_id)
+        assert loaded is not None and loaded.view.key == "new:code-9"
+
+        async def first(old: SendLedger) -> None:
+            token = uuid.uuid4()
+            claim = await old.claim_for_send(send_id, 0, None, token, provider_key="old:code-9")
+            assert claim is not None
+            await old.release_claim(send_id, token)
+
+        old = SendLedger(database_url, max_connections=2, lease_s=30, key_prefix="old:")
+        await old.open()
+        try:
+            await first(old)
+        finally:
+            await old.close()
+        return await new.claim_for_send(
+            send_id, 0, None, uuid.uuid4(), provider_key=loaded.view.key
+        )
+
+    assert with_prefix(database_url, "new:", race) is None
+    assert loaded_key(database_url, send_id, prefix="new:") == "old:code-9"

@@ -291,3 +291,33 @@ def test_no_one_but_the_console_writes_its_audit_and_no_one_rewrites_it(roles_db
             True,
         )
     assert refused(roles_db, "UPDATE console_audit SET who = 'vic'")
+
+
+def test_a_campaign_paused_then_held_again_resumes_its_mail(roles_db: str) -> None:
+    """mailbus_campaign_hold checks only that the campaign is paused: a console taken over
+    (or a second caller) running it again while paused pushed the rows another century
+    back, and the resume's one century off left them held for good (a running campaign
+    that never sends nor finishes). A held row is held once."""
+    with psycopg.connect(roles_db) as conn:
+        campaign = conn.execute(
+            "INSERT INTO campaigns (name, template, priority, rate_per_min, audience, state)"
+            " VALUES ('c', 'newsletter', 'p2', 60, 'x', 'paused') RETURNING id"
+        ).fetchone()[0]  # type: ignore[index]
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template, campaign_id)"
+            " VALUES ('c-1', 'a1@x.org', 'newsletter', %s)",
+            (campaign,),
+        )
+    with login_as(roles_db, "mailbus_console") as url, psycopg.connect(url) as conn:
+        for _ in range(3):
+            conn.execute("SELECT * FROM mailbus_campaign_hold(%s)", (campaign,))
+            conn.commit()
+        conn.execute("UPDATE campaigns SET state = 'running' WHERE id = %s", (campaign,))
+        conn.execute("SELECT * FROM mailbus_campaign_release(%s)", (campaign,))
+        conn.commit()
+    with psycopg.connect(roles_db) as conn:
+        due = conn.execute(
+            "SELECT next_try_at <= now() + interval '1 minute' FROM email_sends"
+            " WHERE dedupe_key = 'c-1'"
+        ).fetchone()
+    assert due == (True,)
