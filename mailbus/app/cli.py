@@ -22,6 +22,7 @@ from mailbus.kernel.unknown_settings import check_names
 
 if TYPE_CHECKING:
     from mailbus.app.migrate_waits import LockWait
+    from mailbus.consumer.dead_letter_views import LetterFilter
 
 __all__ = ["main"]
 
@@ -48,6 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         register_secret(settings.unsubscribe_secret_previous)
         for secret in settings.kafka_security.secrets:
             register_secret(secret)
+        check_options = getattr(args, "check_options", None)
+        if check_options is not None:  # an option's own error comes before the schema's
+            check_options(args)
         if getattr(args, "checks_schema", True):  # every command that reads the database
             from mailbus.app.migrate import check_schema  # (after its options' errors)
 
@@ -247,14 +251,33 @@ def _status(settings: Settings, args: argparse.Namespace) -> int:
     return print_status(settings, as_json=args.json)
 
 
-def _dlq_list(settings: Settings, args: argparse.Namespace) -> int:
-    from mailbus.consumer.dead_letter_admin import print_list
+def _dlq_where(args: argparse.Namespace) -> LetterFilter:
+    """The dead letters ``--reason/--priority/--template/--since`` name (ConfigError: exit 2)."""
     from mailbus.consumer.dead_letter_views import LetterFilter
 
-    where = LetterFilter.from_options(
-        args.reason, args.priority, args.template, args.since, include_replayed=args.all
-    )
-    return print_list(settings, where, args.limit or None, as_json=args.json)
+    return LetterFilter.from_options(
+        args.reason, args.priority, args.template, args.since,
+        include_replayed=getattr(args, "all", False),
+    )  # fmt: skip
+
+
+def _dlq_options(args: argparse.Namespace) -> None:
+    """Every dlq option's error, before the command reads the database."""
+    from mailbus.consumer.dead_letter_views import parse_letter_id
+    from mailbus.kernel.durations import parse_rate
+
+    if hasattr(args, "id"):
+        parse_letter_id(args.id)
+        return
+    _dlq_where(args)
+    if not getattr(args, "no_pace", True):
+        parse_rate(args.rate)
+
+
+def _dlq_list(settings: Settings, args: argparse.Namespace) -> int:
+    from mailbus.consumer.dead_letter_admin import print_list
+
+    return print_list(settings, _dlq_where(args), args.limit or None, as_json=args.json)
 
 
 def _dlq_show(settings: Settings, args: argparse.Namespace) -> int:
@@ -266,12 +289,11 @@ def _dlq_show(settings: Settings, args: argparse.Namespace) -> int:
 
 def _dlq_replay(settings: Settings, args: argparse.Namespace) -> int:
     from mailbus.consumer.dead_letter_admin import run_replay
-    from mailbus.consumer.dead_letter_views import LetterFilter
     from mailbus.intake.config import IntakeConfig
     from mailbus.intake.replay import EventReplayer
     from mailbus.kernel.durations import parse_rate
 
-    where = LetterFilter.from_options(args.reason, args.priority, args.template, args.since)
+    where = _dlq_where(args)
     rate = None if args.no_pace else parse_rate(args.rate)
     return run_replay(
         settings,
@@ -460,7 +482,7 @@ def _add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
 
     def action(name: str, handler: Callable[..., int], text: str) -> argparse.ArgumentParser:
         sub = add_command(actions, name, text, settings_of="dlq")
-        sub.set_defaults(handler=handler)
+        sub.set_defaults(handler=handler, check_options=_dlq_options)
         return sub
 
     def filters(sub: argparse.ArgumentParser) -> None:

@@ -37,9 +37,9 @@ $$;
 -- build (a row claimed before 0048, or by an older build during a rollout, went out under
 -- its bare dedupe key). A nullable column without a default is a catalog change: no
 -- rewrite, no scan. Its ACCESS EXCLUSIVE lock is held for an instant, but while it waits
--- for a long transaction every enqueue queues behind it: give up after a few seconds
--- instead (then run `mailbus migrate` again). The trigger is created under the same lock.
-SET LOCAL lock_timeout = '5s';
+-- for a long transaction every enqueue queues behind it: `mailbus migrate` takes it with a
+-- short lock timeout and tries again (docs/runbook.md#upgrades). The trigger is created
+-- under the same lock.
 ALTER TABLE email_sends ADD COLUMN IF NOT EXISTS provider_key text NULL;
 CREATE OR REPLACE TRIGGER email_sends_count_key_lives
     AFTER DELETE ON email_sends REFERENCING OLD TABLE AS deleted_sends

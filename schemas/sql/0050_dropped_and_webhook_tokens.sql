@@ -11,7 +11,6 @@
 -- * webhook_tokens: the Mailgun signature tokens seen within the tolerance window, shared
 --   by every `mailbus webhooks` replica, pruned by them; a token seen with other event data
 --   is a replay (Mailgun signs timestamp + token, not the body).
-SET LOCAL lock_timeout = '5s';
 
 ALTER TABLE email_sends DROP CONSTRAINT IF EXISTS email_sends_delivery_status_check;
 ALTER TABLE email_sends ADD CONSTRAINT email_sends_delivery_status_check

@@ -16,7 +16,8 @@ ALTER TABLE console_audit ADD COLUMN IF NOT EXISTS db_user text;
 ALTER TABLE console_audit DROP CONSTRAINT IF EXISTS console_audit_role_check;
 ALTER TABLE console_audit ADD CONSTRAINT console_audit_role_check
     CHECK (role IN ('viewer', 'operator', 'none')) NOT VALID;
-ALTER TABLE console_audit VALIDATE CONSTRAINT console_audit_role_check;
+-- Left NOT VALID: every earlier row (viewer, operator) meets the wider check, and
+-- validating would read the table under the lock just taken.
 
 CREATE OR REPLACE FUNCTION console_audit_append_only() RETURNS trigger
 LANGUAGE plpgsql SET search_path = public, pg_temp AS $$

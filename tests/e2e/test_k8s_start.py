@@ -41,7 +41,7 @@ pytestmark = pytest.mark.stack
 OVERLAYS = sorted(p.name for p in (REPO / "k8s/overlays").iterdir() if p.is_dir())
 # the workloads whose database URL is a Secret of its own, each with a local login
 # (ops/compose/login-roles.sql: mailbus_<workload>_local, password <workload>-local)
-_WORKLOADS = frozenset({"relay", "consumer", "intake", "webhooks", "operator"})
+_WORKLOADS = frozenset({"relay", "consumer", "intake", "webhooks", "operator", "console"})
 
 
 def _free_port() -> int:
