@@ -202,8 +202,9 @@ class ProviderGate:
             await self._rate_limiter.acquire()
 
     def release(self, admission: Admission) -> None:
-        """An admitted send that did not happen (the row was claimed elsewhere)."""
-        if not admission.settled and self.breaker.probe_out:
+        """An admitted send that did not happen (the row was claimed elsewhere); only the
+        probe's own hand-back lets another probe out."""
+        if admission.probe and not admission.settled and self.breaker.probe_out:
             self._set_breaker(replace(self.breaker, probe_out=False))
         admission.settled = True
 
