@@ -202,8 +202,9 @@ class ProviderGate:
             await self._rate_limiter.acquire()
 
     def release(self, admission: Admission) -> None:
-        """An admitted send that did not happen (the row was claimed elsewhere)."""
-        if not admission.settled and self.breaker.probe_out:
+        """An admitted send that did not happen (the row was claimed elsewhere); only the
+        probe's own hand-back lets another probe out."""
+        if admission.probe and not admission.settled and self.breaker.probe_out:
             self._set_breaker(replace(self.breaker, probe_out=False))
         admission.settled = True
 
@@ -229,7 +230,10 @@ class ProviderGate:
             result.throttled or result.transient or domain_throttled(result)
         )
         was_open = self.breaker.state is not BreakerState.CLOSED
-        self._set_breaker(record(self.breaker, healthy, now, self._breaker_policy))
+        # half-open, only the probe's reply counts: a late one to a call from before the
+        # outage would reopen it with no probe out, and a second probe would go
+        if admission.probe or self.breaker.state is not BreakerState.HALF_OPEN:
+            self._set_breaker(record(self.breaker, healthy, now, self._breaker_policy))
         if was_open and self.breaker.state is BreakerState.CLOSED:
             self._recovered_at = now
             if self._recovery is not None:

@@ -398,7 +398,8 @@ class DeliveryService:
             self.gate.settle(admission, result, latency_s, recipient_domain(row.to_address))
         source = f"sync:{'http' if route == FALLBACK else self.provider_kind}"
         decision = after_call(row, result, self.clock(), self.policy, self.rand, source)
-        if view.in_doubt_since is not None and key_conflict(provider.capability, result):
+        # any earlier call (in doubt, or resolved --not-sent by an operator) may hold the key
+        if view.attempts > 0 and key_conflict(provider.capability, result):
             decision = self.doubt.key_used(row, route, self.clock())
         elif decision.next_status is Status.UNKNOWN:
             row = replace(row, in_doubt_since=called_at)

@@ -42,9 +42,12 @@ any 5xx                                         lost reply      unknown: with no
 connect refused / connect timeout, no or        not sent        retry
 partial credentials, a credential or token
 that could not be fetched, parameters the SDK
-refused, a TLS handshake that failed, a call
-still queued for a worker thread at its deadline
-read timeout, connection closed after sending   lost reply      unknown
+refused, a certificate refused in the TLS
+handshake, a call still queued for a worker
+thread at its deadline
+read timeout, connection closed after sending,  lost reply      unknown
+any other TLS error (urllib3 raises one while
+reading the reply as the same ``SSLError``)
 ==============================================  ==============  =========================
 
 The quota and rate messages are SES's own
@@ -63,6 +66,7 @@ import base64
 import functools
 import hashlib
 import re
+import ssl
 import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -122,7 +126,6 @@ _NOT_SENT: tuple[type[Exception], ...] = (
     TokenRetrievalError,
     SSOError,
     ParamValidationError,
-    SSLError,
 )
 _THROTTLED = frozenset({"TooManyRequestsException", "Throttling", "ThrottlingException"})
 _ACCOUNT = frozenset(
@@ -193,6 +196,20 @@ def _unverified_sender(code: str, message: str, sender: str) -> bool:
     return (
         code == "MessageRejected" and "not verified" in text and bool(address) and (address in text)
     )
+
+
+def _certificate_refused(exc: SSLError) -> bool:
+    """Whether a TLS error is a certificate refused, which only the handshake raises,
+    before a byte of the request: botocore's SSLError wraps urllib3's, which wraps the
+    ``ssl`` module's error."""
+    error: Any = exc.kwargs.get("error")
+    for _ in range(3):
+        if isinstance(error, ssl.SSLCertVerificationError):
+            return True
+        if not isinstance(error, BaseException) or not error.args:
+            return False
+        error = error.args[0]
+    return False
 
 
 class _GivenUp(Exception):
@@ -324,6 +341,9 @@ class SesProvider:
                 )
             except _NOT_SENT as exc:
                 return TransportFailure(False, clip_reason(f"{type(exc).__name__}: {exc}"))
+            except SSLError as exc:  # raised in the handshake or while reading the reply
+                sent = not _certificate_refused(exc)
+                return TransportFailure(sent, clip_reason(f"{type(exc).__name__}: {exc}"))
             except BotoCoreError as exc:  # read timeout, connection closed: maybe sent
                 return TransportFailure(True, clip_reason(f"{type(exc).__name__}: {exc}"))
         status = int(reply.get("ResponseMetadata", {}).get("HTTPStatusCode", 200))

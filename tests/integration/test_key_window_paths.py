@@ -149,3 +149,32 @@ def test_a_resend_refused_as_holding_the_key_waits_for_an_operator(database_url:
     assert (status, attempts) == ("unknown", 2)
     assert "operator" in error
     assert abs(retry_in - WINDOW_S) < 1  # taken again only when its window has ended
+
+
+def test_a_resend_after_not_sent_refused_as_holding_the_key_is_not_failed(
+    database_url: str,
+) -> None:
+    """After ``send resolve --not-sent`` (``in_doubt_since`` cleared, ``at_least_once``) the
+    provider's 409 ``invalid_idempotent_request`` still proves an earlier call reached it:
+    the row waits for an operator, never ``failed`` with a dead letter and no look-up."""
+    conflict = "invalid_idempotent_request: key already used with a different payload"
+    provider = keyed(lambda key: ProviderReply(409, error_excerpt=conflict))
+    row_id = insert(
+        database_url,
+        "not-sent-held",
+        "attempts = 1, first_tried_at = now(), guarantee = 'at_least_once'",
+    )
+
+    async def scenario(service: DeliveryService) -> None:
+        await service.handle(origin_for(row_id, "not-sent-held", 1))
+
+    run(database_url, provider, scenario)
+    assert provider.sent == ["not-sent-held"]
+    status, attempts, _, error, _ = row_of(database_url, row_id)
+    assert (status, attempts) == ("unknown", 2)
+    assert "operator" in error
+    with psycopg.connect(database_url) as conn:
+        (letters,) = conn.execute(  # type: ignore[misc]
+            "SELECT count(*) FROM email_dead_letters WHERE send_id = %s", (row_id,)
+        ).fetchone()
+    assert letters == 0

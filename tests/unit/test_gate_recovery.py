@@ -73,3 +73,65 @@ def test_an_admission_lapses_when_the_breaker_opens_before_its_call_but_a_probe_
     time.sleep(0.06)
     probe = asyncio.run(gate.admit_send())
     assert probe.probe and gate.holds(probe)
+
+
+def test_a_lapsed_admission_handed_back_leaves_the_probe_out() -> None:
+    # Before: release() of an admission that was not the probe cleared probe_out while the
+    # real probe was still in flight, so a second probe went to the recovering provider.
+    gate = ProviderGate(
+        4,
+        BreakerPolicy(failure_threshold=1, cool_down_s=0.05, max_cool_down_s=0.05),
+        None,
+        on_breaker_change=lambda _state: None,
+        on_limit_change=lambda _limit: None,
+    )
+    lapsed = asyncio.run(gate.admit_send())  # admitted while closed, waits for a permit
+    gate.settle(asyncio.run(gate.admit_send()), FAILED, 0.1)  # another call opens it
+    time.sleep(0.06)
+    probe = asyncio.run(gate.admit_send())  # the one probe, now in flight
+    assert probe.probe and gate.breaker.probe_out
+    assert not gate.holds(lapsed)
+    gate.release(lapsed)  # service._attempt: `continue`, the finally hands it back
+    assert gate.breaker.probe_out
+
+    async def second() -> bool:
+        try:
+            await asyncio.wait_for(gate.admit_send(), 0.3)
+        except TimeoutError:
+            return False
+        return True
+
+    assert not asyncio.run(second())  # no second probe while the first is out
+    gate.settle(probe, OK, 0.1)
+    assert gate.breaker.state is BreakerState.CLOSED
+
+
+def test_a_late_reply_to_a_call_from_before_the_outage_is_not_the_probes() -> None:
+    # Before: a call admitted while closed that failed after the probe went out reopened the
+    # breaker with probe_out cleared, so a second probe went out while the first was in flight.
+    gate = ProviderGate(
+        4,
+        BreakerPolicy(failure_threshold=1, cool_down_s=0.05, max_cool_down_s=0.05),
+        None,
+        on_breaker_change=lambda _state: None,
+        on_limit_change=lambda _limit: None,
+    )
+    stale = asyncio.run(gate.admit_send())  # in flight when the breaker opens
+    gate.settle(asyncio.run(gate.admit_send()), FAILED, 0.1)
+    time.sleep(0.06)
+    probe = asyncio.run(gate.admit_send())
+    assert probe.probe
+    gate.settle(stale, FAILED, 0.1)  # its reply comes late
+    assert gate.breaker.state is BreakerState.HALF_OPEN and gate.breaker.probe_out
+    time.sleep(0.06)
+
+    async def second() -> bool:
+        try:
+            await asyncio.wait_for(gate.admit_send(), 0.3)
+        except TimeoutError:
+            return False
+        return True
+
+    assert not asyncio.run(second())
+    gate.settle(probe, OK, 0.1)
+    assert gate.breaker.state is BreakerState.CLOSED

@@ -1,10 +1,12 @@
 """SES: a call that failed before any byte left -- credentials that could not be had,
-parameters the SDK refused, a TLS handshake, a call still queued for a worker thread at
-its deadline -- is "not sent", a retry, never an unknown outcome for an operator."""
+parameters the SDK refused, a certificate refused in the TLS handshake, a call still
+queued for a worker thread at its deadline -- is "not sent", a retry, never an unknown
+outcome for an operator; any other TLS error may follow the request: unknown."""
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 from typing import Any
 
@@ -17,12 +19,19 @@ from botocore.exceptions import (
     SSLError,
     TokenRetrievalError,
 )
+from urllib3.exceptions import SSLError as Urllib3SSL
 
 from mailbus.consumer.core.outcome import Outcome, TransportFailure, classify
 from mailbus.consumer.provider import OutgoingMail
 from mailbus.consumer.providers.ses import SesProvider
 
 MAIL = OutgoingMail("order-7", "ana@example.com", "order", {"subject": "Hi"})
+
+
+def tls_error(cause: ssl.SSLError) -> SSLError:
+    """botocore's SSLError as botocore/httpsession.py raises it: wrapping urllib3's, which
+    wraps the ssl module's error (urllib3/connectionpool.py, any stage of the call)."""
+    return SSLError(endpoint_url="https://email.eu-west-1.amazonaws.com", error=Urllib3SSL(cause))
 
 
 def provider(**options: Any) -> SesProvider:
@@ -42,7 +51,10 @@ def provider(**options: Any) -> SesProvider:
         (PartialCredentialsError(provider="env", cred_var="AWS_SECRET_ACCESS_KEY"), False),
         (TokenRetrievalError(provider="sso", error_msg="expired"), False),
         (ParamValidationError(report="Invalid type for parameter Destination"), False),
-        (SSLError(endpoint_url="https://email.eu-west-1.amazonaws.com", error="handshake"), False),
+        (tls_error(ssl.SSLCertVerificationError(1, "certificate verify failed")), False),
+        # urllib3 raises a TLS error while reading the reply, after the request went out,
+        # as the same SSLError: maybe sent, never retried blindly (no key at SES)
+        (tls_error(ssl.SSLEOFError(8, "EOF occurred in violation of protocol")), True),
         (ConnectionClosedError(endpoint_url="https://email.eu-west-1.amazonaws.com"), True),
     ],
 )
