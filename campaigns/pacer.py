@@ -28,7 +28,8 @@ queue cap (``MAILBUS_QUEUE_CAP``): a tick hands out no more rows than the cap ad
 the campaign's priority now, and the campaign waits (``limited_by`` "queue") while the
 queue is full.
 
-``mailbus relay`` runs :func:`start_pacer_thread` beside the relay loop; ``mailbus
+``mailbus relay`` runs :func:`start_pacer_thread` beside the relay loop, with the
+reputation guard (:mod:`mailbus.campaigns.guard`) checked between its rounds; ``mailbus
 campaign run ID`` runs :meth:`Pacer.run` in the foreground for one campaign.
 """
 
@@ -43,6 +44,7 @@ from typing import Any
 
 import psycopg
 
+from mailbus.campaigns.guard import ReputationGuard
 from mailbus.campaigns.pacing import Bucket, Grant, Pace, Window, fair_shares, plan_tick, settle
 from mailbus.campaigns.unsubscribe import Links, hmac_pads
 from mailbus.kernel import health
@@ -108,7 +110,9 @@ class Pacer:
         daily_quota: int | None = None,
         policies: PolicyBook | None = None,
         queue_cap: QueueCap | None = None,
+        guard: ReputationGuard | None = None,
     ) -> None:
+        self.guard = guard  # checked between rounds (the relay's pacer)
         self.database_url = database_url
         self.daily_quota = daily_quota  # recipients per UTC day, all campaigns together
         # As the enqueue helper's: MAILBUS_POLICY_FILE (or the shipped book), MAILBUS_QUEUE_CAP.
@@ -306,6 +310,8 @@ class Pacer:
                     while not stop.is_set():
                         started = time.monotonic()
                         results = self.tick_all(conn)
+                        if self.guard is not None:
+                            self.guard.maybe_check(conn, time.monotonic())
                         if on_tick is not None:
                             on_tick(results)
                         if until_idle and all(r.fanned_out for r in results):
@@ -337,6 +343,7 @@ def start_pacer_thread(settings: Settings, stop: threading.Event) -> threading.T
         settings.database_url,
         links=Links.of(settings.unsubscribe_secret, settings.unsubscribe_base_url),
         daily_quota=settings.campaign_daily_quota,
+        guard=ReputationGuard.of(settings),
     )
     thread = threading.Thread(
         target=_pace_until_stopped, args=(pacer, stop), name="campaign-pacer", daemon=True

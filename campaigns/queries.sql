@@ -101,6 +101,9 @@ SET state = %(to_state)s,
     tokens = 0,
     last_tick_at = NULL,
     importing = importing AND %(to_state)s <> 'cancelled',  -- a cancel ends the import
+    -- Why it is paused (NULL: an operator's pause); the guard's window restarts with it.
+    paused_reason = CASE WHEN %(to_state)s = 'paused' THEN %(reason)s::text END,
+    guarded_since = CASE WHEN %(to_state)s = 'running' THEN now() ELSE guarded_since END,
     updated_at = now()
 WHERE id = %(id)s AND state = ANY(%(from_states)s)
 RETURNING state
@@ -279,7 +282,7 @@ WHERE id = %(id)s
 SELECT id, name, template, priority, state, rate_per_min, window_start, window_end,
        daily_cap, warmup, audience, recipients, invalid_lines, checkpoint, processed,
        created_rows, suppressed, created_at, started_at, ended_at, importing,
-       imported_through
+       imported_through, paused_reason
 FROM campaigns
 WHERE id = %(id)s
 
@@ -298,7 +301,8 @@ LIMIT %(limit)s
 -- with how many recipients unsubscribed through this campaign's links.
 SELECT c.id, c.name, c.state, c.recipients, c.processed, c.suppressed,
        (SELECT count(*) FROM email_suppressions x
-        WHERE x.source = 'campaign:' || c.id AND x.reason = 'unsubscribed')
+        WHERE x.source = 'campaign:' || c.id AND x.reason = 'unsubscribed'),
+       c.paused_reason
 FROM campaigns c
 WHERE c.ended_at IS NULL OR c.ended_at > now() - interval '1 day'
 ORDER BY c.id

@@ -341,16 +341,24 @@ TRANSITIONS = {
 }
 
 
-def transition(database_url: str, campaign_id: int, verb: str) -> tuple[str, int]:
+def transition(
+    database_url: str, campaign_id: int, verb: str, *, reason: str | None = None
+) -> tuple[str, int]:
     """Apply ``verb``; return (a sentence saying what happened, the campaign's queued rows
-    it held back (pause), released (resume) or expired (cancel)).
+    it held back (pause), released (resume) or expired (cancel)). ``reason``: why a pause
+    (the reputation guard's), shown by ``status``; None for an operator's.
 
     Repeating a command is a no-op (pausing a paused campaign); a move the state does not
     allow raises :class:`CampaignError`.
     """
     move = TRANSITIONS[verb]
     queries = load_queries("mailbus.campaigns", "queries.sql")
-    params = {"id": campaign_id, "to_state": move.to_state, "from_states": list(move.from_states)}
+    params = {
+        "id": campaign_id,
+        "to_state": move.to_state,
+        "from_states": list(move.from_states),
+        "reason": reason,
+    }
     try:
         with psycopg.connect(database_url) as conn:
             moved = conn.execute(queries["transition"], params).fetchone()

@@ -89,6 +89,7 @@ def collect_overview(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
             "id": campaign_id,
             "name": name,
             "state": state,
+            "paused_reason": paused_reason,  # the reputation guard's, None otherwise
             **overview_counts(
                 campaign_counts(
                     state, recipients, processed, suppressed, sends.get(campaign_id, {})
@@ -96,8 +97,11 @@ def collect_overview(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
                 int(unsubscribed),
             ),
         }
-        for campaign_id, name, state, recipients, processed, suppressed, unsubscribed in campaigns
-    ]
+        for (
+            campaign_id, name, state, recipients, processed, suppressed, unsubscribed,
+            paused_reason,
+        ) in campaigns
+    ]  # fmt: skip
 
 
 def render_overview(campaigns: list[dict[str, Any]]) -> list[str]:
@@ -110,6 +114,8 @@ def render_overview(campaigns: list[dict[str, Any]]) -> list[str]:
             + "".join(f"{c[s]:>13}" for s in OVERVIEW)
             + f"  {c['name']}"
         )
+        if c.get("paused_reason"):
+            lines.append(f"{'':>8}  paused: {c['paused_reason']}")
     return lines
 
 
@@ -138,6 +144,7 @@ def collect_status(database_url: str, campaign_id: int) -> dict[str, Any]:
         "template": campaign["template"],
         "priority": campaign["priority"],
         "state": campaign["state"],
+        "paused_reason": campaign["paused_reason"],  # the reputation guard's; None otherwise
         "rate_per_min": campaign["rate_per_min"],
         "window_utc": window,
         "daily_cap": campaign["daily_cap"],
@@ -172,7 +179,8 @@ def render_status(status: dict[str, Any]) -> list[str]:
     if status["warmup"]:
         pace += f", warm-up {','.join(str(n) for n in status['warmup'])}"
     lines = [
-        f"campaign {status['id']} {status['name']!r}: {status['state']}",
+        f"campaign {status['id']} {status['name']!r}: {status['state']}"
+        + (f" ({status['paused_reason']})" if status.get("paused_reason") else ""),
         f"template {status['template']}, {status['priority']}, {pace}",
         f"recipients {status['recipients']} (lines skipped at import: {status['invalid_lines']}),"
         f" handed out {status['handed_out']}, rows created {status['counts']['created']}",

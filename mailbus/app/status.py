@@ -1,7 +1,8 @@
 """`mailbus status`: what is waiting, how old the oldest is, what is not yet on Kafka
 (sends and outcome events), what failed, how the provider is answering (failure and 429
-rates, breaker state per consumer process), each campaign's recipients by state, and
-the size of the tables that grow (what `mailbus retention run` keeps in check)."""
+rates, breaker state per consumer process), the reputation guard's bounce and complaint
+rates per provider and campaign, each campaign's recipients by state, and the size of the
+tables that grow (what `mailbus retention run` keeps in check)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
+from mailbus.campaigns.guard import ReputationGuard
+from mailbus.campaigns.reputation import Rates
 from mailbus.campaigns.views import collect_overview, render_overview
 from mailbus.feedback.figures import delivery_figures, render_delivery_figures
 from mailbus.kernel.errors import StorageError
@@ -73,8 +76,9 @@ ORDER BY provider, process
 """
 
 
-def collect_status(database_url: str) -> dict[str, Any]:
-    """Everything `mailbus status` shows, as plain JSON-ready values.
+def collect_status(database_url: str, guard: ReputationGuard | None = None) -> dict[str, Any]:
+    """Everything `mailbus status` shows, as plain JSON-ready values; ``reputation``
+    (the guard's rates and thresholds) only with a ``guard``.
 
     ``breakers`` is ``None`` when the ``provider_health`` table does not exist; rates are
     ``None`` when there was no call in the window.
@@ -96,6 +100,7 @@ def collect_status(database_url: str) -> dict[str, Any]:
             breakers = _breakers(conn)
             delivery_events = delivery_figures(conn)
             campaigns = collect_overview(conn)
+            reputation = None if guard is None else _reputation(conn, guard)
             sizes = {
                 table: {"rows_estimate": rows, "bytes": size}
                 for table, rows, size in conn.execute(
@@ -121,7 +126,38 @@ def collect_status(database_url: str) -> dict[str, Any]:
         "breakers": breakers,
         "delivery_events": delivery_events,
         "campaigns": campaigns,
+        "reputation": reputation,
         "table_sizes": sizes,
+    }
+
+
+def _reputation(conn: psycopg.Connection[Any], guard: ReputationGuard) -> dict[str, Any]:
+    measured = guard.measure(conn)
+    t = guard.thresholds
+    return {
+        "window_s": guard.window_s,
+        "since": measured.since.isoformat(),
+        "thresholds": {
+            "bounce_rate": t.bounce_rate,
+            "complaint_rate": t.complaint_rate,
+            "min_sends": t.min_sends,
+        },
+        "providers": [_rates_of(r) for r in measured.providers],
+        "campaigns": [
+            {"campaign": r.campaign_id, "state": state, **_rates_of(r)}
+            for r, state in measured.campaigns
+        ],
+    }
+
+
+def _rates_of(r: Rates) -> dict[str, Any]:
+    return {
+        "provider": r.provider,
+        "sent": r.sent,
+        "bounced": r.bounced,
+        "complained": r.complained,
+        "bounce_rate": round(r.bounce_rate, 6),
+        "complaint_rate": round(r.complaint_rate, 6),
     }
 
 
@@ -163,7 +199,7 @@ def shown_url(url: str) -> str:
 
 
 def print_status(settings: Settings, as_json: bool) -> int:
-    status = collect_status(settings.database_url)
+    status = collect_status(settings.database_url, ReputationGuard.of(settings))
     if as_json:
         print(json.dumps(status, indent=2, sort_keys=True))
         return 0
@@ -221,6 +257,28 @@ def render_status(status: dict[str, Any]) -> list[str]:
     lines.extend(render_delivery_figures(status.get("delivery_events")))
     lines.append("")
     lines.extend(render_overview(status.get("campaigns", [])))
+    if status.get("reputation"):
+        lines.append("")
+        lines.extend(_render_reputation(status["reputation"]))
+    return lines
+
+
+def _render_reputation(rep: dict[str, Any]) -> list[str]:
+    t = rep["thresholds"]
+    lines = [
+        f"reputation (mail accepted in the last {_age(rep['window_s'])}; a campaign pauses at"
+        f" {_percent(t['bounce_rate'])} bounces or {t['complaint_rate'] * 100:.2f}% complaints"
+        f" from {t['min_sends']} mails):"
+    ]
+    for r in rep["providers"] + rep["campaigns"]:
+        who = f"campaign {r['campaign']} via {r['provider']}" if "campaign" in r else r["provider"]
+        lines.append(
+            f"  {who:<28}{r['sent']:>10} sent{r['bounced']:>8} bounced"
+            f" {_percent(r['bounce_rate']):>6}{r['complained']:>8} complained"
+            f" {r['complaint_rate'] * 100:.2f}%"
+        )
+    if len(lines) == 1:
+        lines.append("  no mail accepted in the window")
     return lines
 
 

@@ -45,6 +45,7 @@ __all__ = [
     "observe_lookup",
     "observe_malformed_trace",
     "observe_published",
+    "observe_reputation",
     "observe_server_failure",
     "observe_webhook_event",
     "observe_webhook_ignored",
@@ -183,6 +184,21 @@ WEBHOOK_BOUNCES = Counter(
 WEBHOOK_COMPLAINTS = Counter(
     "mailbus_webhook_complaints",
     "Complaints received (each event id once).",
+)
+REPUTATION_RATE = Gauge(
+    "mailbus_reputation_rate",
+    "Hard bounces or complaints per mail accepted in the reputation guard's window, by"
+    " provider and kind (bounce, complaint).",
+    ["provider", "kind"],
+)
+REPUTATION_SENT = Gauge(
+    "mailbus_reputation_sent",
+    "Mails accepted in the reputation guard's window, by provider: the rates' sample.",
+    ["provider"],
+)
+REPUTATION_PAUSES = Counter(
+    "mailbus_reputation_pauses",
+    "Campaigns the reputation guard paused for their bounce or complaint rate.",
 )
 WEBHOOK_SUPPRESSIONS = Counter(
     "mailbus_webhook_suppressions",
@@ -452,3 +468,14 @@ def _unregister_extra() -> None:
         if close is not None:
             close()
         _extra = None
+
+
+def observe_reputation(rates: list[tuple[str, int, float, float]], paused: int) -> None:
+    """A reputation guard round: (provider, mails accepted, bounce rate, complaint rate) of
+    each provider with mail in the window, and the campaigns it paused."""
+    for provider, sent, bounce_rate, complaint_rate in rates:
+        REPUTATION_SENT.labels(provider).set(sent)
+        REPUTATION_RATE.labels(provider, "bounce").set(bounce_rate)
+        REPUTATION_RATE.labels(provider, "complaint").set(complaint_rate)
+    if paused:
+        REPUTATION_PAUSES.inc(paused)

@@ -85,6 +85,12 @@ class Settings:
     unsubscribe_base_url: str | None = None  # where `mailbus webhooks` is reached
     campaign_daily_quota: int | None = None  # recipients per UTC day, all campaigns; None: any
     campaign_import_part: int = 50_000  # audience lines per import transaction
+    # The reputation guard (mailbus/campaigns/reputation.py): SES's review thresholds.
+    reputation_bounce_rate: float = 0.05  # hard bounces per accepted mail
+    reputation_complaint_rate: float = 0.001  # complaints per accepted mail
+    reputation_window: float = 86_400.0  # seconds of accepted mail the rates count
+    reputation_min_sends: int = 500  # fewer accepted mails in the window: no decision
+    reputation_interval: float = 60.0  # seconds between the guard's checks
     kafka_security: KafkaSecurity = _PLAINTEXT  # TLS/SASL: see kafka_client_config
     provider: str = "http"  # http | smtp | resend | postmark | sendgrid | mailgun | ses
     mail_from: str = ""  # MAILBUS_MAIL_FROM: the sender of a named provider's mail
@@ -264,6 +270,19 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         campaign_daily_quota=reader.optional_integer("MAILBUS_CAMPAIGN_DAILY_QUOTA", 1, 10**12),
         campaign_import_part=reader.integer(
             "MAILBUS_CAMPAIGN_IMPORT_PART", Settings.campaign_import_part, 1, 10**7
+        ),
+        reputation_bounce_rate=reader.number(
+            "MAILBUS_REPUTATION_BOUNCE_RATE", Settings.reputation_bounce_rate
+        ),
+        reputation_complaint_rate=reader.number(
+            "MAILBUS_REPUTATION_COMPLAINT_RATE", Settings.reputation_complaint_rate
+        ),
+        reputation_window=reader.number("MAILBUS_REPUTATION_WINDOW", Settings.reputation_window),
+        reputation_min_sends=reader.integer(
+            "MAILBUS_REPUTATION_MIN_SENDS", Settings.reputation_min_sends, 1, 10**9
+        ),
+        reputation_interval=reader.number(
+            "MAILBUS_REPUTATION_INTERVAL", Settings.reputation_interval
         ),
         kafka_security=parse_kafka_security(env),
         provider=_provider_kind(env.get("MAILBUS_PROVIDER")),

@@ -446,6 +446,32 @@ SETTINGS: tuple[Setting, ...] = (
         " while the rest is read; an import that stopped goes on from its last part",
         {"campaign"},
     ),
+    _s(
+        "REPUTATION_BOUNCE_RATE",
+        "0.05",
+        "hard bounces per accepted mail (in the window) at which the reputation guard pauses"
+        " a campaign: SES reviews an account at 5%",
+        {"relay"},
+    ),
+    _s(
+        "REPUTATION_COMPLAINT_RATE",
+        "0.001",
+        "complaints per accepted mail at which the guard pauses a campaign: SES reviews at 0.1%",
+        {"relay"},
+    ),
+    _s(
+        "REPUTATION_WINDOW",
+        "86400",
+        "seconds of accepted mail the guard's rates count (a sliding window)",
+        {"relay"},
+    ),
+    _s(
+        "REPUTATION_MIN_SENDS",
+        "500",
+        "accepted mails a campaign needs in the window before the guard judges its rates",
+        {"relay"},
+    ),
+    _s("REPUTATION_INTERVAL", "60", "seconds between the guard's checks", {"relay"}),
     _s("INTAKE_TOPIC", "orders.events", "topic of the domain events", {"intake"}),
     _s(
         "INTAKE_MAPPINGS", "schemas/intake_mappings.json", "event type -> mail mappings", {"intake"}

@@ -49,6 +49,7 @@ def test_status_shows_each_campaign_by_state(database_url: str, campaign: int) -
             "id": campaign,
             "name": "spring",
             "state": "running",
+            "paused_reason": None,
             "waiting": 6,  # 4 not handed out, 2 pending rows
             "sent": 2,
             "failed": 1,

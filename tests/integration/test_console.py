@@ -166,6 +166,14 @@ def test_campaign_from_an_uploaded_csv_names_its_bad_lines_and_moves(operator_ur
             assert moved.status == 200
         page = await client.get(f"/campaigns/{campaign_id}")
         assert '<strong id="state">paused</strong>' in await page.text()
+        with psycopg.connect(operator_url) as conn:  # as the reputation guard pauses
+            conn.execute(
+                "UPDATE campaigns SET paused_reason = %s WHERE id = %s",
+                ("reputation: bounce rate 6.00%", campaign_id),
+            )
+        page = await client.get(f"/campaigns/{campaign_id}")
+        shown = '(<span id="paused-reason">reputation: bounce rate 6.00%</span>)'
+        assert shown in await page.text()
         listing = await client.get("/campaigns")
         assert "spring" in await listing.text()
 

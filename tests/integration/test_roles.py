@@ -15,6 +15,8 @@ from services import run_mailbus
 from transport_security import login_as
 
 from mailbus.app.migrate import ROLES, apply_roles
+from mailbus.campaigns.guard import ReputationGuard
+from mailbus.campaigns.reputation import Thresholds
 from mailbus.feedback.events import DeliveryEvent
 from mailbus.feedback.store import EventStore, Recorded
 from mailbus_client.enqueue import QueueCap, SendRequest, enqueue
@@ -321,3 +323,31 @@ def test_a_campaign_paused_then_held_again_resumes_its_mail(roles_db: str) -> No
             " WHERE dedupe_key = 'c-1'"
         ).fetchone()
     assert due == (True,)
+
+
+def test_the_relays_reputation_guard_measures_and_pauses(roles_db: str) -> None:
+    with psycopg.connect(roles_db) as conn:
+        [(campaign_id,)] = conn.execute(
+            "INSERT INTO campaigns (name, template, rate_per_min, state, guarded_since)"
+            " VALUES ('c', 'newsletter', 60, 'running', now() - interval '1 hour')"
+            " RETURNING id"
+        ).fetchall()
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template, campaign_id, status,"
+            " message_id, accepted_at) VALUES ('r-1', 'r@x.org', 't', %s, 'accepted', 'm-r1',"
+            " now())",
+            (campaign_id,),
+        )
+        conn.execute(
+            "INSERT INTO delivery_events (provider, event_id, type, bounce, message_id,"
+            " occurred_at, matched) VALUES ('http', 'e-r1', 'bounced', 'hard', 'm-r1', now(), true)"
+        )
+    with login_as(roles_db, "mailbus_relay") as url:
+        guard = ReputationGuard(
+            url, thresholds=Thresholds(min_sends=1), window_s=3600, primary="http", interval_s=60
+        )
+        with psycopg.connect(url, autocommit=True) as conn:
+            pauses = guard.check(conn)
+        assert pauses is not None and [p.campaign_id for p in pauses] == [campaign_id]
+        assert refused(url, "UPDATE campaigns SET name = 'x'")
+        assert refused(url, "SELECT to_address FROM email_sends")

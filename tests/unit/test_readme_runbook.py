@@ -16,6 +16,7 @@ TOPICS = (
     "The provider is down",
     "Replaying dead letters",
     "Pausing a campaign",
+    "A campaign paused by the reputation guard",
     "Adding partitions",
     "Rotating the provider API key",
     "The provider refuses our account, sender or quota",

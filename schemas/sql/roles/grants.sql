@@ -80,6 +80,15 @@ GRANT SELECT, UPDATE (published_at) ON email_dead_letters TO mailbus_relay;
 GRANT SELECT, UPDATE (checkpoint, processed, created_rows, suppressed, tokens, last_tick_at,
                       day, day_count, state, ended_at, updated_at)
     ON campaigns TO mailbus_relay;
+-- ... and its reputation guard (campaigns/reputation.sql) reads the window's accepted mail
+-- and its hard bounces and complaints, and pauses a campaign as `campaign pause` does
+-- (campaigns/queries.sql transition, then hold_queued), with its reason.
+GRANT SELECT (message_id, provider, accepted_at) ON email_sends TO mailbus_relay;
+GRANT SELECT (type, bounce, message_id, matched, received_at) ON delivery_events
+    TO mailbus_relay;
+GRANT UPDATE (started_at, importing, paused_reason, guarded_since) ON campaigns
+    TO mailbus_relay;
+GRANT EXECUTE ON FUNCTION mailbus_campaign_hold(bigint) TO mailbus_relay;
 GRANT SELECT, UPDATE (suppressed) ON campaign_recipients TO mailbus_relay;
 GRANT SELECT ON email_suppressions TO mailbus_relay;
 -- ... and publishes outcome events (recorded by a trigger), pruning them after a day.
