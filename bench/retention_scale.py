@@ -46,7 +46,7 @@ from retention import enqueue_and_claim_p99, scratch  # noqa: E402
 
 from mailbus.app.migrate import apply_migrations  # noqa: E402
 from mailbus.app.scratch_database import drop_database  # noqa: E402
-from mailbus.consumer.retention import prune  # noqa: E402
+from mailbus.consumer.retention import Windows, prune  # noqa: E402
 from mailbus_client.sqlfiles import load_queries  # noqa: E402
 
 DAY_S = 86400.0
@@ -193,7 +193,8 @@ def cycles(
             share = cascade_share(conn, window_s, batch)
             wal = wal_lsn(conn)
             started = time.perf_counter()
-            [sends, *_] = prune(url, window_s, batch=batch, max_batches=10 * month // batch + 10)
+            windows = Windows(*[window_s] * 4)
+            [sends, *_], _ = prune(url, windows, batch=batch, budget_s=float("inf"))
             prune_s = time.perf_counter() - started
             wal = wal_lsn(conn) - wal
             trajectory.append((f"cycle {k}: month deleted", sizes(conn)))
