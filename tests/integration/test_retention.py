@@ -14,6 +14,7 @@ from services import run_mailbus
 from transport_security import login_as
 
 from mailbus.app.migrate import apply_roles
+from mailbus.relay.outbox_metrics import OutboxCollector
 
 pytestmark = pytest.mark.stack
 
@@ -182,6 +183,41 @@ def test_a_run_goes_on_until_caught_up_and_says_when_its_budget_ran_out(
     assert "sends 3 deleted, 2 batches" in out and "caught up" in out
     assert keys(database_url) == set()
     assert last_run(database_url) == (True, 3, 0)
+
+
+def gauges(url: str) -> dict[str, float]:
+    collector = OutboxCollector(url)
+    try:
+        return {
+            family.name: family.samples[0].value
+            for family in collector.collect()
+            if family.name.startswith("mailbus_retention_")
+        }
+    finally:
+        collector.close()
+
+
+def test_the_relay_exports_how_far_behind_the_last_run_is(
+    database_url: str, retention_url: str
+) -> None:
+    with login_as(database_url, "mailbus_relay") as relay_url:
+        before = gauges(relay_url)  # never ran: zeros, so "not caught up for 2 days" fires
+        assert before == dict.fromkeys(before, 0.0) and len(before) == 4
+        with psycopg.connect(database_url) as conn:
+            for n in range(3):
+                send(conn, f"k{n}", "accepted", OLD)
+        env = {"MAILBUS_DATABASE_URL": retention_url}
+        run = run_mailbus("retention", "run", "--batch", "1", "--budget", "0s", env=env)
+        assert run.returncode == 3, run.stderr
+        behind = gauges(relay_url)
+        assert behind["mailbus_retention_backlog_rows"] == 2
+        assert behind["mailbus_retention_overdue_seconds"] == pytest.approx(86400, abs=600)
+        assert behind["mailbus_retention_last_run_timestamp_seconds"] > 0
+        assert behind["mailbus_retention_last_caught_up_timestamp_seconds"] == 0
+        retention(retention_url)
+        caught_up = gauges(relay_url)
+        assert caught_up["mailbus_retention_backlog_rows"] == 0
+        assert caught_up["mailbus_retention_last_caught_up_timestamp_seconds"] > 0
 
 
 def test_bad_input_exits_2_with_one_line_and_deletes_nothing(database_url: str) -> None:
