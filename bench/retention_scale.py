@@ -21,6 +21,11 @@ sends, then ``VACUUM ANALYZE``. On the large table, each of ``--cycles`` cycles:
 3. a new month of settled sends and attempts inserted (the month that replaces it);
 4. enqueue p99 and claim p99 (bench/retention.py), and table and index sizes after each step.
 
+The report ends with the sends deleted per second (``prune``'s whole run: batches, the
+count of what is left and the run's record) and the arithmetic against 5 M mails a day:
+the hour's worth an hourly CronJob run must delete, and how much of its 50-minute budget
+that takes.
+
 The small table gets ``--cycles`` rounds of the same p99s. The scratch databases are
 dropped at the end. Needs only PostgreSQL (``MAILBUS_DATABASE_URL`` of a role that may
 create databases). Heavy: run it under ``flock /tmp/mailbus-heavy.lock``.
@@ -211,6 +216,7 @@ def cycles(
                 {
                     "month_rows": sends.rows,
                     "prune_s": prune_s,
+                    "sends_per_s": sends.rows / prune_s,  # each with its attempt
                     "batches": sends.batches,
                     "prune_wal_mb": wal / 2**20,
                     "cascade_share": share,
@@ -244,6 +250,25 @@ def spread(label: str, runs: list[dict[str, float]]) -> list[str]:
             f"retention scale {label} {key} median",
             statistics.median(values),
             key.rsplit("_", 1)[-1],
+        )
+    return lines
+
+
+def keeping_pace(rates: list[float], per_day: int = 5_000_000) -> list[str]:
+    """The arithmetic against ``per_day`` mails a day: the hour's worth an hourly run must
+    delete, and the time that takes at the slowest, median and fastest measured rate
+    (against the CronJob's --budget of 50 minutes)."""
+    hour = per_day / 24
+    lines = [f"keeping pace with {per_day:,} mails a day: {hour:,.0f} sends an hour to delete"]
+    for label, rate in (
+        ("slowest", min(rates)),
+        ("median", statistics.median(rates)),
+        ("fastest", max(rates)),
+    ):
+        lines.append(
+            f"  {label} {rate:,.0f} sends/s: an hour's worth in {hour / rate:,.0f} s"
+            f" ({hour / rate / 3000:.1%} of a 50 m budget); {rate * 86400 / per_day:.1f}x"
+            " the daily inflow"
         )
     return lines
 
@@ -290,6 +315,7 @@ def main() -> None:
         drop_database(base, name)
     report += spread(f"large ({args.large})", large)
     report.append(f"large: built in {build_s:.0f} s")
+    report += keeping_pace([run["sends_per_s"] for run in large])
     for step, measured in trajectory:
         report.append(f"{step}: {sized(measured)}")
     print("\n".join(report))
