@@ -64,12 +64,14 @@ END $$;
 -- mailbus_retention_backlog: how many rows of `what` (any name of mailbus_prune or
 -- mailbus_prune_history) are past the window now, counted up to `cap`, and how long the
 -- oldest of them has been past it (seconds; 0 when none). `--dry-run` and the end of a
--- run read it; it reads keys and times only and returns two numbers.
+-- run read it; it reads keys and times only and returns two numbers. The oldest row is
+-- found as mailbus_prune finds its batch (ORDER BY the time LIMIT 1: the settled index),
+-- not by min() over the view, which would read every row past the window.
 CREATE OR REPLACE FUNCTION mailbus_retention_backlog(what text, window_s double precision,
                                                      cap bigint,
                                                      OUT backlog_rows bigint,
                                                      OUT overdue_s double precision)
-    LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
     cutoff timestamptz := now() - make_interval(secs => window_s);
     oldest timestamptz;
@@ -82,15 +84,15 @@ BEGIN
     IF what = 'sends' THEN
         SELECT count(*) INTO backlog_rows
             FROM (SELECT FROM email_sends_past_retention LIMIT cap) s;
-        SELECT min(updated_at) INTO oldest FROM email_sends_past_retention;
+        SELECT updated_at INTO oldest FROM email_sends_past_retention ORDER BY updated_at LIMIT 1;
     ELSIF what = 'dead letters' THEN
         SELECT count(*) INTO backlog_rows
             FROM (SELECT FROM email_dead_letters_past_retention LIMIT cap) s;
-        SELECT min(created_at) INTO oldest FROM email_dead_letters_past_retention;
+        SELECT created_at INTO oldest FROM email_dead_letters_past_retention ORDER BY created_at LIMIT 1;
     ELSIF what = 'delivery events' THEN
         SELECT count(*) INTO backlog_rows
             FROM (SELECT FROM delivery_events_past_retention LIMIT cap) s;
-        SELECT min(received_at) INTO oldest FROM delivery_events_past_retention;
+        SELECT received_at INTO oldest FROM delivery_events_past_retention ORDER BY received_at LIMIT 1;
     ELSIF what = 'campaign recipients' THEN
         SELECT count(*), min(e.ended) INTO backlog_rows, oldest FROM (
             SELECT coalesce(c.ended_at, c.updated_at) AS ended
@@ -105,7 +107,7 @@ BEGIN
     ELSIF what = 'console audit' THEN
         SELECT count(*) INTO backlog_rows FROM (SELECT FROM console_audit WHERE at < cutoff
                                                 LIMIT cap) s;
-        SELECT min(at) INTO oldest FROM console_audit WHERE at < cutoff;
+        SELECT at INTO oldest FROM console_audit WHERE at < cutoff ORDER BY at LIMIT 1;
     ELSE
         RAISE EXCEPTION 'mailbus_retention_backlog: nothing called %', what
             USING ERRCODE = 'invalid_parameter_value';
