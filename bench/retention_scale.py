@@ -52,7 +52,6 @@ from retention import enqueue_and_claim_p99, scratch  # noqa: E402
 from mailbus.app.migrate import apply_migrations  # noqa: E402
 from mailbus.app.scratch_database import drop_database  # noqa: E402
 from mailbus.consumer.retention import Windows, prune  # noqa: E402
-from mailbus_client.sqlfiles import load_queries  # noqa: E402
 
 DAY_S = 86400.0
 TABLES = ("email_sends", "email_attempts")
@@ -155,9 +154,10 @@ def cascade_share(conn: psycopg.Connection[Any], window_s: float, batch: int) ->
     """The share of one prune batch's time spent in its ON DELETE CASCADE triggers (the
     attempts and resolutions going with their sends): EXPLAIN ANALYZE, rolled back, of the
     sends' delete of mailbus_prune (migration 0057; EXPLAIN does not see inside a function)."""
-    queries = load_queries("mailbus.consumer", "retention.sql")
     with conn.transaction(force_rollback=True):
-        conn.execute(queries["window"], {"retention_s": str(window_s)})
+        conn.execute(
+            "SELECT set_config('mailbus.retention_s', %(s)s, true)", {"s": str(window_s)}
+        )
         [[plan]] = conn.execute(
             "EXPLAIN (ANALYZE, FORMAT JSON) DELETE FROM email_sends s USING ("
             " SELECT id FROM email_sends_past_retention ORDER BY updated_at LIMIT %(batch)s"
