@@ -21,6 +21,11 @@ sends, then ``VACUUM ANALYZE``. On the large table, each of ``--cycles`` cycles:
 3. a new month of settled sends and attempts inserted (the month that replaces it);
 4. enqueue p99 and claim p99 (bench/retention.py), and table and index sizes after each step.
 
+The report ends with the sends deleted per second (``prune``'s whole run: batches, the
+count of what is left and the run's record) and the arithmetic against 5 M mails a day:
+the hour's worth an hourly CronJob run must delete, and how much of its 50-minute budget
+that takes.
+
 The small table gets ``--cycles`` rounds of the same p99s. The scratch databases are
 dropped at the end. Needs only PostgreSQL (``MAILBUS_DATABASE_URL`` of a role that may
 create databases). Heavy: run it under ``flock /tmp/mailbus-heavy.lock``.
@@ -46,8 +51,7 @@ from retention import enqueue_and_claim_p99, scratch  # noqa: E402
 
 from mailbus.app.migrate import apply_migrations  # noqa: E402
 from mailbus.app.scratch_database import drop_database  # noqa: E402
-from mailbus.consumer.retention import prune  # noqa: E402
-from mailbus_client.sqlfiles import load_queries  # noqa: E402
+from mailbus.consumer.retention import Windows, prune  # noqa: E402
 
 DAY_S = 86400.0
 TABLES = ("email_sends", "email_attempts")
@@ -150,9 +154,10 @@ def cascade_share(conn: psycopg.Connection[Any], window_s: float, batch: int) ->
     """The share of one prune batch's time spent in its ON DELETE CASCADE triggers (the
     attempts and resolutions going with their sends): EXPLAIN ANALYZE, rolled back, of the
     sends' delete of mailbus_prune (migration 0057; EXPLAIN does not see inside a function)."""
-    queries = load_queries("mailbus.consumer", "retention.sql")
     with conn.transaction(force_rollback=True):
-        conn.execute(queries["window"], {"retention_s": str(window_s)})
+        conn.execute(
+            "SELECT set_config('mailbus.retention_s', %(s)s, true)", {"s": str(window_s)}
+        )
         [[plan]] = conn.execute(
             "EXPLAIN (ANALYZE, FORMAT JSON) DELETE FROM email_sends s USING ("
             " SELECT id FROM email_sends_past_retention ORDER BY updated_at LIMIT %(batch)s"
@@ -193,7 +198,8 @@ def cycles(
             share = cascade_share(conn, window_s, batch)
             wal = wal_lsn(conn)
             started = time.perf_counter()
-            [sends, *_] = prune(url, window_s, batch=batch, max_batches=10 * month // batch + 10)
+            windows = Windows(*[window_s] * 4)
+            [sends, *_], _ = prune(url, windows, batch=batch, budget_s=float("inf"))
             prune_s = time.perf_counter() - started
             wal = wal_lsn(conn) - wal
             trajectory.append((f"cycle {k}: month deleted", sizes(conn)))
@@ -210,6 +216,7 @@ def cycles(
                 {
                     "month_rows": sends.rows,
                     "prune_s": prune_s,
+                    "sends_per_s": sends.rows / prune_s,  # each with its attempt
                     "batches": sends.batches,
                     "prune_wal_mb": wal / 2**20,
                     "cascade_share": share,
@@ -243,6 +250,25 @@ def spread(label: str, runs: list[dict[str, float]]) -> list[str]:
             f"retention scale {label} {key} median",
             statistics.median(values),
             key.rsplit("_", 1)[-1],
+        )
+    return lines
+
+
+def keeping_pace(rates: list[float], per_day: int = 5_000_000) -> list[str]:
+    """The arithmetic against ``per_day`` mails a day: the hour's worth an hourly run must
+    delete, and the time that takes at the slowest, median and fastest measured rate
+    (against the CronJob's --budget of 50 minutes)."""
+    hour = per_day / 24
+    lines = [f"keeping pace with {per_day:,} mails a day: {hour:,.0f} sends an hour to delete"]
+    for label, rate in (
+        ("slowest", min(rates)),
+        ("median", statistics.median(rates)),
+        ("fastest", max(rates)),
+    ):
+        lines.append(
+            f"  {label} {rate:,.0f} sends/s: an hour's worth in {hour / rate:,.0f} s"
+            f" ({hour / rate / 3000:.1%} of a 50 m budget); {rate * 86400 / per_day:.1f}x"
+            " the daily inflow"
         )
     return lines
 
@@ -289,6 +315,7 @@ def main() -> None:
         drop_database(base, name)
     report += spread(f"large ({args.large})", large)
     report.append(f"large: built in {build_s:.0f} s")
+    report += keeping_pace([run["sends_per_s"] for run in large])
     for step, measured in trajectory:
         report.append(f"{step}: {sized(measured)}")
     print("\n".join(report))

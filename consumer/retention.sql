@@ -1,23 +1,25 @@
 -- Named queries of `mailbus retention run` (consumer/retention.py, docs/retention.md).
--- What may go is stated once, by the *_past_retention views (0028_retention_views.sql),
--- under the transaction's mailbus.retention_s. %(batch)s: rows per transaction.
-
--- name: window
-SELECT set_config('mailbus.retention_s', %(retention_s)s, true)
+-- The retention role holds no DELETE grant: it deletes and counts only through SECURITY
+-- DEFINER functions, each refusing a window under a day. %(batch)s: rows per transaction.
 
 -- name: prune
--- One batch of one table, deleted by the SECURITY DEFINER function mailbus_prune
--- (0057_retention_prune_function.sql): the retention role has no DELETE grant. %(what)s:
--- 'sends' (with their dead letters and those letters' replays; attempts and resolutions
--- go by ON DELETE CASCADE; each deleted send counts one more life of its dedupe key in
--- email_key_lives, a trigger of migration 0048), 'dead letters' (of no send), 'delivery events'.
-SELECT mailbus_prune(%(what)s, %(retention_s)s, %(batch)s)
+-- One batch of mail, by mailbus_prune (0057_retention_prune_function.sql) under the
+-- *_past_retention views (0028). %(what)s: 'sends' (with their dead letters and those
+-- letters' replays; attempts and resolutions go by ON DELETE CASCADE; each deleted send
+-- counts one more life of its dedupe key in email_key_lives, a trigger of migration 0048),
+-- 'dead letters' (of no send), 'delivery events'.
+SELECT mailbus_prune(%(what)s, %(window_s)s, %(batch)s)
 
--- name: count_sends
-SELECT count(*) FROM email_sends_past_retention
+-- name: prune_history
+-- One batch by mailbus_prune_history (0062_retention_history_and_runs.sql): 'campaign
+-- recipients' of an ended campaign, 'campaigns' ended and without recipients, 'console audit'.
+SELECT mailbus_prune_history(%(what)s, %(window_s)s, %(batch)s)
 
--- name: count_dead_letters
-SELECT count(*) FROM email_dead_letters_past_retention
+-- name: backlog
+-- Rows of %(what)s past the window now (at most %(cap)s counted), and how long the oldest
+-- has been past it.
+SELECT backlog_rows, overdue_s FROM mailbus_retention_backlog(%(what)s, %(window_s)s, %(cap)s)
 
--- name: count_delivery_events
-SELECT count(*) FROM delivery_events_past_retention
+-- name: report
+-- The run's record in retention_runs, which the relay's metrics read.
+SELECT mailbus_retention_report(%(complete)s, %(deleted)s, %(backlog)s, %(overdue_s)s)

@@ -24,7 +24,7 @@ from pathlib import Path
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.settings import Settings
 
-__all__ = ["IntakeConfig"]
+__all__ = ["IntakeConfig", "intake_max_age"]
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,11 @@ def _seconds(
     if not low <= seconds <= high:
         raise ConfigError(name, f"must be from {low:g} to {high:g} seconds, got {value!r}")
     return seconds
+
+
+def intake_max_age(environ: Mapping[str, str]) -> float:
+    """MAILBUS_INTAKE_MAX_AGE in seconds (`retention run` refuses a shorter window)."""
+    return _max_age(environ.get("MAILBUS_INTAKE_MAX_AGE"))
 
 
 def _max_age(value: str | None) -> float:

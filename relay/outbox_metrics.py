@@ -39,6 +39,16 @@ GROUP BY status, priority
 UNION ALL
 SELECT 'events', NULL, count(*), NULL FROM email_send_events WHERE published_at IS NULL
 """
+# The last `mailbus retention run` (retention_runs, migration 0062): what it left past a
+# window, and when a run last caught up. Zeros before the first run.
+_RETENTION_QUERY = """
+SELECT coalesce(last.backlog_rows, 0), coalesce(last.overdue_s, 0),
+       coalesce(extract(epoch FROM last.finished_at), 0),
+       coalesce((SELECT extract(epoch FROM max(finished_at)) FROM retention_runs
+                 WHERE complete), 0)
+FROM (SELECT 1) one
+LEFT JOIN (SELECT * FROM retention_runs ORDER BY id DESC LIMIT 1) last ON true
+"""
 
 
 class OutboxCollector(Collector):
@@ -57,11 +67,11 @@ class OutboxCollector(Collector):
         self._conn: psycopg.Connection[Any] | None = None
 
     def describe(self) -> Iterable[GaugeMetricFamily]:
-        return list(self._families())
+        return [*self._families(), *_retention_families(None)]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         try:
-            rows, campaigns = self._query()
+            rows, campaigns, retention = self._query()
         except psycopg.Error as exc:
             OUTBOX_SCRAPE_ERRORS.inc()
             log.warning("outbox metrics unavailable: %s", exc)
@@ -88,6 +98,7 @@ class OutboxCollector(Collector):
         yield age_family
         yield campaign_family
         yield events_family
+        yield from _retention_families(retention)
 
     def close(self) -> None:
         with self._lock:
@@ -120,7 +131,7 @@ class OutboxCollector(Collector):
             ),
         )
 
-    def _query(self) -> tuple[list[tuple[Any, ...]], list[dict[str, Any]]]:
+    def _query(self) -> tuple[list[tuple[Any, ...]], list[dict[str, Any]], tuple[Any, ...]]:
         with self._lock:
             try:
                 if self._conn is None or self._conn.closed:
@@ -133,7 +144,8 @@ class OutboxCollector(Collector):
                         application_name="mailbus-metrics",
                     )
                 rows = self._conn.execute(_OUTBOX_QUERY).fetchall()
-                return rows, collect_overview(self._conn)
+                retention: Any = self._conn.execute(_RETENTION_QUERY).fetchone()
+                return rows, collect_overview(self._conn), tuple(retention)
             except psycopg.Error:
                 self._close_connection()
                 raise
@@ -142,3 +154,35 @@ class OutboxCollector(Collector):
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+_RETENTION_GAUGES = (
+    (
+        "mailbus_retention_backlog_rows",
+        "Rows still past a retention window when the last `mailbus retention run` ended"
+        " (counted up to 10 M a table); 0 when it caught up or never ran.",
+    ),
+    (
+        "mailbus_retention_overdue_seconds",
+        "How long the oldest row the last retention run left had been past its window.",
+    ),
+    (
+        "mailbus_retention_last_run_timestamp_seconds",
+        "When the last retention run ended (Unix time); 0 before the first.",
+    ),
+    (
+        "mailbus_retention_last_caught_up_timestamp_seconds",
+        "When a retention run last ended with nothing past a window (Unix time); 0: never.",
+    ),
+)
+
+
+def _retention_families(values: tuple[Any, ...] | None) -> list[GaugeMetricFamily]:
+    """The last retention run's gauges (docs/retention.md#is-it-keeping-up)."""
+    families = []
+    for i, (name, text) in enumerate(_RETENTION_GAUGES):
+        family = GaugeMetricFamily(name, text)
+        if values is not None:
+            family.add_metric([], float(values[i]))
+        families.append(family)
+    return families

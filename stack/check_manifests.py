@@ -112,7 +112,8 @@ def _house_rules(doc: dict[str, Any]) -> list[str]:
             problems.append(f"no {label} label")
     if not metadata.get("namespace"):
         problems.append("no namespace (set one in the overlay)")
-    pod = doc.get("spec", {}).get("template", {}).get("spec")
+    spec = doc.get("spec", {})
+    pod = spec.get("jobTemplate", {}).get("spec", spec).get("template", {}).get("spec")
     if pod is None:
         return problems
     context = pod.get("securityContext", {})

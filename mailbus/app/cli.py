@@ -24,7 +24,10 @@ if TYPE_CHECKING:
     from mailbus.app.migrate_waits import LockWait
     from mailbus.consumer.dead_letter_views import LetterFilter
 
-__all__ = ["main"]
+__all__ = ["DEFAULT_RETENTION_BUDGET_S", "RETENTION_BEHIND", "main"]
+
+RETENTION_BEHIND = 3  # `retention run` spent its budget with rows still past a window
+DEFAULT_RETENTION_BUDGET_S = 50 * 60.0  # an hourly schedule leaves slack for the next run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -320,21 +323,31 @@ def _send(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _retention(settings: Settings, args: argparse.Namespace) -> int:
+    from mailbus.app.retention_horizons import replay_horizons
     from mailbus.consumer import retention
 
+    retention.refuse_short_window(settings.retention, replay_horizons(settings, os.environ))
+    windows = retention.Windows.of(settings)
     window = f"{settings.retention / 86400:g}d"
     if args.dry_run:
-        counts = retention.count_past_retention(settings.database_url, settings.retention)
-        found = ", ".join(f"{table} {n}" for table, n in counts.items())
+        left = retention.count_past_retention(settings.database_url, windows)
+        found = ", ".join(f"{b.table} {b.rows}" for b in left)
         print(f"retention {window}: would delete {found} (nothing was deleted: --dry-run)")
         return 0
-    results = retention.prune(
-        settings.database_url, settings.retention, args.batch, args.max_batches
+    done, left = retention.prune(settings.database_url, windows, args.batch, args.budget)
+    for table in done:
+        print(f"retention {window}: {table.table} {table.rows} deleted, {table.batches} batches")
+    behind = sum(b.rows for b in left)
+    if all(table.complete for table in done):
+        print(f"retention {window}: caught up")
+        return 0
+    overdue = max(b.overdue_s for b in left) / 3600
+    print(
+        f"retention {window}: budget {args.budget:g}s spent, still behind: {behind} rows past"
+        f" their window, the oldest {overdue:.1f} h overdue (exit 3; run again, or raise"
+        " --budget or --batch)"
     )
-    for done in results:
-        more = "" if done.complete else " (stopped at --max-batches: more left, run again)"
-        print(f"retention {window}: {done.table} {done.rows} deleted, {done.batches} batches{more}")
-    return 0
+    return RETENTION_BEHIND
 
 
 def _webhooks(settings: Settings, _args: argparse.Namespace) -> int:
@@ -564,12 +577,18 @@ def _add_send_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
 
 
 def _add_retention_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    text = "delete settled mail older than MAILBUS_RETENTION (docs/retention.md)"
+    text = (
+        "delete settled mail, ended campaigns and console audit past their windows"
+        " (MAILBUS_RETENTION*, docs/retention.md)"
+    )
     group = add_command(commands, "retention", text)
     actions = group.add_subparsers(dest="retention_command", required=True, metavar="ACTION")
     run_text = (
         "delete, in batches, settled sends (with their attempts and dead letters), dead"
-        " letters and delivery events past the window; never a row that is not final"
+        " letters, delivery events, ended campaigns with their recipients and console audit"
+        " past their windows; never a row that is not final. Exit 0 caught up,"
+        f" {RETENTION_BEHIND} when the budget ran out still behind, 2 for a window shorter"
+        " than a replay horizon"
     )
     run = actions.add_parser("run", help=run_text, description=run_text)
     run.set_defaults(handler=_retention)
@@ -578,10 +597,11 @@ def _add_retention_commands(commands: argparse._SubParsersAction[argparse.Argume
         "--batch", type=_positive, default=1000, help="rows per transaction (default 1000)"
     )
     run.add_argument(
-        "--max-batches",
-        type=_positive,
-        default=1000,
-        help="batches per table per run, the run's bound (default 1000); run again for more",
+        "--budget",
+        type=_budget,
+        default=DEFAULT_RETENTION_BUDGET_S,
+        help="go on until nothing is past a window or this much time is spent (default 50m);"
+        f" exit {RETENTION_BEHIND} when it ran out still behind",
     )
 
 
@@ -676,6 +696,17 @@ def _seconds(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
     return value
+
+
+def _budget(text: str) -> float:
+    from mailbus.kernel.durations import parse_duration
+
+    if text.strip() in ("0", "0s"):
+        return 0.0  # one batch of each table: what a pass does before it looks at the clock
+    try:
+        return parse_duration(text, "--budget")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive(text: str) -> int:

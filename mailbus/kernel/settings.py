@@ -120,6 +120,9 @@ class Settings:
     recovery_ramp: float = 600.0  # seconds until the recovery cap lifts (doubling 4 times)
     recovery_after: float = 30.0  # the shortest outage that starts a recovery ramp
     retention: float = 90 * 86400.0  # settled mail kept this long: also the dedupe window
+    retention_recipients: float = 30 * 86400.0  # an ended campaign's recipients kept this long
+    retention_campaigns: float = 365 * 86400.0  # an ended campaign's row kept this long
+    retention_audit: float = 365 * 86400.0  # console_audit rows kept this long
     # `mailbus console` (docs/guides/console.md)
     console_listen: tuple[str, int] = ("127.0.0.1", 8027)
     console_users_file: str | None = None  # name:role:argon2 hash, one a line
@@ -315,6 +318,9 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         or Settings.recovery_ramp,
         recovery_after=_recovery_after(env.get("MAILBUS_RECOVERY_AFTER")),
         retention=_retention(env.get("MAILBUS_RETENTION")),
+        retention_recipients=_window("MAILBUS_RETENTION_RECIPIENTS", env, 30),
+        retention_campaigns=_window("MAILBUS_RETENTION_CAMPAIGNS", env, 365),
+        retention_audit=_window("MAILBUS_RETENTION_AUDIT", env, 365),
         attempt_warning=reader.integer(
             "MAILBUS_ATTEMPT_WARNING", Settings.attempt_warning, 1, 1000
         ),
@@ -536,6 +542,16 @@ def _retention(raw: str | None) -> float:
         raise ConfigError(
             "MAILBUS_RETENTION", f"must be at least 1d (it is the dedupe window), got {raw!r}"
         )
+    return seconds
+
+
+def _window(name: str, env: Mapping[str, str], default_days: int) -> float:
+    """A retention window of its own (``30d``): at least a day, as mailbus_prune_history
+    (migration 0062) demands."""
+    raw = env.get(name)
+    seconds = _duration(name, raw) or default_days * 86400.0
+    if seconds < _MIN_RETENTION_S:
+        raise ConfigError(name, f"must be at least 1d, got {raw!r}")
     return seconds
 
 

@@ -134,6 +134,26 @@ SETTINGS: tuple[Setting, ...] = (
         {"retention"},
     ),
     _s(
+        "RETENTION_RECIPIENTS",
+        "30d",
+        "a finished or cancelled campaign's recipients (addresses and variables) are deleted"
+        " by `mailbus retention run` this long after it ended; at least 1d",
+        {"retention"},
+    ),
+    _s(
+        "RETENTION_CAMPAIGNS",
+        "365d",
+        "a finished or cancelled campaign's row (name, figures) is deleted this long after it"
+        " ended, once its recipients are gone; at least 1d",
+        {"retention"},
+    ),
+    _s(
+        "RETENTION_AUDIT",
+        "365d",
+        "console_audit rows older than this are deleted by `mailbus retention run`; at least 1d",
+        {"retention"},
+    ),
+    _s(
         "RECOVERY_AFTER",
         "30s",
         "the shortest outage (breaker not closed) that starts a recovery ramp",

@@ -8,7 +8,7 @@ DECLARE
     workload text;
 BEGIN
     FOREACH workload IN ARRAY ARRAY['relay', 'consumer', 'intake', 'webhooks', 'operator',
-                                    'console'] LOOP
+                                    'console', 'retention'] LOOP
         IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'mailbus_' || workload) THEN
             EXECUTE format('CREATE ROLE %I NOLOGIN', 'mailbus_' || workload);
         END IF;

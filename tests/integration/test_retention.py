@@ -14,6 +14,7 @@ from services import run_mailbus
 from transport_security import login_as
 
 from mailbus.app.migrate import apply_roles
+from mailbus.relay.outbox_metrics import OutboxCollector
 
 pytestmark = pytest.mark.stack
 
@@ -154,7 +155,16 @@ def test_enqueue_inside_the_window_stays_idempotent(database_url: str, retention
     assert rows == [("order-1-confirmation", "accepted"), ("order-2-confirmation", "pending")]
 
 
-def test_a_run_is_bounded_and_dry_run_deletes_nothing(
+def last_run(database_url: str) -> tuple[bool, int, int]:
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT complete, deleted, backlog_rows FROM retention_runs ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+    assert row is not None
+    return bool(row[0]), int(row[1]), int(row[2])
+
+
+def test_a_run_goes_on_until_caught_up_and_says_when_its_budget_ran_out(
     database_url: str, retention_url: str
 ) -> None:
     with psycopg.connect(database_url) as conn:
@@ -163,9 +173,51 @@ def test_a_run_is_bounded_and_dry_run_deletes_nothing(
     dry = retention(retention_url, "--dry-run")
     assert "would delete sends 5, dead letters 0, delivery events 0" in dry
     assert len(keys(database_url)) == 5
-    out = retention(retention_url, "--batch", "2", "--max-batches", "1")
-    assert "sends 2 deleted, 1 batches (stopped at --max-batches: more left" in out
-    assert "would delete sends 3," in retention(retention_url, "--dry-run")
+    env = {"MAILBUS_DATABASE_URL": retention_url}
+    behind = run_mailbus("retention", "run", "--batch", "2", "--budget", "0s", env=env)
+    assert behind.returncode == 3, behind.stderr  # spent, still behind: not a success
+    assert "sends 2 deleted, 1 batches" in behind.stdout
+    assert "still behind: 3 rows past their window" in behind.stdout
+    assert last_run(database_url) == (False, 2, 3)  # what the relay's gauge reads
+    out = retention(retention_url, "--batch", "2")  # the default budget: until done
+    assert "sends 3 deleted, 2 batches" in out and "caught up" in out
+    assert keys(database_url) == set()
+    assert last_run(database_url) == (True, 3, 0)
+
+
+def gauges(url: str) -> dict[str, float]:
+    collector = OutboxCollector(url)
+    try:
+        return {
+            family.name: family.samples[0].value
+            for family in collector.collect()
+            if family.name.startswith("mailbus_retention_")
+        }
+    finally:
+        collector.close()
+
+
+def test_the_relay_exports_how_far_behind_the_last_run_is(
+    database_url: str, retention_url: str
+) -> None:
+    with login_as(database_url, "mailbus_relay") as relay_url:
+        before = gauges(relay_url)  # never ran: zeros, so "not caught up for 2 days" fires
+        assert before == dict.fromkeys(before, 0.0) and len(before) == 4
+        with psycopg.connect(database_url) as conn:
+            for n in range(3):
+                send(conn, f"k{n}", "accepted", OLD)
+        env = {"MAILBUS_DATABASE_URL": retention_url}
+        run = run_mailbus("retention", "run", "--batch", "1", "--budget", "0s", env=env)
+        assert run.returncode == 3, run.stderr
+        behind = gauges(relay_url)
+        assert behind["mailbus_retention_backlog_rows"] == 2
+        assert behind["mailbus_retention_overdue_seconds"] == pytest.approx(86400, abs=600)
+        assert behind["mailbus_retention_last_run_timestamp_seconds"] > 0
+        assert behind["mailbus_retention_last_caught_up_timestamp_seconds"] == 0
+        retention(retention_url)
+        caught_up = gauges(relay_url)
+        assert caught_up["mailbus_retention_backlog_rows"] == 0
+        assert caught_up["mailbus_retention_last_caught_up_timestamp_seconds"] > 0
 
 
 def test_bad_input_exits_2_with_one_line_and_deletes_nothing(database_url: str) -> None:
@@ -183,6 +235,89 @@ def test_bad_input_exits_2_with_one_line_and_deletes_nothing(database_url: str) 
     assert keys(database_url) == {"k"}
 
 
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"MAILBUS_RETENTION": "2d"}, "MAILBUS_INTAKE_MAX_AGE"),  # its default is 3d
+        (
+            {"MAILBUS_RETENTION": "1d", "MAILBUS_INTAKE_MAX_AGE": "1h",
+             "MAILBUS_IDEMPOTENCY_WINDOW": "172800"},
+            "MAILBUS_IDEMPOTENCY_WINDOW",
+        ),
+        (
+            {"MAILBUS_RETENTION": "1d", "MAILBUS_INTAKE_MAX_AGE": "1h",
+             "MAILBUS_LOOKUP_SETTLE": "172800"},
+            "MAILBUS_LOOKUP_SETTLE",
+        ),
+    ],
+)
+def test_a_window_shorter_than_a_replay_horizon_is_refused(
+    database_url: str, env: dict[str, str], named: str
+) -> None:
+    with psycopg.connect(database_url) as conn:
+        send(conn, "k", "accepted", "now() - interval '3 days'")
+    run = run_mailbus("retention", "run", env={"MAILBUS_DATABASE_URL": database_url, **env})
+    assert run.returncode == 2, run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert "MAILBUS_RETENTION" in last and named in last
+    assert keys(database_url) == {"k"}
+
+
+def test_campaigns_recipients_and_audit_go_by_their_own_windows(
+    database_url: str, retention_url: str
+) -> None:
+    with psycopg.connect(database_url) as conn:
+        ids = {}
+        for name, state, ended in (
+            ("old", "finished", "now() - interval '31 days'"),
+            ("cancelled", "cancelled", "now() - interval '31 days'"),
+            ("recent", "finished", "now() - interval '29 days'"),
+            ("paused", "paused", "NULL"),
+        ):
+            row = conn.execute(
+                f"INSERT INTO campaigns (name, template, rate_per_min, state, ended_at,"
+                f" updated_at) VALUES (%s, 't', 60, %s, {ended}, now() - interval '400 days')"
+                " RETURNING id",
+                (name, state),
+            ).fetchone()
+            assert row is not None
+            ids[name] = row[0]
+            conn.execute(
+                "INSERT INTO campaign_recipients (campaign_id, ordinal, user_id, email)"
+                " SELECT %s, n, 'u' || n, 'u' || n || '@x.org' FROM generate_series(1, 3) n",
+                (row[0],),
+            )
+        # as the owner, past the trigger that stamps `at` with now()
+        conn.execute("ALTER TABLE console_audit DISABLE TRIGGER console_audit_append_only")
+        conn.execute(
+            "INSERT INTO console_audit (at, who, role, action) VALUES"
+            " (now() - interval '366 days', 'ana', 'operator', 'old'),"
+            " (now() - interval '364 days', 'ana', 'operator', 'kept')"
+        )
+        conn.execute("ALTER TABLE console_audit ENABLE TRIGGER console_audit_append_only")
+
+    def left() -> tuple[dict[str, int], set[str], list[str]]:
+        with psycopg.connect(database_url) as conn:
+            recipients = dict(conn.execute(
+                "SELECT c.name, count(r.ordinal) FROM campaigns c LEFT JOIN campaign_recipients"
+                " r ON r.campaign_id = c.id GROUP BY c.name").fetchall())
+            names = {n for (n,) in conn.execute("SELECT name FROM campaigns")}
+            audit = [a for (a,) in conn.execute("SELECT action FROM console_audit ORDER BY id")]
+        return recipients, names, audit
+
+    out = retention(retention_url)
+    assert "campaign recipients 6 deleted" in out and "console audit 1 deleted" in out
+    recipients, names, audit = left()
+    assert recipients == {"old": 0, "cancelled": 0, "recent": 3, "paused": 3}
+    assert names == {"old", "cancelled", "recent", "paused"}  # the rows' window is 365d
+    assert audit == ["kept"]
+    retention(retention_url, MAILBUS_RETENTION_CAMPAIGNS="30d")
+    _, names, _ = left()
+    assert names == {"recent", "paused"}  # an ended campaign past its window, never a paused one
+
+
+
+
 def test_the_retention_role_deletes_and_nothing_else(database_url: str, retention_url: str) -> None:
     with psycopg.connect(database_url) as conn:
         send(conn, "k", "accepted", OLD)
@@ -193,6 +328,14 @@ def test_the_retention_role_deletes_and_nothing_else(database_url: str, retentio
         ("TRUNCATE email_attempts", InsufficientPrivilege),
         ("DELETE FROM email_suppressions", InsufficientPrivilege),
         ("SELECT * FROM email_send_events", InsufficientPrivilege),
+        ("DELETE FROM campaign_recipients", InsufficientPrivilege),
+        ("SELECT email FROM campaign_recipients", InsufficientPrivilege),
+        ("DELETE FROM campaigns", InsufficientPrivilege),
+        ("DELETE FROM console_audit", InsufficientPrivilege),
+        ("INSERT INTO retention_runs (complete, deleted, backlog_rows, overdue_s)"
+         " VALUES (true, 0, 0, 0)", InsufficientPrivilege),
+        ("SELECT mailbus_prune_history('console audit', 3600, 10)",
+         psycopg.errors.InvalidParameterValue),
     ):
         with psycopg.connect(retention_url) as conn, pytest.raises(error):
             conn.execute(statement)

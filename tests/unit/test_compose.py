@@ -23,7 +23,10 @@ def services() -> dict[str, Any]:
 
 
 def test_every_service_is_there() -> None:
-    expected = {"postgres", "kafka", "migrate", "console-users", "sandbox", "prometheus", "grafana"}
+    expected = {
+        "postgres", "kafka", "migrate", "console-users", "retention", "sandbox", "prometheus",
+        "grafana",
+    }  # fmt: skip
     expected |= MAILBUS
     assert set(services()) == expected
 
@@ -46,6 +49,15 @@ def test_commands_per_priority() -> None:
     assert services()["webhooks"]["command"] == ["webhooks"]
 
 
+def test_retention_runs_again_and_again_within_a_budget() -> None:
+    service = services()["retention"]
+    [loop] = service["command"]
+    assert "mailbus retention run --budget" in loop and loop.startswith("while :;")
+    assert "sleep" in loop and service["restart"] == "unless-stopped"
+    assert service["depends_on"]["migrate"] == {"condition": "service_completed_successfully"}
+    assert service["read_only"] is True and service["cap_drop"] == ["ALL"]
+
+
 def test_dependencies_name_conditions_and_long_running_services_have_healthchecks() -> None:
     for name, service in services().items():
         for dependency, rule in service.get("depends_on", {}).items():
@@ -55,7 +67,7 @@ def test_dependencies_name_conditions_and_long_running_services_have_healthcheck
                 "service_completed_successfully",
                 "service_started",
             }
-        if name not in ("migrate", "console-users"):  # one-shot
+        if name not in ("migrate", "console-users", "retention"):  # jobs: they serve no probe
             assert "healthcheck" in service, name
     assert set(services()["migrate"]["depends_on"]) == {"postgres", "kafka"}
 

@@ -23,6 +23,7 @@ ROLE_SECRET = {
     "intake": "mailbus-db-intake",
     "webhooks": "mailbus-db-webhooks",
     "console": "mailbus-db-console",
+    "retention": "mailbus-db-retention",
 }
 # The group role each compose service's login role belongs to (ops/compose/login-roles.sql).
 COMPOSE_ROLE = {
@@ -33,6 +34,7 @@ COMPOSE_ROLE = {
     "intake": "mailbus_intake",
     "webhooks": "mailbus_webhooks",
     "console": "mailbus_console",
+    "retention": "mailbus_retention",
 }
 
 
@@ -68,7 +70,8 @@ def test_each_workload_mounts_only_its_roles_database_url(
         if doc["kind"] not in ("Deployment", "Job", "StatefulSet", "DaemonSet", "CronJob"):
             continue
         component = doc["metadata"]["labels"]["app.kubernetes.io/component"]
-        pod = doc["spec"]["template"]["spec"]
+        spec = doc["spec"].get("jobTemplate", {}).get("spec", doc["spec"])  # a CronJob's Job
+        pod = spec["template"]["spec"]
         seen[component] = mounted_database_urls(pod)
         env = {e["name"]: e.get("value") for c in pod["containers"] for e in c.get("env", [])}
         if seen[component]:

@@ -183,6 +183,12 @@ GRANT INSERT ON email_sends TO mailbus_operator;
 GRANT SELECT ON email_sends_past_retention, email_dead_letters_past_retention,
     delivery_events_past_retention TO mailbus_retention;
 GRANT EXECUTE ON FUNCTION mailbus_prune(text, double precision, integer) TO mailbus_retention;
+-- Campaigns, their recipients and the console audit through mailbus_prune_history, the
+-- backlog counted and each run recorded through migration 0062's functions (same rules).
+GRANT EXECUTE ON FUNCTION mailbus_prune_history(text, double precision, integer),
+    mailbus_retention_backlog(text, double precision, bigint),
+    mailbus_retention_report(boolean, bigint, bigint, double precision) TO mailbus_retention;
+GRANT SELECT ON retention_runs TO mailbus_relay;
 
 -- `mailbus console` (docs/guides/console.md#its-database-role): what its pages show and its
 -- actions do, nothing more. It reads every column of a send but the payload and the lease
