@@ -59,7 +59,7 @@ test-client: stack-up
 	@test -n "$(CLIENT_PYTHON)" || { echo "test-client: no Python >= 3.12 found; set CLIENT_PYTHON" >&2; exit 1; }
 	rm -rf $(CLIENT_VENV) && $(CLIENT_PYTHON) -m venv $(CLIENT_VENV)
 	$(CLIENT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
-		./client 'psycopg[binary]' pytest sqlalchemy django
+		./client 'psycopg[binary]' pytest sqlalchemy django opentelemetry-sdk
 	rm -rf client/build
 	MAILBUS_TEST_MIGRATE_PYTHON=$(PYTHON) $(CLIENT_VENV)/bin/python -m pytest client/tests
 
