@@ -77,22 +77,29 @@ class Stack:
         process.wait(30)
 
     def terminate(self, name: str, timeout: float = 60) -> int:
+        """SIGTERM, and its exit code; one that outlives ``timeout`` is killed, then raised."""
         process = self.processes.pop(name)
         process.send_signal(signal.SIGTERM)
-        return process.wait(timeout)
-
-    def stop_all(self) -> None:
-        for name in list(self.processes):
-            try:
-                self.terminate(name, timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill_quietly(name)
-
-    def kill_quietly(self, name: str) -> None:
-        process = self.processes.pop(name, None)
-        if process is not None:
+        try:
+            return process.wait(timeout)
+        except subprocess.TimeoutExpired:
             process.kill()
             process.wait(30)
+            raise
+
+    def stop_all(self) -> None:
+        """SIGTERM to all at once, so their drains overlap; any still running after 60 s
+        (a lane is joined for up to 60 s) is killed, never left running unreaped."""
+        for process in self.processes.values():
+            process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        for name in list(self.processes):
+            process = self.processes.pop(name)
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(30)
 
     def seed(
         self, count: int, prefix: str = "k", priority: str = "p1", **columns: Any

@@ -241,4 +241,5 @@ def test_every_compose_service_starts_with_its_own_environment_and_files(
                 process.wait(30)
             except subprocess.TimeoutExpired:
                 process.kill()
+                process.wait(30)
         shutil.rmtree(machine.root / "volumes", ignore_errors=True)
