@@ -24,27 +24,12 @@ import psycopg
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "client")]  # this checkout first, client included
 
-from mailbus.app.migrate import available_migrations  # noqa: E402
-from mailbus.app.scratch_database import drop_database  # noqa: E402
+from mailbus.app.scratch_database import drop_database, schema_as_of  # noqa: E402
 
 ENQUEUE = (
     "INSERT INTO email_sends (dedupe_key, to_address, template, payload_json, priority)"
     " VALUES (%s, 'a@x.org', 't', '{}', 'p1') ON CONFLICT (dedupe_key) DO NOTHING"
 )
-
-
-def _until(url: str, last: int) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE mailbus_schema_migrations (version int PRIMARY KEY,"
-            " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        for m in available_migrations():
-            if m.version <= last:
-                conn.execute(m.sql.encode())
-                conn.execute(
-                    "INSERT INTO mailbus_schema_migrations VALUES (%s, %s)", (m.version, m.name)
-                )
 
 
 def _latencies(url: str, samples: int, tag: str) -> list[float]:
@@ -76,7 +61,7 @@ def main() -> None:
         admin.execute(f'CREATE DATABASE "{name}"')
     url = admin_url.rsplit("/", 1)[0] + f"/{name}"
     try:
-        _until(url, 38)
+        schema_as_of(url, 38)
         idle = _latencies(url, args.samples, "idle")
         print(f"idle:             {_summary(idle)}")
         with psycopg.connect(url) as reader:

@@ -1,4 +1,5 @@
-"""Dropping the scratch databases that tests and benchmarks make for each run.
+"""The scratch databases that tests and benchmarks make for each run: an older release's
+schema in one, and dropping it afterwards.
 
 ``DROP DATABASE ... WITH (FORCE)`` ends every other session first, but a role that is no
 superuser (the local stack's app role) may not end an autovacuum worker's: a bulk load
@@ -14,7 +15,9 @@ import time
 
 import psycopg
 
-__all__ = ["drop_database"]
+from mailbus.app.migrate import available_migrations
+
+__all__ = ["drop_database", "schema_as_of"]
 
 
 def drop_database(admin_url: str, name: str, attempts: int = 10) -> None:
@@ -34,3 +37,20 @@ def drop_database(admin_url: str, name: str, attempts: int = 10) -> None:
                 if attempt == attempts - 1:
                     raise
                 time.sleep(0.2)
+
+
+def schema_as_of(url: str, last: int) -> None:
+    """The schema as a release that shipped migrations up to ``last`` left it, recorded as
+    that release's ``mailbus migrate`` recorded it."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE mailbus_schema_migrations (version int PRIMARY KEY,"
+            " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for migration in available_migrations():
+            if migration.version <= last:
+                conn.execute(migration.sql.encode())
+                conn.execute(
+                    "INSERT INTO mailbus_schema_migrations VALUES (%s, %s)",
+                    (migration.version, migration.name),
+                )

@@ -26,7 +26,7 @@ from relay_runner import wait_until
 from services import REPO, StackServices, database_url_for, run_mailbus
 
 from mailbus.app.migrate import available_migrations
-from mailbus.app.scratch_database import drop_database
+from mailbus.app.scratch_database import drop_database, schema_as_of
 from mailbus.kernel.settings import Settings
 from mailbus.sandbox.server import start_in_thread
 
@@ -59,22 +59,6 @@ def empty_database_stack(
         drop_database(services.database_url, name)
 
 
-def previous_release_schema(url: str) -> None:
-    """Migrations up to PREVIOUS, recorded as the previous release's `migrate` did."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE mailbus_schema_migrations (version int PRIMARY KEY,"
-            " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        for migration in available_migrations():
-            if migration.version <= PREVIOUS:
-                conn.execute(migration.sql.encode())
-                conn.execute(
-                    "INSERT INTO mailbus_schema_migrations VALUES (%s, %s)",
-                    (migration.version, migration.name),
-                )
-
-
 def accept_at_provider(sandbox_url: str, key: str) -> str:
     """The call the previous release's consumer made before it died."""
     request = urllib.request.Request(
@@ -95,7 +79,7 @@ def test_mail_in_flight_across_an_upgrade_is_accepted_once(
 ) -> None:
     with empty_database_stack(services, settings, tmp_path) as stack:
         url = stack.settings.database_url
-        previous_release_schema(url)
+        schema_as_of(url, PREVIOUS)
         keys = stack.seed(6, prefix="pending")
         taken_id = accept_at_provider(stack.sandbox.url, "in-call")
         with psycopg.connect(url) as conn:

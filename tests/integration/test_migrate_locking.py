@@ -12,27 +12,11 @@ import pytest
 from services import StackServices, database_url_for, run_mailbus
 
 from mailbus.app.migrate import apply_migrations, available_migrations
-from mailbus.app.scratch_database import drop_database
+from mailbus.app.scratch_database import drop_database, schema_as_of
 
 pytestmark = pytest.mark.stack
 
 BUILD = available_migrations()[-1].version
-
-
-def apply_until(url: str, last: int) -> None:
-    """The schema as a previous release left it: the shipped migrations up to ``last``."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE mailbus_schema_migrations (version int PRIMARY KEY,"
-            " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        for migration in available_migrations():
-            if migration.version <= last:
-                conn.execute(migration.sql.encode())
-                conn.execute(
-                    "INSERT INTO mailbus_schema_migrations VALUES (%s, %s)",
-                    (migration.version, migration.name),
-                )
 
 
 def recorded(url: str) -> int:
@@ -54,7 +38,7 @@ def scratch(services: StackServices) -> Iterator[str]:
 def test_a_locking_migration_waits_for_allow_locking_on_a_database_with_sends(
     scratch: str,
 ) -> None:
-    apply_until(scratch, 16)  # 0017 rebuilds the dedupe key's index under ACCESS EXCLUSIVE
+    schema_as_of(scratch, 16)  # 0017 rebuilds the dedupe key's index under ACCESS EXCLUSIVE
     with psycopg.connect(scratch) as conn:
         conn.execute(
             "INSERT INTO email_sends (dedupe_key, to_address, template)"

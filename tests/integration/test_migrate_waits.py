@@ -18,28 +18,12 @@ import pytest
 from services import REPO, StackServices, database_url_for
 
 from mailbus.app.migrate import apply_migrations, available_migrations
-from mailbus.app.scratch_database import drop_database
+from mailbus.app.scratch_database import drop_database, schema_as_of
 
 pytestmark = pytest.mark.stack
 
 _LOCK_KEY = 0x6D61696C62757301  # the migrators' advisory lock (mailbus/app/migrate.py)
 _ENQUEUE = "INSERT INTO email_sends (dedupe_key, to_address, template) VALUES (%s, 'a@x.org', 't')"
-
-
-def apply_until(url: str, last: int) -> None:
-    """The schema as a previous release left it: the shipped migrations up to ``last``."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE mailbus_schema_migrations (version int PRIMARY KEY,"
-            " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        for migration in available_migrations():
-            if migration.version <= last:
-                conn.execute(migration.sql.encode())
-                conn.execute(
-                    "INSERT INTO mailbus_schema_migrations VALUES (%s, %s)",
-                    (migration.version, migration.name),
-                )
 
 
 @pytest.fixture
@@ -56,7 +40,7 @@ def behind_a_reader(scratch: str) -> Iterator[tuple[str, psycopg.Connection[tupl
     """A database where 0039 (``ALTER TABLE email_sends ADD COLUMN``, ACCESS EXCLUSIVE for
     an instant) is pending, and a session idle in a transaction that read email_sends (a
     pg_dump, an analytics query): the ALTER must wait for it."""
-    apply_until(scratch, 38)
+    schema_as_of(scratch, 38)
     with psycopg.connect(scratch) as reader:
         reader.execute("SELECT 1 FROM email_sends LIMIT 1")  # ACCESS SHARE until it ends
         yield scratch, reader
