@@ -45,8 +45,8 @@ OURS = {
     n: s for n, s in COMPOSE["services"].items() if str(s.get("image", "")).startswith("mailbus:")
 }
 ONE_SHOT = {n for n, s in OURS.items() if "healthcheck" not in s}
-# a scheduled job in a shell loop (retention): healthy once a pass ended with exit 0
-LOOPS = {n for n in ONE_SHOT if "while :" in str(OURS[n].get("command", ""))}
+# a scheduled job (retention, labelled so): healthy once a pass ended with exit 0
+LOOPS = {n for n in ONE_SHOT if "io.mailbus.schedule" in OURS[n].get("labels", {})}
 _PORTS = {"8025", "8026", "8027", "9100"}  # the container ports our services listen on
 
 
