@@ -119,6 +119,38 @@ MUST: dict[str, list[tuple[str, dict[str, Any]]]] = {
         (SEND_ADMIN["resolve_accepted"], {"key": "settled", "message_id": "m-3"}),
         (SEND_ADMIN["send_by_key"], {"key": "pending"}),
     ],
+    "mailbus_console": [  # a campaign created from an upload, imported, then moved
+        (CAMPAIGNS["campaign_named"], {"name": "c"}),
+        (
+            CAMPAIGNS["insert_campaign"],
+            {
+                "name": "new",
+                "template": "t",
+                "priority": "p2",
+                "rate_per_min": 60,
+                "window_start": None,
+                "window_end": None,
+                "daily_cap": 1000,
+                "warmup": [],
+                "audience": "upload: a.csv",
+            },
+        ),
+        (CAMPAIGNS["import_position"], {"id": 1}),
+        ("UPDATE campaigns SET importing = true WHERE id = 1", {}),  # as a new one is
+        (
+            CAMPAIGNS["record_part"],
+            {"id": 1, "stored": 1, "rejected": 0, "through": 2, "key": None},
+        ),
+        (CAMPAIGNS["lock_importing"], {"id": 1}),
+        (
+            CAMPAIGNS["finish_import"],
+            {"id": 1, "repeated": 0, "handed_out": 0, "handed_out_suppressed": 0},
+        ),
+        (
+            CAMPAIGNS["transition"],
+            {"id": 1, "to_state": "paused", "from_states": ["running"], "reason": None},
+        ),
+    ],
     "mailbus_retention": [
         ("SELECT mailbus_prune('sends', 90 * 86400, 100)", {}),
         ("SELECT mailbus_prune('dead letters', 90 * 86400, 100)", {}),
@@ -194,6 +226,22 @@ MUST_NOT: dict[str, list[str]] = {
         "DELETE FROM email_sends WHERE status = 'pending'",
         "TRUNCATE email_sends",
         "SELECT mailbus_prune('sends', 86400, 100)",
+    ],
+    "mailbus_console": [  # the campaign columns its statements never write (migration 0063)
+        "UPDATE campaigns SET rate_per_min = 1000000 WHERE id = 1",
+        "UPDATE campaigns SET daily_cap = NULL, warmup = '{}'",
+        "UPDATE campaigns SET window_start = NULL, window_end = NULL",
+        "UPDATE campaigns SET template = 't2', priority = 'p0'",
+        "UPDATE campaigns SET audience = 'upload: other.csv', name = 'other'",
+        "UPDATE campaigns SET checkpoint = 0",  # its recipients mailed again
+        "UPDATE campaigns SET created_rows = 0, day = NULL, day_count = 0",
+        "INSERT INTO campaigns (name, template, rate_per_min, state)"
+        " VALUES ('x', 't', 60, 'running')",
+        "INSERT INTO campaigns (name, template, rate_per_min, checkpoint) VALUES ('x', 't', 60, 0)",
+        "DELETE FROM campaigns",
+        "UPDATE campaign_recipients SET email = 'attacker@x.org'",
+        REDIRECT,
+        RESEND,
     ],
     "mailbus_retention": [
         "DELETE FROM email_sends WHERE id = 1",  # the pending send (its status is unreadable)
