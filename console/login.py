@@ -18,7 +18,7 @@ from aiohttp import web
 
 from mailbus.console import audit
 from mailbus.console.access import User
-from mailbus.console.signin import Busy
+from mailbus.console.signin import Busy, source_key
 from mailbus.console.web import COOKIE, console_of, render, run
 
 __all__ = ["add_login"]
@@ -49,22 +49,23 @@ async def _login(request: web.Request) -> web.Response:
         return render(request, "refused.html", code=403, why="the login form expired: reload")
     name, password = str(form.get("name", ""))[:200], str(form.get("password", ""))
     source, now = console.source(request), console.clock()
-    wait = console.throttle.wait_s(source, name, now)
+    counted = source_key(source)  # an IPv6 address's /64
+    wait = console.throttle.wait_s(counted, name, now)
     if wait > 0:
         return _too_soon(request, token, 429, wait, "too many failed sign-ins")
-    clean = console.throttle.clean(source, now)
+    clean = console.throttle.clean(counted, now)
     try:
         user = await console.hashing.run(
-            lambda: console.users.check_password(name, password), source, name, clean
+            lambda: console.users.check_password(name, password), counted, name, clean
         )
     except Busy:
         return _too_soon(request, token, 503, 1, "too many sign-ins at once")
     if user is None:
-        console.throttle.failed(source, name, console.clock())
+        console.throttle.failed(counted, name, console.clock())
         log.warning("console: failed sign-in for %r from %s", name[:64], source)
         await run(request, audit.record, User(name[:64], "none"), "login_failed", source)
         return render(request, "login.html", code=401, csrf=token, error="wrong name or password")
-    console.throttle.succeeded(source, name)
+    console.throttle.succeeded(counted, name)
     response = web.HTTPSeeOther("/")
     console.set_cookie(response, COOKIE, console.sessions.open(user))
     console.del_cookie(response, _LOGIN_COOKIE)

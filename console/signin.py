@@ -8,7 +8,8 @@ capped at :attr:`Limits.cap_s`). The per-name count from everywhere holds only s
 that have failed themselves: anyone may flood failures at an operator's name from many
 addresses, and a source with a clean record still signs in at once (OWASP's warning that
 a plain per-account lockout is a denial of service against the account: "Slow Down Online
-Guessing Attacks with Device Cookies", owasp.org/www-community). A count forgets its
+Guessing Attacks with Device Cookies", owasp.org/www-community); an IPv6 source is its
+/64 (:func:`source_key`). A count forgets its
 failures :attr:`Limits.forget_s` after the last one; a success clears its name's count
 from that source. At most :attr:`Throttle.keys` counts are kept (the oldest go first), so
 a flood of made-up names cannot grow memory.
@@ -24,16 +25,32 @@ neither exhaust memory nor keep a clean source's sign-in out.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-__all__ = ["Busy", "Hashing", "Limits", "Throttle"]
+__all__ = ["Busy", "Hashing", "Limits", "Throttle", "source_key"]
 
 T = TypeVar("T")
 Key = tuple[str, ...]
+
+
+def source_key(address: str) -> str:
+    """The source a sign-in is counted against: an IPv4 address, or an IPv6 address's /64
+    (one host commonly holds a whole /64: counted per address, each of its addresses
+    would have a clean record); anything else as given, at most 64 characters."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address[:64]
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network(f"{ip}/64", strict=False))
+    return str(ip)
 
 
 @dataclass(frozen=True)

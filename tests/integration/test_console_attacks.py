@@ -262,6 +262,23 @@ def test_failures_flooded_at_a_name_never_hold_its_operator_at_a_clean_source(
     assert failed == [("ana", f"10.0.0.{n}") for n in range(30)] + [("vic", "10.1.0.1")] * 5
 
 
+def test_an_ipv6_source_is_counted_by_its_64(console_url: str) -> None:
+    """A host holds a whole /64: counted per address, each would have a clean record."""
+
+    async def scenario(client: Client) -> None:
+        for n in range(10):  # the source's 10 free failures, each from another address
+            failed = await sign_in_from(client, f"2001:db8:0:1::{n + 1:x}", f"x{n}", "guess")
+            assert failed.status == 401
+        held = await sign_in_from(client, "2001:db8:0:1::ff", "ana", "ana-secret")
+        assert held.status == 429
+        other = await sign_in_from(client, "2001:db8:0:2::1", "ana", "ana-secret")
+        assert other.status == 303
+
+    serve(console_url, scenario, clock=lambda: 1000.0, **BEHIND_PROXY)
+    sources = [r[3] for r in audit_rows(console_url) if r[2] == "login_failed"]
+    assert sources == [f"2001:db8:0:1::{n + 1:x}" for n in range(10)]  # audited as they came
+
+
 class HeldGuesses(Users):
     """The console's users, where a wrong password "guess" is checked only once released:
     a flood's checks stay in the pool while a clean source signs in."""
@@ -294,8 +311,10 @@ def test_a_clean_sign_in_gets_through_a_flood_from_one_source_or_at_one_name(
         signed_in = await sign_in_from(client, "192.0.2.1", "ana", "ana-secret")
         assert signed_in.status == 303, await signed_in.text()
         users.release.set()
-        statuses = [(await t).status for t in tries]
-        assert statuses.count(401) == 1 and statuses.count(503) == 39
+        answers = [await t for t in tries]
+        assert [a.status for a in answers].count(401) == 1
+        refused = [a for a in answers if a.status == 503]
+        assert len(refused) == 39 and {a.headers["Retry-After"] for a in refused} == {"1"}
 
     async def at_one_name(client: Client) -> None:
         users.release.clear()

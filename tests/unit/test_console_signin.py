@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from mailbus.console.access import Sessions, User
-from mailbus.console.signin import Busy, Hashing, Limits, Throttle
+from mailbus.console.signin import Busy, Hashing, Limits, Throttle, source_key
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.settings import load_settings
 
@@ -65,6 +65,21 @@ def test_the_keys_kept_are_bounded_and_a_source_outlives_its_counts() -> None:
         throttle.failed(f"10.0.{n // 256}.{n % 256}", f"name-{n}", 0.0)
     assert len(throttle._seen) == 10
     assert not throttle.clean("10.0.3.231", 0.0)  # the last source's failure is kept
+
+
+@pytest.mark.parametrize(
+    ("address", "key"),
+    [
+        ("192.0.2.7", "192.0.2.7"),
+        ("2001:db8:0:1::7", "2001:db8:0:1::/64"),
+        ("2001:db8:0:1:ffff:1:2:3", "2001:db8:0:1::/64"),
+        ("::ffff:192.0.2.7", "192.0.2.7"),
+        ("-", "-"),
+        ("x" * 500, "x" * 64),
+    ],
+)
+def test_a_source_is_an_ipv4_address_or_an_ipv6_64(address: str, key: str) -> None:
+    assert source_key(address) == key
 
 
 def checks(hashing: Hashing, tries: list[tuple[str, str, bool]]) -> list[object]:
