@@ -14,6 +14,7 @@ from psycopg.errors import InsufficientPrivilege, InvalidParameterValue
 from transport_security import login_as
 
 from mailbus.app.migrate import apply_roles
+from mailbus.app.migration_files import available_migrations
 from mailbus.feedback.events import NAMED_PROVIDERS, STATUS_RANK
 from mailbus_client.sqlfiles import load_queries
 
@@ -167,6 +168,18 @@ RESEND = "UPDATE email_sends SET status = 'pending', attempts = 0, published_at 
 FORGE_LETTER = (
     "INSERT INTO email_dead_letters (send_id, reason, attempts) VALUES (1, 'rejected', 1)"
 )
+# What an operator chose when creating a campaign: the console inserts, never changes them.
+CAMPAIGN_SETTINGS = [
+    ("rate_per_min", "1000000"),
+    ("daily_cap", "NULL"),
+    ("warmup", "'{}'"),
+    ("window_start", "NULL"),
+    ("window_end", "NULL"),
+    ("template", "'t2'"),
+    ("priority", "'p0'"),
+    ("audience", "'upload: other.csv'"),
+    ("name", "'other'"),
+]
 MUST_NOT: dict[str, list[str]] = {
     "mailbus_webhooks": [
         "SELECT payload_json FROM email_sends WHERE priority = 'p0'",
@@ -228,16 +241,15 @@ MUST_NOT: dict[str, list[str]] = {
         "SELECT mailbus_prune('sends', 86400, 100)",
     ],
     "mailbus_console": [  # the campaign columns its statements never write (migration 0063)
-        "UPDATE campaigns SET rate_per_min = 1000000 WHERE id = 1",
-        "UPDATE campaigns SET daily_cap = NULL, warmup = '{}'",
-        "UPDATE campaigns SET window_start = NULL, window_end = NULL",
-        "UPDATE campaigns SET template = 't2', priority = 'p0'",
-        "UPDATE campaigns SET audience = 'upload: other.csv', name = 'other'",
+        *(f"UPDATE campaigns SET {column} = {value}" for column, value in CAMPAIGN_SETTINGS),
         "UPDATE campaigns SET checkpoint = 0",  # its recipients mailed again
-        "UPDATE campaigns SET created_rows = 0, day = NULL, day_count = 0",
+        "UPDATE campaigns SET created_rows = 0",
+        "UPDATE campaigns SET day = NULL",
+        "UPDATE campaigns SET day_count = 0",
+        "UPDATE campaigns SET created_at = now()",
         "INSERT INTO campaigns (name, template, rate_per_min, state)"
         " VALUES ('x', 't', 60, 'running')",
-        "INSERT INTO campaigns (name, template, rate_per_min, checkpoint) VALUES ('x', 't', 60, 0)",
+        "INSERT INTO campaigns (name, template, rate_per_min, checkpoint) VALUES ('x', 't', 60, 9)",
         "DELETE FROM campaigns",
         "UPDATE campaign_recipients SET email = 'attacker@x.org'",
         REDIRECT,
@@ -334,3 +346,23 @@ def test_the_prune_function_is_no_one_elses(seeded: str) -> None:
     for role in sorted(set(MUST_NOT) - {"mailbus_retention", "mailbus_operator"}):
         with login_as(seeded, role) as url:
             assert refused(url, "SELECT mailbus_prune('sends', 86400, 100)"), role
+
+
+def test_a_plain_migrate_narrows_the_console_on_campaigns_as_the_grants_do(seeded: str) -> None:
+    """Migration 0063 on a database whose grants predate it (a plain `mailbus migrate`)."""
+    narrowing = next(m for m in available_migrations() if m.version == 63)
+
+    def privileges(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
+        return conn.execute(
+            "SELECT column_name, privilege_type FROM information_schema.column_privileges"
+            " WHERE grantee = 'mailbus_console' AND table_name = 'campaigns'"
+            " AND privilege_type <> 'SELECT' ORDER BY 1, 2"
+        ).fetchall()
+
+    with psycopg.connect(seeded, autocommit=True) as conn:
+        granted = privileges(conn)  # by grants.sql (`migrate --roles`)
+        assert ("rate_per_min", "INSERT") in granted and ("state", "UPDATE") in granted
+        conn.execute("GRANT INSERT, UPDATE ON campaigns TO mailbus_console")  # before 0063
+        assert ("rate_per_min", "UPDATE") in privileges(conn)
+        conn.execute(narrowing.sql.encode())
+        assert privileges(conn) == granted
