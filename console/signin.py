@@ -9,10 +9,10 @@ that have failed themselves: anyone may flood failures at an operator's name fro
 addresses, and a source with a clean record still signs in at once (OWASP's warning that
 a plain per-account lockout is a denial of service against the account: "Slow Down Online
 Guessing Attacks with Device Cookies", owasp.org/www-community); an IPv6 source is its
-/64 (:func:`source_key`). A count forgets its
-failures :attr:`Limits.forget_s` after the last one; a success clears its name's count
-from that source. At most :attr:`Throttle.keys` counts are kept (the oldest go first), so
-a flood of made-up names cannot grow memory.
+/64 (:func:`source_key`). A count forgets its failures :attr:`Limits.forget_s` after the
+last one; a success clears its name's count from that source. At most
+:attr:`Throttle.keys` counts are kept (the oldest go first), so a flood of made-up names
+cannot grow memory.
 
 :class:`Hashing` runs Argon2 verifications (64 MiB each) on a few threads of their own, so
 pages never wait behind them. It admits at most ``threads + waiting`` checks, and fairly:
@@ -150,9 +150,7 @@ class Hashing:
     async def run(self, fn: Callable[[], T], source: str, name: str, clean: bool) -> T:
         """``fn()`` on the pool, or :class:`Busy` at once. ``clean``: the source has no
         failure on record (:meth:`Throttle.clean`). Called on the event loop only."""
-        keys: tuple[Key, ...] = (("source", source),) if clean else (
-            ("source", source), ("name", name),
-        )  # fmt: skip
+        keys: tuple[Key, ...] = (("source", source),) + (() if clean else (("name", name),))
         places = self._places - (0 if clean else self._kept)
         if self._taken >= places or not self._busy.isdisjoint(keys):
             raise Busy()

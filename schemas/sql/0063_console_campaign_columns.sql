@@ -1,8 +1,8 @@
 -- The console's role writes only the columns of `campaigns` its statements write
 -- (docs/guides/console.md#its-database-role; issue 35): it had INSERT and UPDATE on every
 -- column, so a console taken over could raise a running campaign's rate, lift its daily
--- cap or window, change its template or audience, move its checkpoint back (its recipients
--- mailed again under new keys) or insert a campaign already running. Its statements
+-- cap or window, change its template or audience, move its checkpoint past recipients
+-- never handed out, or insert a campaign already running. Its statements
 -- (campaigns/queries.sql): insert_campaign inserts a draft; record_part and finish_import
 -- count the import; transition moves the state. The same grants are in
 -- schemas/sql/roles/grants.sql (`mailbus migrate --roles`); here they are applied when the

@@ -242,7 +242,7 @@ MUST_NOT: dict[str, list[str]] = {
     ],
     "mailbus_console": [  # the campaign columns its statements never write (migration 0063)
         *(f"UPDATE campaigns SET {column} = {value}" for column, value in CAMPAIGN_SETTINGS),
-        "UPDATE campaigns SET checkpoint = 0",  # its recipients mailed again
+        "UPDATE campaigns SET checkpoint = 1000000",  # its recipients skipped
         "UPDATE campaigns SET created_rows = 0",
         "UPDATE campaigns SET day = NULL",
         "UPDATE campaigns SET day_count = 0",
