@@ -2,9 +2,11 @@
 
 The sign-in form carries its own CSRF token (a double-submit cookie); its body is bounded
 like every other (``MAILBUS_CONSOLE_MAX_BODY``) and must be urlencoded. A try waits while
-its source or its name has failed too often (:class:`mailbus.console.signin.Throttle`),
-its password is checked on the small bounded pool (:class:`mailbus.console.signin.Hashing`:
-503 beyond it), and a failure is written to the audit (``login_failed``, role ``none``).
+its source, or its name from that source, has failed too often, or its name has from
+everywhere and its source has failed too (:class:`mailbus.console.signin.Throttle`: a
+source with a clean record is never held by failures of others). Its password is checked
+on the small bounded, fair pool (:class:`mailbus.console.signin.Hashing`: 503 beyond it),
+and a failure is written to the audit (``login_failed``, role ``none``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from aiohttp import web
 
 from mailbus.console import audit
 from mailbus.console.access import User
-from mailbus.console.signin import Busy
+from mailbus.console.signin import Busy, source_key
 from mailbus.console.web import COOKIE, console_of, render, run
 
 __all__ = ["add_login"]
@@ -46,20 +48,24 @@ async def _login(request: web.Request) -> web.Response:
     if not expected or not secrets.compare_digest(token.encode(), expected.encode()):
         return render(request, "refused.html", code=403, why="the login form expired: reload")
     name, password = str(form.get("name", ""))[:200], str(form.get("password", ""))
-    source = console.source(request)
-    wait = console.throttle.wait_s(source, name, console.clock())
+    source, now = console.source(request), console.clock()
+    counted = source_key(source)  # an IPv6 address's /64
+    wait = console.throttle.wait_s(counted, name, now)
     if wait > 0:
         return _too_soon(request, token, 429, wait, "too many failed sign-ins")
+    clean = console.throttle.clean(counted, now)
     try:
-        user = await console.hashing.run(lambda: console.users.check_password(name, password))
+        user = await console.hashing.run(
+            lambda: console.users.check_password(name, password), counted, name, clean
+        )
     except Busy:
         return _too_soon(request, token, 503, 1, "too many sign-ins at once")
     if user is None:
-        console.throttle.failed(source, name, console.clock())
+        console.throttle.failed(counted, name, console.clock())
         log.warning("console: failed sign-in for %r from %s", name[:64], source)
         await run(request, audit.record, User(name[:64], "none"), "login_failed", source)
         return render(request, "login.html", code=401, csrf=token, error="wrong name or password")
-    console.throttle.succeeded(name)
+    console.throttle.succeeded(counted, name)
     response = web.HTTPSeeOther("/")
     console.set_cookie(response, COOKIE, console.sessions.open(user))
     console.del_cookie(response, _LOGIN_COOKIE)

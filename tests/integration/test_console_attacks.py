@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from aiohttp import FormData
 from aiohttp.test_utils import TestClient
-from console_support import CSRF, audit_rows, console_login, serve, sign_in
+from console_support import CSRF, USERS, audit_rows, console_login, serve, sign_in
 from services import run_mailbus
 
 from mailbus.console.access import User, Users
@@ -182,19 +182,47 @@ class SlowUsers(Users):
         return None
 
 
+BEHIND_PROXY = {"proxy_sources": ("127.0.0.0/8",)}  # X-Forwarded-For names the source
+
+
+async def login_form(client: Client) -> str:
+    """The login form's token (its cookie kept by the client's jar)."""
+    page = await client.get("/login")
+    token = CSRF.search(await page.text())
+    assert token is not None
+    return token.group(1)
+
+
+async def post_from(client: Client, token: str, source: str, name: str, password: str) -> Any:
+    """A sign-in from ``source`` (behind the proxy)."""
+    return await client.post(
+        "/login",
+        data={"csrf": token, "name": name, "password": password},
+        headers={"X-Forwarded-For": source},
+        allow_redirects=False,
+    )
+
+
+async def sign_in_from(client: Client, source: str, name: str, password: str) -> Any:
+    return await post_from(client, await login_form(client), source, name, password)
+
+
+def flood(client: Client, token: str, tries: list[tuple[str, str]]) -> list[Any]:
+    """Sign-ins (source, name) with the wrong password "guess", all at once."""
+    return [
+        asyncio.ensure_future(post_from(client, token, source, name, "guess"))
+        for source, name in tries
+    ]
+
+
 def test_parallel_sign_ins_are_refused_beyond_the_hashing_pool(console_url: str) -> None:
     """Review hole 3: 40 parallel tries each held 64 MiB of Argon2 on an unbounded pool."""
     users = SlowUsers()
 
     async def scenario(client: Client) -> None:
-        page = await client.get("/login")
-        token = CSRF.search(await page.text())
-        assert token is not None
-        data = {"csrf": token.group(1), "password": "guess"}
-        tries = [
-            asyncio.ensure_future(client.post("/login", data={**data, "name": f"n{n}"}))
-            for n in range(40)
-        ]
+        tries = flood(
+            client, await login_form(client), [(f"10.0.0.{n}", f"n{n}") for n in range(40)]
+        )
         deadline = time.monotonic() + 60
         # 1 thread + 2 waiting are admitted; the 37 others are answered while those wait
         while sum(t.done() for t in tries) < 37 and time.monotonic() < deadline:
@@ -204,7 +232,104 @@ def test_parallel_sign_ins_are_refused_beyond_the_hashing_pool(console_url: str)
         assert sorted(set(statuses)) == [401, 503]
         assert statuses.count(401) == 3 and users.started == 3
 
-    serve(console_url, scenario, users=users, hashing=Hashing(threads=1, waiting=2))
+    hashing = Hashing(threads=1, waiting=2, kept=0)
+    serve(console_url, scenario, users=users, hashing=hashing, **BEHIND_PROXY)
+
+
+def test_failures_flooded_at_a_name_never_hold_its_operator_at_a_clean_source(
+    console_url: str,
+) -> None:
+    """Issue 35: a per-name limit let anyone who knows an operator's name lock them out.
+    Failures from many sources slow those sources, never a source with a clean record."""
+    now = [1000.0]
+
+    async def scenario(client: Client) -> None:
+        for n in range(30):  # one failure each from 30 addresses: 30 for the name
+            assert (await sign_in_from(client, f"10.0.0.{n}", "ana", "guess")).status == 401
+        again = await sign_in_from(client, "10.0.0.7", "ana", "guess")  # a source that failed
+        assert again.status == 429 and int(again.headers["Retry-After"]) > 1
+        signed_in = await sign_in_from(client, "192.0.2.1", "ana", "ana-secret")
+        assert signed_in.status == 303, await signed_in.text()
+        for _ in range(5):  # one source's own failures at the name hold that source ...
+            assert (await sign_in_from(client, "10.1.0.1", "vic", "guess")).status == 401
+        held = await sign_in_from(client, "10.1.0.1", "vic", "vic-secret")
+        assert held.status == 429 and int(held.headers["Retry-After"]) == 1
+        clean = await sign_in_from(client, "192.0.2.2", "vic", "vic-secret")  # ... only it
+        assert clean.status == 303
+
+    serve(console_url, scenario, clock=lambda: now[0], **BEHIND_PROXY)
+    failed = [(r[0], r[3]) for r in audit_rows(console_url) if r[2] == "login_failed"]
+    assert failed == [("ana", f"10.0.0.{n}") for n in range(30)] + [("vic", "10.1.0.1")] * 5
+
+
+def test_an_ipv6_source_is_counted_by_its_64(console_url: str) -> None:
+    """A host holds a whole /64: counted per address, each would have a clean record."""
+
+    async def scenario(client: Client) -> None:
+        for n in range(10):  # the source's 10 free failures, each from another address
+            failed = await sign_in_from(client, f"2001:db8:0:1::{n + 1:x}", f"x{n}", "guess")
+            assert failed.status == 401
+        held = await sign_in_from(client, "2001:db8:0:1::ff", "ana", "ana-secret")
+        assert held.status == 429
+        other = await sign_in_from(client, "2001:db8:0:2::1", "ana", "ana-secret")
+        assert other.status == 303
+
+    serve(console_url, scenario, clock=lambda: 1000.0, **BEHIND_PROXY)
+    sources = [r[3] for r in audit_rows(console_url) if r[2] == "login_failed"]
+    assert sources == [f"2001:db8:0:1::{n + 1:x}" for n in range(10)]  # audited as they came
+
+
+class HeldGuesses(Users):
+    """The console's users, where a wrong password "guess" is checked only once released:
+    a flood's checks stay in the pool while a clean source signs in."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.release = threading.Event()
+
+    def check_password(self, name: str, password: str) -> User | None:
+        if password == "guess":
+            self.release.wait(30)
+        return USERS.check_password(name, password)
+
+
+def test_a_clean_sign_in_gets_through_a_flood_from_one_source_or_at_one_name(
+    console_url: str,
+) -> None:
+    """Issue 35: the shared Argon2 pool (2 threads, 8 waiting, else 503) let one source's
+    flood answer 503 to everyone."""
+    users = HeldGuesses()
+
+    async def answered(tries: list[Any], count: int) -> None:
+        deadline = time.monotonic() + 5  # today's pool answers fewer at once: then go on
+        while sum(t.done() for t in tries) < count and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    async def from_one_source(client: Client) -> None:
+        tries = flood(client, await login_form(client), [("10.0.0.1", f"n{n}") for n in range(40)])
+        await answered(tries, 39)  # one check at a time per source
+        signed_in = await sign_in_from(client, "192.0.2.1", "ana", "ana-secret")
+        assert signed_in.status == 303, await signed_in.text()
+        users.release.set()
+        answers = [await t for t in tries]
+        assert [a.status for a in answers].count(401) == 1
+        refused = [a for a in answers if a.status == 503]
+        assert len(refused) == 39 and {a.headers["Retry-After"] for a in refused} == {"1"}
+
+    async def at_one_name(client: Client) -> None:
+        users.release.clear()
+        for n in range(40):  # 40 sources, each with a failure of its own on record
+            assert (await sign_in_from(client, f"10.1.0.{n}", f"z{n}", "wrong")).status == 401
+        tries = flood(client, await login_form(client), [(f"10.1.0.{n}", "ana") for n in range(40)])
+        await answered(tries, 39)  # one check at a time per name among sources that failed
+        signed_in = await sign_in_from(client, "192.0.2.1", "ana", "ana-secret")
+        assert signed_in.status == 303, await signed_in.text()
+        users.release.set()
+        statuses = [(await t).status for t in tries]
+        assert statuses.count(401) == 1 and statuses.count(503) == 39
+
+    serve(console_url, from_one_source, users=users, **BEHIND_PROXY)
+    serve(console_url, at_one_name, users=users, **BEHIND_PROXY)
 
 
 def test_secure_cookies_carry_the_host_prefix_and_hsts(console_url: str) -> None:

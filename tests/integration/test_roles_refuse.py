@@ -14,6 +14,7 @@ from psycopg.errors import InsufficientPrivilege, InvalidParameterValue
 from transport_security import login_as
 
 from mailbus.app.migrate import apply_roles
+from mailbus.app.migration_files import available_migrations
 from mailbus.feedback.events import NAMED_PROVIDERS, STATUS_RANK
 from mailbus_client.sqlfiles import load_queries
 
@@ -119,6 +120,38 @@ MUST: dict[str, list[tuple[str, dict[str, Any]]]] = {
         (SEND_ADMIN["resolve_accepted"], {"key": "settled", "message_id": "m-3"}),
         (SEND_ADMIN["send_by_key"], {"key": "pending"}),
     ],
+    "mailbus_console": [  # a campaign created from an upload, imported, then moved
+        (CAMPAIGNS["campaign_named"], {"name": "c"}),
+        (
+            CAMPAIGNS["insert_campaign"],
+            {
+                "name": "new",
+                "template": "t",
+                "priority": "p2",
+                "rate_per_min": 60,
+                "window_start": None,
+                "window_end": None,
+                "daily_cap": 1000,
+                "warmup": [],
+                "audience": "upload: a.csv",
+            },
+        ),
+        (CAMPAIGNS["import_position"], {"id": 1}),
+        ("UPDATE campaigns SET importing = true WHERE id = 1", {}),  # as a new one is
+        (
+            CAMPAIGNS["record_part"],
+            {"id": 1, "stored": 1, "rejected": 0, "through": 2, "key": None},
+        ),
+        (CAMPAIGNS["lock_importing"], {"id": 1}),
+        (
+            CAMPAIGNS["finish_import"],
+            {"id": 1, "repeated": 0, "handed_out": 0, "handed_out_suppressed": 0},
+        ),
+        (
+            CAMPAIGNS["transition"],
+            {"id": 1, "to_state": "paused", "from_states": ["running"], "reason": None},
+        ),
+    ],
     "mailbus_retention": [
         ("SELECT mailbus_prune('sends', 90 * 86400, 100)", {}),
         ("SELECT mailbus_prune('dead letters', 90 * 86400, 100)", {}),
@@ -135,6 +168,18 @@ RESEND = "UPDATE email_sends SET status = 'pending', attempts = 0, published_at 
 FORGE_LETTER = (
     "INSERT INTO email_dead_letters (send_id, reason, attempts) VALUES (1, 'rejected', 1)"
 )
+# What an operator chose when creating a campaign: the console inserts, never changes them.
+CAMPAIGN_SETTINGS = [
+    ("rate_per_min", "1000000"),
+    ("daily_cap", "NULL"),
+    ("warmup", "'{}'"),
+    ("window_start", "NULL"),
+    ("window_end", "NULL"),
+    ("template", "'t2'"),
+    ("priority", "'p0'"),
+    ("audience", "'upload: other.csv'"),
+    ("name", "'other'"),
+]
 MUST_NOT: dict[str, list[str]] = {
     "mailbus_webhooks": [
         "SELECT payload_json FROM email_sends WHERE priority = 'p0'",
@@ -194,6 +239,21 @@ MUST_NOT: dict[str, list[str]] = {
         "DELETE FROM email_sends WHERE status = 'pending'",
         "TRUNCATE email_sends",
         "SELECT mailbus_prune('sends', 86400, 100)",
+    ],
+    "mailbus_console": [  # the campaign columns its statements never write (migration 0063)
+        *(f"UPDATE campaigns SET {column} = {value}" for column, value in CAMPAIGN_SETTINGS),
+        "UPDATE campaigns SET checkpoint = 1000000",  # its recipients skipped
+        "UPDATE campaigns SET created_rows = 0",
+        "UPDATE campaigns SET day = NULL",
+        "UPDATE campaigns SET day_count = 0",
+        "UPDATE campaigns SET created_at = now()",
+        "INSERT INTO campaigns (name, template, rate_per_min, state)"
+        " VALUES ('x', 't', 60, 'running')",
+        "INSERT INTO campaigns (name, template, rate_per_min, checkpoint) VALUES ('x', 't', 60, 9)",
+        "DELETE FROM campaigns",
+        "UPDATE campaign_recipients SET email = 'attacker@x.org'",
+        REDIRECT,
+        RESEND,
     ],
     "mailbus_retention": [
         "DELETE FROM email_sends WHERE id = 1",  # the pending send (its status is unreadable)
@@ -286,3 +346,23 @@ def test_the_prune_function_is_no_one_elses(seeded: str) -> None:
     for role in sorted(set(MUST_NOT) - {"mailbus_retention", "mailbus_operator"}):
         with login_as(seeded, role) as url:
             assert refused(url, "SELECT mailbus_prune('sends', 86400, 100)"), role
+
+
+def test_a_plain_migrate_narrows_the_console_on_campaigns_as_the_grants_do(seeded: str) -> None:
+    """Migration 0063 on a database whose grants predate it (a plain `mailbus migrate`)."""
+    narrowing = next(m for m in available_migrations() if m.version == 63)
+
+    def privileges(conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
+        return conn.execute(
+            "SELECT column_name, privilege_type FROM information_schema.column_privileges"
+            " WHERE grantee = 'mailbus_console' AND table_name = 'campaigns'"
+            " AND privilege_type <> 'SELECT' ORDER BY 1, 2"
+        ).fetchall()
+
+    with psycopg.connect(seeded, autocommit=True) as conn:
+        granted = privileges(conn)  # by grants.sql (`migrate --roles`)
+        assert ("rate_per_min", "INSERT") in granted and ("state", "UPDATE") in granted
+        conn.execute("GRANT INSERT, UPDATE ON campaigns TO mailbus_console")  # before 0063
+        assert ("rate_per_min", "UPDATE") in privileges(conn)
+        conn.execute(narrowing.sql.encode())
+        assert privileges(conn) == granted

@@ -219,7 +219,16 @@ GRANT SELECT ON email_attempts, email_send_resolutions, delivery_events, provide
     TO mailbus_console;
 GRANT SELECT (id, published_at) ON email_send_events TO mailbus_console;
 GRANT SELECT, INSERT, UPDATE, DELETE ON email_suppressions TO mailbus_console;
-GRANT SELECT, INSERT, UPDATE ON campaigns TO mailbus_console;
+-- Of a campaign it inserts a draft and writes only what its import counts and its moves
+-- change (campaigns/queries.sql: insert_campaign, record_part, finish_import, transition;
+-- migration 0063): never a rate, cap, window, template, audience or checkpoint.
+GRANT SELECT,
+      INSERT (name, template, priority, rate_per_min, window_start, window_end, daily_cap,
+              warmup, audience, importing),
+      UPDATE (recipients, invalid_lines, imported_through, imported_key, processed,
+              suppressed, importing, state, started_at, ended_at, tokens, last_tick_at,
+              paused_reason, guarded_since, updated_at)
+    ON campaigns TO mailbus_console;
 GRANT SELECT (campaign_id, ordinal, user_id, suppressed),
       INSERT (campaign_id, ordinal, user_id, email, variables), DELETE
     ON campaign_recipients TO mailbus_console;
