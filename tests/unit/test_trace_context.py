@@ -140,7 +140,9 @@ def test_the_delivery_path_imports_no_opentelemetry_unless_configured() -> None:
         "from mailbus.consumer import runner, service, kafka_source, provider\n"
         "from mailbus.relay import relay\n"
         "from mailbus.intake import service as intake\n"
-        "assert runner._tracer(None) is runner.NOOP\n"
+        "from mailbus.feedback import server\n"
+        "from mailbus.kernel import logs, tracers, tracing\n"
+        "assert tracers.configured_tracer(None, 'mailbus-relay') is tracing.NOOP\n"
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
     )
     repo = Path(__file__).resolve().parents[2]
@@ -158,23 +160,23 @@ def test_the_delivery_path_imports_no_opentelemetry_unless_configured() -> None:
 
 
 def test_a_configured_exporter_loads_opentelemetry() -> None:
-    from mailbus.consumer.runner import _tracer
     from mailbus.kernel.otel import OtelTracer, span_exporter
+    from mailbus.kernel.tracers import configured_tracer
 
-    assert isinstance(_tracer("console"), OtelTracer)
+    assert isinstance(configured_tracer("console", "mailbus-consumer"), OtelTracer)
     assert type(span_exporter("otlp")).__name__ == "OTLPSpanExporter"
 
 
 def test_an_exporter_without_opentelemetry_installed_is_bad_configuration(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from mailbus.consumer.runner import _tracer
     from mailbus.kernel import otel
+    from mailbus.kernel.tracers import configured_tracer
 
     monkeypatch.setitem(sys.modules, "opentelemetry", None)  # as if not installed
     monkeypatch.delitem(sys.modules, otel.__name__)
     monkeypatch.delattr(sys.modules["mailbus.kernel"], "otel")
     with pytest.raises(ConfigError) as raised:
-        _tracer("otlp")
+        configured_tracer("otlp", "mailbus-consumer")
     assert raised.value.setting == "MAILBUS_OTEL_EXPORTER"
     assert "[tracing]" in raised.value.problem
