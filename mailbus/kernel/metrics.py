@@ -15,6 +15,8 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlparse
@@ -28,6 +30,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import MetricsHandler
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from mailbus.kernel import health
@@ -35,11 +38,14 @@ from mailbus.kernel.tracecontext import TraceContext
 
 __all__ = [
     "BREAKER_STATES",
+    "DEPRECATED",
     "OPEN_STATUSES",
     "OUTBOX_SCRAPE_ERRORS",
     "PRIORITIES",
     "Collector",  # with GaugeMetricFamily: what a scrape-time collector is built of
     "GaugeMetricFamily",
+    "MetricDoc",
+    "described",
     "observe_accepted",
     "observe_call",
     "observe_dead_letter",
@@ -83,9 +89,19 @@ PROVIDER_REQUESTS = Counter(
     "HTTP requests made to the email API, by kind (send, lookup).",
     ["kind"],
 )
+PROVIDER_RATE_LIMITED = Counter(
+    "mailbus_provider_rate_limited",
+    "Send calls the email API answered with 429 Too Many Requests.",
+)
+# Deprecated names (docs/reference/stability.md#deprecations): exported beside their
+# replacement for one more minor version, then removed.
+DEPRECATED = {
+    "mailbus_provider_429_total": "mailbus_provider_rate_limited_total",
+    "mailbus_oldest_pending_age_seconds": "mailbus_oldest_open_age_seconds",
+}
 PROVIDER_429 = Counter(
     "mailbus_provider_429",
-    "Send calls the email API answered with 429 Too Many Requests.",
+    "Deprecated: use mailbus_provider_rate_limited_total (the same count).",
 )
 SENT_UNDER_GUARANTEE = Counter(
     "mailbus_sent_under_guarantee",
@@ -279,7 +295,33 @@ def observe_call(priority: str, outcome: str, latency_s: float, status_code: int
     PROVIDER_REQUESTS.labels("send").inc()
     PROVIDER_LATENCY.observe(max(latency_s, 0.0))
     if status_code == 429:
+        PROVIDER_RATE_LIMITED.inc()
         PROVIDER_429.inc()
+
+
+@dataclass(frozen=True)
+class MetricDoc:
+    """A metric as the reference table shows it (docs/reference/metrics.md)."""
+
+    name: str  # as scraped: a counter with its _total
+    type: str
+    labels: tuple[str, ...]
+    help: str
+
+
+def described(families: Iterable[GaugeMetricFamily] = ()) -> list[MetricDoc]:
+    """This module's metrics and ``families`` (a collector's ``describe()``), by name."""
+    found = []
+    for value in globals().values():
+        if isinstance(value, MetricWrapperBase):
+            # prometheus_client keeps these on the object; its public API has no getter
+            kind, name = str(value._type), value._name
+            shown = f"{name}_total" if kind == "counter" else name
+            found.append(MetricDoc(shown, kind, tuple(value._labelnames), value._documentation))
+    for family in families:
+        labels = tuple(getattr(family, "_labelnames", ()))
+        found.append(MetricDoc(family.name, str(family.type), labels, family.documentation))
+    return sorted(found, key=lambda doc: doc.name)
 
 
 def _exemplar(trace: TraceContext | None) -> dict[str, str] | None:
