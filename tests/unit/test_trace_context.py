@@ -3,6 +3,8 @@ setting that turns the export on; no OpenTelemetry without it."""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import subprocess
 import sys
@@ -13,9 +15,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.logs import JsonFormatter
+from mailbus.kernel.metrics import observe_accepted
 from mailbus.kernel.settings import load_settings
 from mailbus.kernel.tracecontext import Carried, TraceContext, from_headers, parse
-from mailbus.kernel.tracing import NOOP, current
+from mailbus.kernel.tracing import NOOP, current, use
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -108,6 +112,43 @@ def test_the_noop_tracer_makes_the_parent_current_only_inside_its_span() -> None
         with NOOP.span("child"):
             assert current() == context
     assert current() is None
+
+
+def test_a_started_noop_span_carries_its_parent_on_and_is_never_current() -> None:
+    context = TraceContext(TRACE_ID, PARENT_ID, 1)
+    span = NOOP.start("send t", context, {"messaging.system": "kafka"})
+    assert span.context == context and current() is None
+    span.end("not_acknowledged")
+    assert NOOP.start("send t", None).context is None
+
+
+def test_a_log_line_inside_a_mail_span_carries_its_trace() -> None:
+    record = logging.LogRecord("mailbus.x", logging.INFO, __file__, 1, "outcome", None, None)
+    assert "trace_id" not in json.loads(JsonFormatter().format(record))
+    with use(TraceContext(TRACE_ID, PARENT_ID, 1)):
+        line = json.loads(JsonFormatter().format(record))
+    assert (line["trace_id"], line["span_id"]) == (TRACE_ID, PARENT_ID)
+
+
+def test_a_sampled_trace_is_the_histogram_exemplar() -> None:
+    from prometheus_client import REGISTRY
+    from prometheus_client.openmetrics.exposition import generate_latest
+
+    def exemplars() -> list[str]:
+        return [
+            line
+            for line in generate_latest(REGISTRY).decode().splitlines()
+            if line.startswith("mailbus_enqueue_to_accepted_seconds_bucket") and "#" in line
+        ]
+
+    unsampled = "ab" * 16
+    observe_accepted("p2", 0.3, TraceContext(unsampled, PARENT_ID, 0))
+    assert not any(unsampled in line for line in exemplars())
+    observe_accepted("p2", 0.3, TraceContext(TRACE_ID, PARENT_ID, 1))
+    assert any(
+        f'{{span_id="{PARENT_ID}",trace_id="{TRACE_ID}"}} 0.3' in line and 'priority="p2"' in line
+        for line in exemplars()
+    ), exemplars()
 
 
 @pytest.mark.parametrize(
