@@ -356,3 +356,30 @@ def test_the_intake_gives_the_row_the_trace_context_of_its_event(database_url: s
         "order-T2-confirmation": "(,)",
         "order-T3-confirmation": "(,)",
     }
+
+
+def test_with_an_exporter_the_intake_row_continues_the_events_process_span(
+    database_url: str,
+) -> None:
+    exporter = InMemorySpanExporter()
+    tracing = TracerProvider()
+    tracing.add_span_processor(SimpleSpanProcessor(exporter))
+    traced = (("traceparent", TRACEPARENT.encode()),)
+    batch = [Incoming("orders.events", 2, 41, b"k", _order("S1"), traced)]
+    reader = EventReader(load_mappings(None), configured_policy_book())
+    apply_roles(database_url)
+    with login_as(database_url, "mailbus_intake") as url:
+        writer = RowWriter(url, 3 * 24 * 3600)
+        service = IntakeService(reader, writer, None, OtelTracer(tracing))  # type: ignore[arg-type]
+        asyncio.run(writer.insert(service.prepare(batch).document, []))
+        asyncio.run(writer.close())
+    [span] = exporter.get_finished_spans()
+    assert span.name == "process orders.events" and span.kind is SpanKind.CONSUMER
+    assert span.parent is not None and format(span.parent.span_id, "016x") == ENQUEUER_SPAN
+    assert span.attributes["messaging.kafka.offset"] == 41
+    own = format(span.context.span_id, "016x")
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT traceparent FROM email_sends WHERE dedupe_key = 'order-S1-confirmation'"
+        ).fetchone()
+    assert row == (f"00-{TRACE_ID}-{own}-01",)
