@@ -79,6 +79,7 @@ validate: install
 ## docs/configuration.md from the settings table (a test keeps the committed file equal).
 docs: install
 	$(PYTHON) -m mailbus.kernel.settings_doc > docs/configuration.md
+	$(PYTHON) -m mailbus.app.metrics_doc
 
 ## The docs site from docs/ (mkdocs-material) into site/, as `make test` builds it.
 docs-site: install

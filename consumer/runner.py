@@ -42,7 +42,7 @@ from mailbus.kernel import health, metrics
 from mailbus.kernel.errors import ConfigError, StorageError
 from mailbus.kernel.kafka_security import kafka_client_config
 from mailbus.kernel.settings import Settings
-from mailbus.kernel.tracing import NOOP, Tracer
+from mailbus.kernel.tracers import configured_tracer
 from mailbus.schemas.registry import pointer_codec
 from mailbus_client.policies import configured_policy_book
 
@@ -75,19 +75,6 @@ def lease_seconds(settings: Settings) -> float:
 
 def run_consumer(settings: Settings, priorities: Sequence[str]) -> int:
     return asyncio.run(_serve(settings, priorities))
-
-
-def _tracer(exporter: str | None) -> Tracer:
-    """No OpenTelemetry at all unless an exporter is configured (docs/guides/tracing.md)."""
-    if exporter is None:
-        return NOOP
-    try:
-        from mailbus.kernel import otel  # the extra mailbus[tracing]
-    except ImportError:
-        raise ConfigError(
-            "MAILBUS_OTEL_EXPORTER", "needs OpenTelemetry: install mailbus with the extra [tracing]"
-        ) from None
-    return otel.exporting_tracer(exporter, "mailbus-consumer")
 
 
 async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
@@ -162,7 +149,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         settle_s=settings.lookup_settle,
         # a priority's own provider (MAILBUS_PROVIDER_P0_URL, ...) speaks the HTTP API
         provider_kind=settings.provider if own is None else "http",
-        tracer=_tracer(settings.otel_exporter),
+        tracer=configured_tracer(settings.otel_exporter, "mailbus-consumer"),
     )
     await ledger.open()
     if settings.metrics_port is not None:

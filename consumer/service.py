@@ -57,9 +57,10 @@ from mailbus.consumer.outcome_log import log_outcome
 from mailbus.consumer.provider import OutgoingMail
 from mailbus.consumer.providers import Provider
 from mailbus.consumer.routing import FALLBACK, Routing
-from mailbus.kernel import metrics
+from mailbus.consumer.spans import CALL, call_span, process_span, settle_span
+from mailbus.kernel import metrics, tracing
 from mailbus.kernel.errors import CodecError, InvalidSendError, StorageError
-from mailbus.kernel.tracing import NOOP, Attributes, Tracer
+from mailbus.kernel.tracing import NOOP, Tracer
 from mailbus.schemas.codec import send_pointer_codec
 from mailbus.schemas.registry import ValueCodec
 from mailbus_client.policies import PolicyBook
@@ -138,7 +139,8 @@ class DeliveryService:
     async def handle(self, origin: MessageOrigin) -> None:
         """Deliver the mail one Kafka message points at; return once the outcome is recorded.
         One span, under the message's trace context, holds its claim, call and settle."""
-        with self.tracer.span("mailbus.deliver", origin.trace, {"mailbus.topic": origin.topic}):
+        name, attributes = process_span(origin)
+        with self.tracer.span(name, origin.trace, attributes, kind="consumer"):
             await self._deliver(origin)
 
     async def _deliver(self, origin: MessageOrigin) -> None:
@@ -172,7 +174,8 @@ class DeliveryService:
         if attempt is None:
             return
         row, decision = attempt.row, attempt.decision
-        with self.tracer.span("mailbus.settle", attributes=_settling(row, decision)):
+        name, attributes = settle_span(row, decision, origin)
+        with self.tracer.span(name, attributes=attributes):
             settled = await self._durably(
                 lambda: self.ledger.settle_call(
                     row, attempt.token, decision, origin, int(attempt.latency_s * 1000)
@@ -182,13 +185,23 @@ class DeliveryService:
             row.priority, decision.next_status.value, attempt.latency_s, attempt.status_code
         )
         if settled:
-            log_outcome(row, decision, route, attempt.latency_s)
+            self._recorded(row, decision, route, attempt.latency_s)
         if settled and decision.dead_letter:
             metrics.observe_dead_letter(dead_letter_reason(decision))
         if settled and row.attempts == self.attempt_warning and not decision.uncounted:
             metrics.observe_attempt_warning(row.priority)
         if not settled:
             log.warning("lease on send %d was taken over before its outcome was recorded", row.id)
+
+    def _recorded(
+        self, row: SendView, decision: Decision, provider: str | None, latency_s: float | None
+    ) -> None:
+        """An outcome was recorded: its log line, and an accepted mail's time since enqueue
+        (on the database's clock), with the mail's trace as the exemplar."""
+        log_outcome(row, decision, provider, latency_s)
+        if decision.next_status is Status.ACCEPTED and row.created_at is not None:
+            since = (self.clock() - row.created_at).total_seconds()
+            metrics.observe_accepted(row.priority, since, tracing.current())
 
     def _suppressed(self, loaded: LoadedSend) -> bool:
         """Whether a suppression of its address stops this row: any for bulk mail, only a
@@ -224,11 +237,12 @@ class DeliveryService:
         row = loaded.view
         if self.doubt.must_confirm(verdict, row.attempts, row, loaded.provider):
             verdict = await self.doubt.confirm(row, verdict, loaded.provider)
-        with self.tracer.span("mailbus.settle", attributes=_settling(row, verdict)):
+        name, attributes = settle_span(row, verdict, origin)
+        with self.tracer.span(name, attributes=attributes):
             settled = await self._durably(lambda: self.ledger.settle_gate(row, verdict, origin))
         if settled:
             metrics.observe_call(row.priority, verdict.next_status.value, 0.0, None)
-            log_outcome(row, verdict, loaded.provider, None)
+            self._recorded(row, verdict, loaded.provider, None)
             if verdict.dead_letter:
                 metrics.observe_dead_letter(dead_letter_reason(verdict))
 
@@ -381,7 +395,8 @@ class DeliveryService:
         log.debug("sending %s to %s, attempt %d", row.dedupe_key, row.to_address, row.attempts)
         called_at = self.clock()
         started = time.monotonic()
-        with self.tracer.span("mailbus.provider_call", attributes=_calling(row, route)) as span:
+        name, attributes = call_span(row, route, mail)
+        with self.tracer.span(name, attributes=attributes, kind="client") as span:
             try:
                 sent = await provider.send(mail)  # an HTTP provider carries the span's traceparent
                 result = without_cover(provider.capability, classify_call(sent))
@@ -389,7 +404,11 @@ class DeliveryService:
                 log.exception("send %d: the call failed unexpectedly", row.id)
                 result = classify(TransportFailure(True, f"internal error: {type(exc).__name__}"))
             if result.status_code is not None:
-                span.set("mailbus.status_code", result.status_code)
+                http = name != CALL
+                span.set(
+                    "http.response.status_code" if http else "mailbus.status_code",
+                    result.status_code,
+                )
         latency_s = time.monotonic() - started
         if result.server_stage is not None:
             log.warning("the provider's server failed (%s): %s", result.server_stage, result.reason)
@@ -421,15 +440,3 @@ class DeliveryService:
                 raise Stopping()
             except TimeoutError:
                 delay = min(delay * 2, 5.0)
-
-
-def _settling(row: SendView, decision: Decision) -> Attributes:
-    return {"mailbus.send_id": row.id, "mailbus.status": decision.next_status.value}
-
-
-def _calling(row: SendView, route: str | None) -> Attributes:
-    return {
-        "mailbus.send_id": row.id,
-        "mailbus.attempt": row.attempts,
-        "mailbus.provider": route or "default",
-    }

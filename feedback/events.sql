@@ -19,7 +19,8 @@
 -- The sends are found by `message_id = ANY(ARRAY(…))`, through its index: joined to the
 -- JSON batch alone (which PostgreSQL always guesses at 100 rows), a table of up to tens of
 -- thousands of rows was scanned whole (tests/integration/test_batch_statement_plans.py).
--- Returns one row per event, in batch order: (n, new, matched, updated, suppressed).
+-- Returns one row per event, in batch order: (n, new, matched, updated, suppressed,
+-- traceparent, tracestate), the last two of the first send it matched.
 WITH batch AS (
     SELECT * FROM jsonb_to_recordset(%(events)s::jsonb) AS e (
         n int, provider text, event_id text, type text, bounce text, message_id text,
@@ -77,8 +78,16 @@ SELECT b.n,
        EXISTS (SELECT 1 FROM fresh f WHERE f.n = b.n),
        EXISTS (SELECT 1 FROM target t WHERE t.n = b.n),
        (SELECT count(*) FROM updated u WHERE u.n = b.n),
-       (SELECT count(*) FROM suppressed x JOIN to_suppress c USING (address) WHERE c.n = b.n)
+       (SELECT count(*) FROM suppressed x JOIN to_suppress c USING (address) WHERE c.n = b.n),
+       trace.traceparent, trace.tracestate
 FROM batch b
+LEFT JOIN LATERAL (  -- the trace context of the (first) send it matched, for its span
+    SELECT s.traceparent, s.tracestate
+    FROM target t JOIN email_sends s ON s.id = t.id
+    WHERE t.n = b.n
+    ORDER BY s.id
+    LIMIT 1
+) trace ON true
 ORDER BY b.n
 
 -- name: ready

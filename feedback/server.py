@@ -62,6 +62,7 @@ from mailbus.feedback.unsubscribe_page import add_unsubscribe_routes
 from mailbus.kernel import health, metrics
 from mailbus.kernel.errors import ConfigError, StorageError
 from mailbus.kernel.settings import Settings
+from mailbus.kernel.tracers import configured_tracer
 
 __all__ = [
     "RunningReceiver",
@@ -290,6 +291,7 @@ async def _serve(settings: Settings) -> int:
         settings.database_url,
         sent_through=settings.provider,
         key_prefix=settings.provider_key_prefix,
+        tracer=configured_tracer(settings.otel_exporter, "mailbus-webhooks"),
     )
     await store.open()
     host, port = settings.webhook_listen

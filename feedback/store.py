@@ -35,6 +35,7 @@ another receiver process is retried once first.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -46,9 +47,13 @@ from mailbus.feedback.events import NAMED_PROVIDERS, STATUS_RANK, DeliveryEvent
 from mailbus.kernel.coalescer import Coalescer
 from mailbus.kernel.errors import StorageError
 from mailbus.kernel.provider_key import parse_provider_key
+from mailbus.kernel.tracecontext import TraceContext, parse
+from mailbus.kernel.tracing import NOOP, Tracer
 from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["EventStore", "LateEvents", "Recorded"]
+
+log = logging.getLogger("mailbus.webhooks")
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ class Recorded:
     updated: int
     suppressed: int
     settled: int = 0  # the send in `unknown` this event settled as accepted (0 or 1)
+    trace: TraceContext | None = None  # the trace context of the send it matched
 
     @property
     def result(self) -> str:
@@ -88,7 +94,9 @@ class EventStore:
         max_batch: int = 500,
         sent_through: str | None = None,
         key_prefix: str = "",
+        tracer: Tracer = NOOP,
     ) -> None:
+        self._tracer = tracer  # MAILBUS_OTEL_EXPORTER: a span per event applied to a send
         self._key_prefix = key_prefix  # MAILBUS_PROVIDER_KEY_PREFIX: events echo the key sent
         self._pool = AsyncConnectionPool(
             database_url,
@@ -116,7 +124,27 @@ class EventStore:
         await self._pool.close()
 
     async def record(self, provider: str, event: DeliveryEvent) -> Recorded:
-        return await self._batches.submit((provider, event))
+        """Record ``event``; one applied to a send is a span in that send's trace, and a
+        log line carrying it."""
+        recorded = await self._batches.submit((provider, event))
+        if recorded.new and recorded.matched:
+            attributes = {
+                "mailbus.provider": provider,
+                "mailbus.event.id": event.event_id,
+                "mailbus.event.type": event.type,
+                "mailbus.message_id": event.message_id,
+            }
+            with self._tracer.span("mailbus.event_applied", recorded.trace, attributes):
+                log.info(
+                    "delivery event applied",
+                    extra={
+                        "provider": provider,
+                        "event_type": event.type,
+                        "event_id": event.event_id,
+                        "message_id": event.message_id,
+                    },
+                )
+        return recorded
 
     async def apply_late_events(self) -> LateEvents:
         """Apply up to 1,000 events that came before their send recorded its message_id."""
@@ -209,8 +237,14 @@ class EventStore:
             except psycopg.Error as exc:
                 raise StorageError(f"recording delivery events failed: {exc}") from exc
         recorded = {
-            int(n): Recorded(bool(new), bool(matched), int(updated), int(suppressed))
-            for n, new, matched, updated, suppressed in answers
+            int(n): Recorded(
+                bool(new),
+                bool(matched),
+                int(updated),
+                int(suppressed),
+                trace=parse(traceparent, tracestate).context,
+            )
+            for n, new, matched, updated, suppressed, traceparent, tracestate in answers
         }
         results = []
         for n, (provider, event) in enumerate(items):

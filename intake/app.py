@@ -36,6 +36,7 @@ from mailbus.kernel.kafka_security import KafkaSecurity, kafka_client_config
 from mailbus.kernel.metrics import observe_intake_lag
 from mailbus.kernel.settings import Settings
 from mailbus.kernel.topics import create_topics
+from mailbus.kernel.tracers import configured_tracer
 from mailbus.schemas.registry import RegistryWriters, settings_registry_client
 from mailbus_client.policies import configured_policy_book
 
@@ -188,7 +189,8 @@ def run_intake(settings: Settings, config: IntakeConfig, log_level: str = "WARNI
     health.mark("intake", True)  # until a batch cannot be written (/readyz)
     writer = RowWriter(settings.database_url, config.max_age_s)
     dlq = DeadLetterProducer(kafka_client_config(settings), config.dlq_topic)
-    service = IntakeService(reader, writer, dlq)
+    tracer = configured_tracer(settings.otel_exporter, "mailbus-intake")
+    service = IntakeService(reader, writer, dlq, tracer)
     app = build_app(settings, config, service)
     worker = faust.Worker(
         app,

@@ -25,6 +25,7 @@ from mailbus.kernel import health
 from mailbus.kernel.errors import MailbusError, UnstorableError
 from mailbus.kernel.metrics import observe_intake, observe_malformed_trace
 from mailbus.kernel.tracecontext import from_headers
+from mailbus.kernel.tracing import NOOP, Attributes, Tracer, current
 
 from .dead_letters import DeadLetterProducer, IntakeDeadLetter
 from .events import EventReader, NewRow, Rejected, Waiting
@@ -95,7 +96,9 @@ def dead_letter(event: Incoming, reason: str, error: str) -> IntakeDeadLetter:
     )
 
 
-def sort_batch(reader: EventReader, batch: Sequence[Incoming]) -> Sorted:
+def sort_batch(reader: EventReader, batch: Sequence[Incoming], tracer: Tracer = NOOP) -> Sorted:
+    """Rows and dead letters of ``batch``; each row continues its event's trace, under the
+    event's ``process`` span when ``tracer`` exports (docs/guides/tracing.md)."""
     rows: list[tuple[Incoming, NewRow]] = []
     letters: list[IntakeDeadLetter] = []
     malformed = 0
@@ -106,20 +109,39 @@ def sort_batch(reader: EventReader, batch: Sequence[Incoming]) -> Sorted:
         if isinstance(decision, Rejected):
             letters.append(dead_letter(event, f"intake_{decision.reason}", decision.error))
             continue
-        carried = from_headers(event.headers)  # the row continues the event's trace
+        carried = from_headers(event.headers)
         malformed += carried.malformed
-        if carried.context is not None:
+        name, attributes = _process_span(event)
+        with tracer.span(name, carried.context, attributes, kind="consumer"):
+            context = current()
+        if context is not None:
             decision = replace(
-                decision,
-                traceparent=carried.context.traceparent,
-                tracestate=carried.context.tracestate,
+                decision, traceparent=context.traceparent, tracestate=context.tracestate
             )
         rows.append((event, decision))
     return Sorted(rows, letters, None, malformed)
 
 
+def _process_span(event: Incoming) -> tuple[str, Attributes]:
+    return f"process {event.topic}", {
+        "messaging.system": "kafka",
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "process",
+        "messaging.destination.name": event.topic,
+        "messaging.destination.partition.id": str(event.partition),
+        "messaging.kafka.offset": event.offset,
+    }
+
+
 class IntakeService:
-    def __init__(self, reader: EventReader, writer: RowWriter, dlq: DeadLetterProducer) -> None:
+    def __init__(
+        self,
+        reader: EventReader,
+        writer: RowWriter,
+        dlq: DeadLetterProducer,
+        tracer: Tracer = NOOP,
+    ) -> None:
+        self._tracer = tracer  # MAILBUS_OTEL_EXPORTER: a span per event
         self._reader = reader
         self._writer = writer
         self._dlq = dlq
@@ -130,7 +152,7 @@ class IntakeService:
 
     def prepare(self, batch: Sequence[Incoming]) -> PreparedBatch:
         """The CPU part: decode and validate, build the statement's document (no I/O)."""
-        found = sort_batch(self._reader, batch)
+        found = sort_batch(self._reader, batch, self._tracer)
         for _ in range(found.malformed_traces):
             observe_malformed_trace("intake")
         for letter in found.letters:

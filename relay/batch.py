@@ -13,12 +13,18 @@ for the DLQ, ``email_send_events`` for outcome events) goes through
 
 A crash anywhere before the commit rolls the marks back, so the rows are claimed again:
 at-least-once onto Kafka, never lost. Several relays share a table through SKIP LOCKED.
+
+A send pointer's ``send`` span ends when the pass does (with ``error.type`` unless Kafka
+took it and the batch committed), and ``mailbus_relay_publish_delay_seconds`` observes
+each committed pointer: how long its row had been due when claimed, plus the pass's
+publish and commit; the traced mail that waited longest is the batch's exemplar.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +33,7 @@ from typing import Any, Generic, TypeVar
 import psycopg
 from psycopg.rows import RowFactory
 
+from mailbus.kernel import metrics
 from mailbus.relay.publisher import OutgoingMessage, PointerPublisher
 
 __all__ = ["BatchResult", "Outbox", "publish_claimed"]
@@ -73,17 +80,42 @@ def publish_claimed(
     stop: threading.Event,
 ) -> BatchResult:
     """One claim-publish-commit pass over ``outbox`` on an autocommit connection."""
+    messages: list[OutgoingMessage] = []
+    try:
+        result = _pass(conn, outbox, limit, publisher, stop, messages)
+    except BaseException as exc:
+        _end_spans(messages, set(), type(exc).__name__)
+        raise
+    _end_spans(messages, result.failed, None)
+    return result.counted
+
+
+@dataclass(frozen=True)
+class _Pass:
+    counted: BatchResult
+    failed: set[int]  # indexes Kafka did not acknowledge
+
+
+def _pass(
+    conn: psycopg.Connection[Any],
+    outbox: Outbox[Row],
+    limit: int,
+    publisher: PointerPublisher,
+    stop: threading.Event,
+    messages: list[OutgoingMessage],
+) -> _Pass:
+    claimed_at = time.monotonic()
     with conn.transaction():
         if outbox.lock is not None and not _locked(conn, outbox.lock):
-            return BatchResult()  # another relay drains this table now
+            return _Pass(BatchResult(), set())  # another relay drains it now
         with conn.cursor(row_factory=outbox.row_factory) as cursor:
             # Planned afresh each time (a fraction of a millisecond per batch): a prepared
             # claim keeps a plan made for the table as it was, e.g. empty while the relay
             # idled, and then scans a new backlog in full for every batch.
             rows = cursor.execute(outbox.claim, {"limit": limit}, prepare=False).fetchall()
         if not rows:
-            return BatchResult()
-        messages = [outbox.to_message(row) for row in rows]
+            return _Pass(BatchResult(), set())
+        messages.extend(outbox.to_message(row) for row in rows)
         if outbox.publish is None:
             failed = publisher.publish(messages, stop)
         else:
@@ -93,9 +125,33 @@ def publish_claimed(
             log.warning(
                 "kafka did not acknowledge %d of %d %s", len(failed), len(rows), outbox.name
             )
+    published_at = time.monotonic()
     unacknowledged = set(failed)
     by_topic = Counter(m.topic for i, m in enumerate(messages) if i not in unacknowledged)
-    return BatchResult(len(rows), len(failed), by_topic)
+    published = [m for i, m in enumerate(messages) if i not in unacknowledged]
+    exemplar = _longest_traced(published)
+    for message in published:
+        if message.due_s is not None:
+            trace = message.span.context if message is exemplar and message.span else None
+            metrics.observe_relay_delay(message.due_s + published_at - claimed_at, trace)
+    return _Pass(BatchResult(len(rows), len(failed), by_topic), unacknowledged)
+
+
+def _longest_traced(messages: Sequence[OutgoingMessage]) -> OutgoingMessage | None:
+    """The sampled mail that waited longest: the batch's one exemplar (an exemplar costs
+    about three plain observations, and a batch holds thousands)."""
+    traced = [
+        m
+        for m in messages
+        if m.due_s is not None and m.span and m.span.context and m.span.context.sampled
+    ]
+    return max(traced, key=lambda m: m.due_s or 0.0, default=None)
+
+
+def _end_spans(messages: Sequence[OutgoingMessage], failed: set[int], error: str | None) -> None:
+    for i, message in enumerate(messages):
+        if message.span is not None:
+            message.span.end(error or ("not_acknowledged" if i in failed else None))
 
 
 def _locked(conn: psycopg.Connection[Any], lock: str) -> bool:

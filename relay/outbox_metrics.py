@@ -67,7 +67,7 @@ class OutboxCollector(Collector):
         self._conn: psycopg.Connection[Any] | None = None
 
     def describe(self) -> Iterable[GaugeMetricFamily]:
-        return [*self._families(), *_retention_families(None)]
+        return [*self._families(), _deprecated_age(), *_retention_families(None)]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         try:
@@ -86,16 +86,19 @@ class OutboxCollector(Collector):
             counts[(status, priority)] = int(count)
             oldest[priority] = max(oldest.get(priority, 0.0), float(age or 0.0))
         rows_family, age_family, campaign_family, events_family = self._families()
+        deprecated_age = _deprecated_age()
         for (status, priority), count in sorted(counts.items()):
             rows_family.add_metric([status, priority], count)
         for priority, age in sorted(oldest.items()):
             age_family.add_metric([priority], age)
+            deprecated_age.add_metric([priority], age)
         for campaign in campaigns:
             for state in CAMPAIGN_STATES:
                 campaign_family.add_metric([str(campaign["id"]), state], campaign[state])
         events_family.add_metric([], unpublished)
         yield rows_family
         yield age_family
+        yield deprecated_age
         yield campaign_family
         yield events_family
         yield from _retention_families(retention)
@@ -114,7 +117,7 @@ class OutboxCollector(Collector):
                 labels=["status", "priority"],
             ),
             GaugeMetricFamily(
-                "mailbus_oldest_pending_age_seconds",
+                "mailbus_oldest_open_age_seconds",
                 "Age of the oldest open (pending, sending or unknown) row by priority; "
                 "0 when none is open.",
                 labels=["priority"],
@@ -154,6 +157,16 @@ class OutboxCollector(Collector):
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _deprecated_age() -> GaugeMetricFamily:
+    """mailbus_oldest_open_age_seconds under its old name, for one more minor version
+    (docs/reference/stability.md#deprecations)."""
+    return GaugeMetricFamily(
+        "mailbus_oldest_pending_age_seconds",
+        "Deprecated: use mailbus_oldest_open_age_seconds (the same gauge).",
+        labels=["priority"],
+    )
 
 
 _RETENTION_GAUGES = (

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from mailbus.kernel.errors import MailbusError
+from mailbus.kernel.tracing import OpenSpan
 
 __all__ = ["OutgoingMessage", "PointerPublisher", "PublishError"]
 
@@ -25,6 +26,10 @@ class OutgoingMessage:
     key: bytes
     value: bytes
     headers: tuple[tuple[str, bytes], ...] = ()
+    # a send pointer's: its ``send`` span, ended when the batch commits, and how long its
+    # row had been due when claimed (mailbus_relay_publish_delay_seconds)
+    span: OpenSpan | None = None
+    due_s: float | None = None
 
 
 class PointerPublisher:

@@ -5,6 +5,8 @@
 -- as `id IN (…)`, a plan made while the table was empty re-ran it for every row, took
 -- every row past the limit and grew with the square of the backlog
 -- (tests/integration/test_relay_claim_plans.py). Every claim below does the same.
+-- The last column: seconds since the row became due (its insert, or its next_try_at), on
+-- the database's clock, for mailbus_relay_publish_delay_seconds.
 UPDATE email_sends SET published_at = now()
 WHERE id = ANY(ARRAY(
     SELECT id FROM email_sends
@@ -14,7 +16,8 @@ WHERE id = ANY(ARRAY(
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ))
-RETURNING id, dedupe_key, priority, attempts, created_at, traceparent, tracestate
+RETURNING id, dedupe_key, priority, attempts, created_at, traceparent, tracestate,
+          extract(epoch FROM clock_timestamp() - greatest(created_at, next_try_at))
 
 -- name: claim_due_p0
 -- claim_due for P0 rows alone: the P0 lane's claim (relay/relay.py), so a password reset
@@ -28,7 +31,8 @@ WHERE id = ANY(ARRAY(
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ))
-RETURNING id, dedupe_key, priority, attempts, created_at, traceparent, tracestate
+RETURNING id, dedupe_key, priority, attempts, created_at, traceparent, tracestate,
+          extract(epoch FROM clock_timestamp() - greatest(created_at, next_try_at))
 
 -- name: unclaim
 UPDATE email_sends SET published_at = NULL WHERE id = ANY(%(ids)s)

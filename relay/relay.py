@@ -26,7 +26,8 @@ A crash anywhere before a commit rolls that batch's marks back, so the rows are 
 again: at-least-once onto Kafka, made harmless by the consumer's guarded claim. Several
 relays can run at once; SKIP LOCKED hands each its own rows (no leader election needed).
 A send's W3C trace context (``traceparent``, ``tracestate``), when its row has one, travels as
-the pointer's Kafka headers of the same names (docs/guides/tracing.md).
+the pointer's Kafka headers of the same names (docs/guides/tracing.md): the row's own, or,
+with an exporter, that of the pointer's ``send`` span, a child of the row's.
 Between passes the relay sleeps until a NOTIFY on its lanes' channels (inserts of sends and
 dead letters; recorded outcome events), the next row's ``next_try_at``, or the polling
 interval, whichever comes first; the event lane then waits until
@@ -48,7 +49,8 @@ from psycopg.rows import TupleRow, tuple_row
 from mailbus.kernel import health, metrics
 from mailbus.kernel.kafka_security import kafka_client_config
 from mailbus.kernel.settings import Settings
-from mailbus.kernel.tracecontext import parse
+from mailbus.kernel.tracecontext import TraceContext, parse
+from mailbus.kernel.tracing import NOOP, Tracer
 from mailbus.relay.batch import BatchResult, Outbox, publish_claimed
 from mailbus.relay.dead_letters import dead_letter_outbox
 from mailbus.relay.events import RETENTION_S, gather_left, prune_due, send_event_outbox
@@ -99,10 +101,13 @@ class Relay:
         publisher: PointerPublisher | None = None,
         lanes: frozenset[str] = ALL_LANES,
         component: str | None = None,
+        tracer: Tracer = NOOP,
     ) -> None:
         """``component``: its name in ``/readyz``; by default ``relay`` for a relay with the
-        pointer lane, ``relay.events`` for the event lane alone."""
+        pointer lane, ``relay.events`` for the event lane alone. ``tracer``: a ``send`` span
+        per pointer, under its row's trace context (docs/guides/tracing.md)."""
         self.settings = settings
+        self.tracer = tracer
         self.lanes = lanes
         self._component = component or ("relay" if POINTERS in lanes else "relay.events")
         self.stats = RelayStats()
@@ -232,14 +237,30 @@ class Relay:
         return result
 
     def _pointer_message(self, row: TupleRow) -> OutgoingMessage:
-        send_id, dedupe_key, priority, attempts, created_at, traceparent, tracestate = row
+        send_id, dedupe_key, priority, attempts, created_at, traceparent, tracestate, due_s = row
+        topic = self.settings.topic(priority)
+        span = self.tracer.start(
+            f"send {topic}",
+            _row_context(traceparent, tracestate),
+            {
+                "messaging.system": "kafka",
+                "messaging.operation.type": "send",
+                "messaging.operation.name": "send",
+                "messaging.destination.name": topic,
+                "messaging.kafka.message.key": dedupe_key,
+                "mailbus.send_id": send_id,
+                "mailbus.attempt": attempts,
+            },
+        )
         return OutgoingMessage(
-            topic=self.settings.topic(priority),
+            topic=topic,
             key=dedupe_key.encode(),
             value=self._codec.encode(
                 SendPointer.of(send_id, dedupe_key, priority, attempts, created_at)
             ),
-            headers=_trace_headers(traceparent, tracestate),
+            headers=span.context.headers() if span.context is not None else (),
+            span=span,
+            due_s=max(0.0, float(due_s)),
         )
 
     def _wait_for_work(self, stop: threading.Event) -> None:
@@ -285,14 +306,12 @@ class Relay:
         self._conn = self._listener = None
 
 
-def _trace_headers(
-    traceparent: str | None, tracestate: str | None
-) -> tuple[tuple[str, bytes], ...]:
-    """The row's W3C trace context as the pointer's headers (docs/guides/tracing.md); none
-    for a row without one, or with a malformed one (counted, and the mail goes on)."""
+def _row_context(traceparent: str | None, tracestate: str | None) -> TraceContext | None:
+    """The row's W3C trace context (docs/guides/tracing.md); None for a row without one, or
+    with a malformed one (counted, and the mail goes on)."""
     if traceparent is None:
-        return ()
+        return None
     carried = parse(traceparent, tracestate)
     if carried.malformed:
         metrics.observe_malformed_trace("relay")
-    return carried.context.headers() if carried.context is not None else ()
+    return carried.context

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import fields
 
 from mailbus.kernel.settings import Settings
+from mailbus.kernel.tracing import NOOP, Tracer
 from mailbus.relay.publisher import PointerPublisher
 from mailbus.relay.relay import POINTERS, Relay, RelayStats
 
@@ -33,14 +34,17 @@ class PointerWorkers:
         self,
         settings: Settings,
         publisher: Callable[[], PointerPublisher] | None = None,
+        tracer: Tracer = NOOP,
     ) -> None:
-        """``publisher``: makes each worker's producer; by default the relay's own."""
+        """``publisher``: makes each worker's producer; by default the relay's own.
+        ``tracer``: the pointers' ``send`` spans."""
         self.relays = [
             Relay(
                 settings,
                 publisher=publisher() if publisher is not None else None,
                 lanes=frozenset({POINTERS}),
                 component="relay" if n == 1 else f"relay.{n}",  # for /readyz
+                tracer=tracer,
             )
             for n in range(1, settings.relay_workers + 1)
         ]

@@ -2,6 +2,7 @@
 
     python stack/check_manifests.py NAME RENDERED.yaml [...]
     python stack/check_manifests.py --write-prometheusrule   # after editing ops/alerts.yml
+                                   # or the dashboard: writes every file generated from them
     python stack/check_manifests.py --dashboard-rules DASHBOARD.json  # its PromQL as rules
 
 Every document of a built-in kind is checked by ``kubernetes-validate --strict`` (the
@@ -34,8 +35,10 @@ __all__ = [
     "configured_ports",
     "dashboard_rules",
     "egress_allows",
+    "grafana_dashboard",
     "main",
     "prometheus_rule",
+    "runbook_alerts",
     "unreachable_settings",
 ]
 
@@ -51,6 +54,13 @@ K8S_VERSIONS = os.environ.get("MAILBUS_K8S_VERSIONS", f"1.30.0 {kv.latest_versio
 REPO = Path(__file__).resolve().parents[1]
 ALERTS = REPO / "ops" / "alerts.yml"
 PROMETHEUS_RULE = REPO / "k8s" / "base" / "prometheusrule.yaml"
+DASHBOARD = REPO / "ops" / "grafana" / "dashboards" / "mailbus.json"
+DASHBOARD_CONFIGMAP = (
+    REPO / "k8s" / "components" / "kube-prometheus-stack" / "grafana-dashboard.yaml"
+)
+RUNBOOK = REPO / "docs" / "runbook.md"
+RUNBOOK_BEGIN = "<!-- alerts: generated from ops/alerts.yml by stack/check_manifests.py -->"
+RUNBOOK_END = "<!-- end of the alerts -->"
 
 
 def prometheus_rule() -> str:
@@ -67,6 +77,55 @@ def prometheus_rule() -> str:
         " them equal).\n"
     )
     return header + str(yaml.safe_dump(resource, sort_keys=False, width=100))
+
+
+def grafana_dashboard() -> str:
+    """k8s/components/kube-prometheus-stack/grafana-dashboard.yaml: ops/grafana's dashboard
+    as a ConfigMap Grafana's dashboard sidecar loads (label ``grafana_dashboard``)."""
+    resource = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "mailbus-grafana-dashboard",
+            "labels": {
+                "app.kubernetes.io/name": "mailbus",
+                "app.kubernetes.io/component": "dashboard",
+                "grafana_dashboard": "1",
+            },
+        },
+        "data": {"mailbus.json": DASHBOARD.read_text()},
+    }
+    header = (
+        "# Generated from ops/grafana/dashboards/mailbus.json by `python"
+        " stack/check_manifests.py\n# --write-prometheusrule`; do not edit"
+        " (tests/unit/test_k8s_manifests.py keeps them equal).\n"
+    )
+    return header + str(yaml.safe_dump(resource, sort_keys=False, width=100))
+
+
+def runbook_alerts(page: str) -> str:
+    """``page`` (docs/runbook.md) with its alerts section generated from ops/alerts.yml: one
+    heading per alert, the anchor its ``runbook_url`` links."""
+    sections = []
+    for group in yaml.safe_load(ALERTS.read_text())["groups"]:
+        for rule in group["rules"]:
+            notes = rule["annotations"]
+            sections.append(
+                f"### {rule['alert']}\n\n*{rule['labels']['severity']}*: {notes['description']}"
+                f"\n\n{notes['runbook']}\n"
+            )
+    head, found, rest = page.partition(RUNBOOK_BEGIN + "\n")
+    if not found or RUNBOOK_END not in rest:
+        raise ValueError(f"{RUNBOOK} has no {RUNBOOK_BEGIN!r} … {RUNBOOK_END!r} section")
+    return (
+        head
+        + RUNBOOK_BEGIN
+        + "\n\n"
+        + "\n".join(sections)
+        + "\n"
+        + RUNBOOK_END
+        + (rest.split(RUNBOOK_END, 1)[1])
+    )
 
 
 def check(name: str, documents: list[dict[str, Any]]) -> list[str]:
@@ -257,6 +316,8 @@ def dashboard_rules(path: Path) -> str:
 def main(argv: list[str]) -> int:
     if argv == ["--write-prometheusrule"]:
         PROMETHEUS_RULE.write_text(prometheus_rule())
+        DASHBOARD_CONFIGMAP.write_text(grafana_dashboard())
+        RUNBOOK.write_text(runbook_alerts(RUNBOOK.read_text()))
         return 0
     if len(argv) == 2 and argv[0] == "--dashboard-rules":
         print(dashboard_rules(Path(argv[1])), end="")

@@ -18,6 +18,7 @@ from mailbus.kernel.settings import Settings, load_env_file, load_settings
 from mailbus.kernel.settings_doc import add_command
 from mailbus.kernel.settings_doc import epilog as settings_epilog
 from mailbus.kernel.signals import stop_on_signals
+from mailbus.kernel.tracers import configured_tracer
 from mailbus.kernel.unknown_settings import check_names
 
 if TYPE_CHECKING:
@@ -178,13 +179,14 @@ def _relay(settings: Settings, _args: argparse.Namespace) -> int:
 
     _check_kafka(settings)
     stop = stop_on_signals()
-    relay = PointerWorkers(settings)  # MAILBUS_RELAY_WORKERS pointer-lane workers
+    tracer = configured_tracer(settings.otel_exporter, "mailbus-relay")
+    relay = PointerWorkers(settings, tracer=tracer)  # MAILBUS_RELAY_WORKERS pointer-lane workers
     events = Relay(settings, lanes=frozenset({EVENTS}))  # outcome events, never in the way
     events_thread = threading.Thread(
         target=events.run, args=(stop,), name="relay-events", daemon=True
     )
     # P0 alone: a password reset never waits behind a batch of newsletters (relay/relay.py)
-    p0 = Relay(settings, lanes=frozenset({P0_POINTERS}), component="relay.p0")
+    p0 = Relay(settings, lanes=frozenset({P0_POINTERS}), component="relay.p0", tracer=tracer)
     p0_thread = threading.Thread(target=p0.run, args=(stop,), name="relay-p0", daemon=True)
     pacer = start_pacer_thread(settings, stop)  # paces running campaigns (campaigns/pacer.py)
     if settings.metrics_port is not None:

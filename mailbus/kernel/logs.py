@@ -14,6 +14,10 @@ values, passwords in URLs and the exact values of the
 secret settings (:data:`SECRET_ENV`: the provider keys, the webhook secrets and keys, the SES
 and SMTP credentials, the Kafka passwords and client secret, their ``_FILE`` variants, and
 anything passed to :func:`register_secret`) become ``***``.
+
+A line written inside a mail's span (:func:`mailbus.kernel.tracing.current`: the consumer's
+delivery, the intake's event, a webhook's event) carries ``trace_id`` and ``span_id``, the
+mail's trace in the tracing backend (docs/guides/tracing.md).
 """
 
 from __future__ import annotations
@@ -27,8 +31,11 @@ import threading
 import time
 from pathlib import Path
 
+from mailbus.kernel import tracing
+
 __all__ = [
     "SECRET_ENV",
+    "JsonFormatter",
     "RedactingFilter",
     "configure_logging",
     "extra_fields",
@@ -190,7 +197,9 @@ class RedactingFilter(logging.Filter):
         return True
 
 
-class _JsonFormatter(logging.Formatter):
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record (the module's docstring says which keys)."""
+
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
@@ -199,6 +208,10 @@ class _JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        trace = tracing.current()
+        if trace is not None:
+            entry["trace_id"] = trace.trace_id
+            entry["span_id"] = trace.parent_id
         if record.exc_info or record.exc_text:
             entry["exc"] = record.exc_text or self.formatException(record.exc_info)  # type: ignore[arg-type]
         if record.stack_info:
@@ -212,7 +225,7 @@ class _JsonFormatter(logging.Formatter):
 
 def configure_logging(level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JsonFormatter())
+    handler.setFormatter(JsonFormatter())
     handler.addFilter(RedactingFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -15,6 +15,8 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlparse
@@ -28,23 +30,30 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import MetricsHandler
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from mailbus.kernel import health
+from mailbus.kernel.tracecontext import TraceContext
 
 __all__ = [
     "BREAKER_STATES",
+    "DEPRECATED",
     "OPEN_STATUSES",
     "OUTBOX_SCRAPE_ERRORS",
     "PRIORITIES",
     "Collector",  # with GaugeMetricFamily: what a scrape-time collector is built of
     "GaugeMetricFamily",
+    "MetricDoc",
+    "described",
+    "observe_accepted",
     "observe_call",
     "observe_dead_letter",
     "observe_intake",
     "observe_lookup",
     "observe_malformed_trace",
     "observe_published",
+    "observe_relay_delay",
     "observe_reputation",
     "observe_server_failure",
     "observe_webhook_event",
@@ -80,9 +89,19 @@ PROVIDER_REQUESTS = Counter(
     "HTTP requests made to the email API, by kind (send, lookup).",
     ["kind"],
 )
+PROVIDER_RATE_LIMITED = Counter(
+    "mailbus_provider_rate_limited",
+    "Send calls the email API answered with 429 Too Many Requests.",
+)
+# Deprecated names (docs/reference/stability.md#deprecations): exported beside their
+# replacement for one more minor version, then removed.
+DEPRECATED = {
+    "mailbus_provider_429_total": "mailbus_provider_rate_limited_total",
+    "mailbus_oldest_pending_age_seconds": "mailbus_oldest_open_age_seconds",
+}
 PROVIDER_429 = Counter(
     "mailbus_provider_429",
-    "Send calls the email API answered with 429 Too Many Requests.",
+    "Deprecated: use mailbus_provider_rate_limited_total (the same count).",
 )
 SENT_UNDER_GUARANTEE = Counter(
     "mailbus_sent_under_guarantee",
@@ -142,6 +161,20 @@ PROVIDER_LATENCY = Histogram(
     "mailbus_provider_latency_seconds",
     "Duration of provider send calls, from request to classified answer.",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0),
+)
+ENQUEUE_TO_ACCEPTED = Histogram(
+    "mailbus_enqueue_to_accepted_seconds",
+    "Time from a mail's enqueue (email_sends.created_at) to the provider's acceptance being"
+    " recorded, on the database's clock, by priority; exemplars carry the mail's trace_id.",
+    ["priority"],
+    buckets=(0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0),
+)
+RELAY_PUBLISH_DELAY = Histogram(
+    "mailbus_relay_publish_delay_seconds",
+    "Time from a send becoming due (its insert, or its next_try_at) to its pointer being"
+    " acknowledged by Kafka and the relay's batch committed; exemplars carry the mail's"
+    " trace_id.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
 )
 BREAKER_STATE = Gauge(
     "mailbus_breaker_state",
@@ -249,6 +282,7 @@ for _priority in PRIORITIES:
     for _outcome in OUTCOMES:
         SENDS.labels(_priority, _outcome)
     RELAY_PUBLISHED.labels(_priority)
+    ENQUEUE_TO_ACCEPTED.labels(_priority)
     ATTEMPT_WARNINGS.labels(_priority)
     DOMAIN_DEFERRALS.labels(_priority)
 for _kind in ("send", "lookup"):
@@ -261,7 +295,51 @@ def observe_call(priority: str, outcome: str, latency_s: float, status_code: int
     PROVIDER_REQUESTS.labels("send").inc()
     PROVIDER_LATENCY.observe(max(latency_s, 0.0))
     if status_code == 429:
+        PROVIDER_RATE_LIMITED.inc()
         PROVIDER_429.inc()
+
+
+@dataclass(frozen=True)
+class MetricDoc:
+    """A metric as the reference table shows it (docs/reference/metrics.md)."""
+
+    name: str  # as scraped: a counter with its _total
+    type: str
+    labels: tuple[str, ...]
+    help: str
+
+
+def described(families: Iterable[GaugeMetricFamily] = ()) -> list[MetricDoc]:
+    """This module's metrics and ``families`` (a collector's ``describe()``), by name."""
+    found = []
+    for value in globals().values():
+        if isinstance(value, MetricWrapperBase):
+            # prometheus_client keeps these on the object; its public API has no getter
+            kind, name = str(value._type), value._name
+            shown = f"{name}_total" if kind == "counter" else name
+            found.append(MetricDoc(shown, kind, tuple(value._labelnames), value._documentation))
+    for family in families:
+        labels = tuple(getattr(family, "_labelnames", ()))
+        found.append(MetricDoc(family.name, str(family.type), labels, family.documentation))
+    return sorted(found, key=lambda doc: doc.name)
+
+
+def _exemplar(trace: TraceContext | None) -> dict[str, str] | None:
+    """The mail's trace as an OpenMetrics exemplar (served when the scraper asks for
+    OpenMetrics); none for a mail without a sampled trace."""
+    if trace is None or not trace.sampled:
+        return None
+    return {"trace_id": trace.trace_id, "span_id": trace.parent_id}
+
+
+def observe_accepted(priority: str, since_enqueue_s: float, trace: TraceContext | None) -> None:
+    """A mail's acceptance recorded ``since_enqueue_s`` after its enqueue."""
+    ENQUEUE_TO_ACCEPTED.labels(priority).observe(max(since_enqueue_s, 0.0), _exemplar(trace))
+
+
+def observe_relay_delay(seconds: float, trace: TraceContext | None) -> None:
+    """A send pointer published and committed ``seconds`` after its row became due."""
+    RELAY_PUBLISH_DELAY.observe(max(seconds, 0.0), _exemplar(trace))
 
 
 def observe_guarantee(guarantee: str) -> None:

@@ -22,9 +22,18 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, Trace
 
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.tracecontext import TraceContext
-from mailbus.kernel.tracing import Attributes, Span, Tracer, current, use
+from mailbus.kernel.tracing import Attributes, Kind, OpenSpan, Span, Tracer, current, use
 
 __all__ = ["OtelTracer", "exporting_tracer", "span_exporter"]
+
+
+_KINDS = {
+    "internal": trace.SpanKind.INTERNAL,
+    "producer": trace.SpanKind.PRODUCER,
+    "consumer": trace.SpanKind.CONSUMER,
+    "client": trace.SpanKind.CLIENT,
+    "server": trace.SpanKind.SERVER,
+}
 
 
 class _OtelSpan:
@@ -35,6 +44,18 @@ class _OtelSpan:
         self._span.set_attribute(key, value)
 
 
+class _OtelOpenSpan(_OtelSpan):
+    def __init__(self, span: trace.Span, context: TraceContext) -> None:
+        super().__init__(span)
+        self.context = context
+
+    def end(self, error: str | None = None) -> None:
+        if error is not None:
+            self._span.set_attribute("error.type", error)
+            self._span.set_status(trace.StatusCode.ERROR)
+        self._span.end()
+
+
 class OtelTracer:
     """Opens OpenTelemetry spans of ``provider`` under mailbus's trace contexts."""
 
@@ -43,11 +64,31 @@ class OtelTracer:
 
     @contextlib.contextmanager
     def span(
-        self, name: str, parent: TraceContext | None = None, attributes: Attributes | None = None
+        self,
+        name: str,
+        parent: TraceContext | None = None,
+        attributes: Attributes | None = None,
+        kind: Kind = "internal",
     ) -> Iterator[Span]:
         parent = parent if parent is not None else current()
+        span, context = self._open(name, parent, attributes, kind)
+        with trace.use_span(span, end_on_exit=True), use(context):
+            yield _OtelSpan(span)
+
+    def start(
+        self,
+        name: str,
+        parent: TraceContext | None,
+        attributes: Attributes | None = None,
+        kind: Kind = "producer",
+    ) -> OpenSpan:
+        return _OtelOpenSpan(*self._open(name, parent, attributes, kind))
+
+    def _open(
+        self, name: str, parent: TraceContext | None, attributes: Attributes | None, kind: Kind
+    ) -> tuple[trace.Span, TraceContext]:
         span = self._tracer.start_span(
-            name, context=_remote(parent), kind=trace.SpanKind.INTERNAL, attributes=attributes
+            name, context=_remote(parent), kind=_KINDS[kind], attributes=attributes
         )
         own = span.get_span_context()
         context = TraceContext(
@@ -56,8 +97,7 @@ class OtelTracer:
             int(own.trace_flags),
             parent.tracestate if parent is not None else None,
         )
-        with trace.use_span(span, end_on_exit=True), use(context):
-            yield _OtelSpan(span)
+        return span, context
 
 
 def _remote(parent: TraceContext | None) -> Context | None:

@@ -281,9 +281,10 @@ SETTINGS: tuple[Setting, ...] = (
     _s(
         "OTEL_EXPORTER",
         "off (otlp if OTEL_EXPORTER_OTLP_ENDPOINT is set)",
-        "where the consumer's delivery spans go: otlp (the OTEL_EXPORTER_OTLP_* variables)"
-        ", console, or none; needs the extra mailbus[tracing] (docs/guides/tracing.md)",
-        {"consume"},
+        "where the spans of a mail go (relay, consumer, intake, webhooks): otlp (the"
+        " OTEL_EXPORTER_OTLP_* variables), console, or none; needs the extra"
+        " mailbus[tracing] (docs/guides/tracing.md)",
+        {"relay", "consume", "intake", "webhooks"},
     ),
     _s("SCHEMA_REGISTRY_URL", "off", "Confluent-compatible schema registry", _KAFKA),
     _s(

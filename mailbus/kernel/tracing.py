@@ -17,13 +17,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
-from typing import Protocol
+from typing import Literal, Protocol
 
 from mailbus.kernel.tracecontext import TraceContext
 
-__all__ = ["NOOP", "Attributes", "Span", "Tracer", "current", "use"]
+__all__ = ["NOOP", "Attributes", "Kind", "OpenSpan", "Span", "Tracer", "current", "use"]
 
 Attributes = Mapping[str, str | int | float | bool]
+# OpenTelemetry's span kinds: a Kafka producer's ``send``, a consumer's ``process``...
+Kind = Literal["internal", "producer", "consumer", "client", "server"]
 _CURRENT: ContextVar[TraceContext | None] = ContextVar("mailbus_trace_context", default=None)
 
 
@@ -47,11 +49,37 @@ class Span(Protocol):
         """Add an attribute (e.g. the outcome, known only at the end)."""
 
 
+class OpenSpan(Span, Protocol):
+    """A span started and ended apart (one relay batch holds a span per message)."""
+
+    @property
+    def context(self) -> TraceContext | None:
+        """What the message carries on: this span's context (the no-op's: its parent)."""
+
+    def end(self, error: str | None = None) -> None:
+        """End it; ``error``: the class of error it ended with (``error.type``)."""
+
+
 class Tracer(Protocol):
     def span(
-        self, name: str, parent: TraceContext | None = None, attributes: Attributes | None = None
+        self,
+        name: str,
+        parent: TraceContext | None = None,
+        attributes: Attributes | None = None,
+        kind: Kind = "internal",
     ) -> contextlib.AbstractContextManager[Span]:
-        """A span named ``name`` under ``parent`` (default: the current context)."""
+        """A span named ``name`` under ``parent`` (default: the current context), current
+        in the block."""
+
+    def start(
+        self,
+        name: str,
+        parent: TraceContext | None,
+        attributes: Attributes | None = None,
+        kind: Kind = "producer",
+    ) -> OpenSpan:
+        """A span under ``parent`` that ends when :meth:`OpenSpan.end` is called; never
+        current."""
 
 
 class _NoopSpan:
@@ -59,17 +87,39 @@ class _NoopSpan:
         pass
 
 
+class _NoopOpenSpan(_NoopSpan):
+    def __init__(self, parent: TraceContext | None) -> None:
+        self.context = parent
+
+    def end(self, error: str | None = None) -> None:
+        pass
+
+
 class _NoopTracer:
-    """Records nothing; a parent passed in becomes current, for the provider's header."""
+    """Records nothing; a parent passed in becomes current, for the provider's header,
+    and is what a started span carries on."""
 
     _span = _NoopSpan()
 
     def span(
-        self, name: str, parent: TraceContext | None = None, attributes: Attributes | None = None
+        self,
+        name: str,
+        parent: TraceContext | None = None,
+        attributes: Attributes | None = None,
+        kind: Kind = "internal",
     ) -> contextlib.AbstractContextManager[Span]:
         if parent is None:
             return contextlib.nullcontext(self._span)
         return self._carrying(parent)
+
+    def start(
+        self,
+        name: str,
+        parent: TraceContext | None,
+        attributes: Attributes | None = None,
+        kind: Kind = "producer",
+    ) -> OpenSpan:
+        return _NoopOpenSpan(parent)
 
     @contextlib.contextmanager
     def _carrying(self, parent: TraceContext) -> Iterator[Span]:

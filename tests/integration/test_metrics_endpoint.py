@@ -32,7 +32,7 @@ def scrape(port: int) -> dict[str, float]:
     samples = {}
     for line in text.splitlines():
         if line.startswith(
-            ("mailbus_outbox_rows", "mailbus_oldest_pending", "mailbus_send_events_unpublished")
+            ("mailbus_outbox_rows", "mailbus_oldest_", "mailbus_send_events_unpublished")
         ):
             name, value = line.rsplit(" ", 1)
             samples[name] = float(value)
@@ -61,16 +61,19 @@ def test_outbox_rows_and_oldest_age(database_url: str, serve: None) -> None:
     assert samples['mailbus_outbox_rows{priority="p2",status="sending"}'] == 1
     assert samples['mailbus_outbox_rows{priority="p1",status="pending"}'] == 0
     assert len([name for name in samples if name.startswith("mailbus_outbox_rows")]) == 9
-    assert samples['mailbus_oldest_pending_age_seconds{priority="p0"}'] == pytest.approx(75, abs=5)
-    assert samples['mailbus_oldest_pending_age_seconds{priority="p1"}'] == pytest.approx(400, abs=5)
-    assert samples['mailbus_oldest_pending_age_seconds{priority="p2"}'] == pytest.approx(30, abs=5)
+    assert samples['mailbus_oldest_open_age_seconds{priority="p0"}'] == pytest.approx(75, abs=5)
+    assert samples['mailbus_oldest_open_age_seconds{priority="p1"}'] == pytest.approx(400, abs=5)
+    assert samples['mailbus_oldest_open_age_seconds{priority="p2"}'] == pytest.approx(30, abs=5)
+    for priority in ("p0", "p1", "p2"):  # its deprecated name, for one more minor version
+        old = samples[f'mailbus_oldest_pending_age_seconds{{priority="{priority}"}}']
+        assert old == samples[f'mailbus_oldest_open_age_seconds{{priority="{priority}"}}']
     assert samples["mailbus_send_events_unpublished"] == 3  # inserted unknown/accepted/failed
 
     with psycopg.connect(database_url) as conn:
         conn.execute("UPDATE email_sends SET status = 'accepted' WHERE priority = 'p0'")
     samples = scrape(port)  # read at scrape time, not cached
     assert samples['mailbus_outbox_rows{priority="p0",status="pending"}'] == 0
-    assert samples['mailbus_oldest_pending_age_seconds{priority="p0"}'] == 0
+    assert samples['mailbus_oldest_open_age_seconds{priority="p0"}'] == 0
     assert samples["mailbus_send_events_unpublished"] == 5  # and the two p0 rows accepted
 
 

@@ -1,13 +1,18 @@
-"""One mail, one trace (issue 22, item 8): a row enqueued with a W3C traceparent (as the
-least-privilege enqueuer) → the real relay → the pointer's Kafka headers → the real Kafka
-source and DeliveryService → the HTTP provider's request; with OpenTelemetry's in-memory
-exporter, the claim, call and settle spans are in the enqueuer's trace. A malformed
-traceparent is ignored and counted, and the mail goes out all the same. The intake gives
-an OrderPlaced event's trace context to its row."""
+"""One mail, one trace (issue 22, item 8; issue 36, item 5): a row enqueued with a W3C
+traceparent (as the least-privilege enqueuer) → the real relay → the pointer's Kafka headers
+→ the real Kafka source and DeliveryService → the HTTP provider's request → the provider's
+delivery event at the webhook receiver's store; with OpenTelemetry's in-memory exporter, the
+relay's send span, the consumer's process, claim, call and settle spans and the webhook's
+event span are in the enqueuer's trace, the mail's log lines carry its trace id, and the
+latency histograms' exemplars point at it. A malformed traceparent is ignored and counted,
+and the mail goes out all the same. The intake gives an OrderPlaced event's trace context
+to its row."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import threading
 import time
 import uuid
@@ -22,7 +27,9 @@ from kafka_reader import Landed, read_messages
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 from prometheus_client import REGISTRY
+from prometheus_client.openmetrics.exposition import generate_latest
 from transport_security import login_as
 
 from mailbus.app.migrate import apply_roles
@@ -30,11 +37,14 @@ from mailbus.consumer.core import RetryPolicy
 from mailbus.consumer.kafka_source import KafkaSource
 from mailbus.consumer.ledger import SendLedger
 from mailbus.consumer.provider import HttpProvider
+from mailbus.feedback.events import make_event
+from mailbus.feedback.store import EventStore
 from mailbus.intake.events import EventReader
 from mailbus.intake.mappings import load_mappings
 from mailbus.intake.rows import RowWriter
 from mailbus.intake.service import Incoming, IntakeService
 from mailbus.kernel.kafka_security import kafka_client_config
+from mailbus.kernel.logs import JsonFormatter
 from mailbus.kernel.otel import OtelTracer
 from mailbus.kernel.settings import Settings
 from mailbus.kernel.tracing import NOOP, Tracer
@@ -79,9 +89,9 @@ def enqueue(url: str, key: str, traceparent: str | None, tracestate: str | None 
         )
 
 
-def relay_once(settings: Settings, expect: int) -> dict[str, Landed]:
+def relay_once(settings: Settings, expect: int, tracer: Tracer = NOOP) -> dict[str, Landed]:
     """One relay pass; the pointers as they landed on Kafka, by dedupe key."""
-    relay = Relay(settings)
+    relay = Relay(settings, tracer=tracer)
     try:
         assert relay.publish_due_batch(threading.Event()) == expect
     finally:
@@ -144,39 +154,133 @@ def malformed(where: str) -> float:
     return value or 0.0
 
 
-def test_one_mail_is_one_trace_from_the_insert_to_the_provider(
-    settings: Settings, enqueuer_url: str
+class LogLines(logging.Handler):
+    """The process's log lines as the JSON formatter writes them."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.setFormatter(JsonFormatter())
+        self.lines: list[dict[str, object]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(json.loads(self.format(record)))
+
+
+@pytest.fixture
+def log_lines() -> Iterator[LogLines]:
+    handler, mailbus = LogLines(), logging.getLogger("mailbus")
+    level = mailbus.level
+    mailbus.addHandler(handler)
+    mailbus.setLevel(logging.INFO)
+    yield handler
+    mailbus.removeHandler(handler)
+    mailbus.setLevel(level)
+
+
+def apply_delivery_event(settings: Settings, tracer: Tracer, message_id: str) -> None:
+    """The provider's ``delivered`` event, as the webhook receiver stores it."""
+
+    async def scenario() -> None:
+        store = EventStore(settings.database_url, tracer=tracer)
+        await store.open()
+        try:
+            event = make_event(f"evt-{message_id}", "delivered", message_id, "2026-12-06T12:00:00Z")
+            recorded = await store.record("http", event)
+        finally:
+            await store.close()
+        assert (recorded.new, recorded.matched) == (True, True)
+
+    asyncio.run(scenario())
+
+
+def exemplar_traces(metric: str) -> set[str]:
+    """The trace ids of ``metric``'s exemplars, as an OpenMetrics scrape shows them."""
+    exposition = generate_latest(REGISTRY).decode()
+    return {
+        line.split('trace_id="', 1)[1][:32]
+        for line in exposition.splitlines()
+        if line.startswith(f"{metric}_bucket") and 'trace_id="' in line
+    }
+
+
+def test_one_mail_is_one_trace_from_the_insert_to_the_provider_and_its_events(
+    settings: Settings, enqueuer_url: str, log_lines: LogLines
 ) -> None:
     key = f"traced-{uuid.uuid4().hex[:8]}"
     enqueue(enqueuer_url, key, TRACEPARENT, "vendor=abc")
-
-    pointer = relay_once(settings, 1)[key]
-    assert ("traceparent", TRACEPARENT.encode()) in pointer.headers
-    assert ("tracestate", b"vendor=abc") in pointer.headers
-
     exporter = InMemorySpanExporter()
     tracing = TracerProvider()
     tracing.add_span_processor(SimpleSpanProcessor(exporter))
-    recording = deliver(settings, OtelTracer(tracing), [key])
+    tracer = OtelTracer(tracing)
+    topic = settings.topic("p1")
+
+    pointer = relay_once(settings, 1, tracer)[key]
+    recording = deliver(settings, tracer, [key])
+    apply_delivery_event(settings, tracer, f"msg-{key}")
 
     spans: dict[str, ReadableSpan] = {span.name: span for span in exporter.get_finished_spans()}
-    assert {"mailbus.deliver", "mailbus.claim", "mailbus.provider_call", "mailbus.settle"} <= set(
-        spans
-    )
-    for span in spans.values():
+    assert set(spans) == {
+        f"send {topic}",
+        f"process {topic}",
+        "mailbus.claim",
+        "POST",
+        f"settle {topic}",
+        "mailbus.event_applied",
+    }
+    for span in spans.values():  # one mail, one trace
         assert format(span.context.trace_id, "032x") == TRACE_ID, span.name
-    deliver_span = spans["mailbus.deliver"]
-    assert deliver_span.parent is not None
-    assert format(deliver_span.parent.span_id, "016x") == ENQUEUER_SPAN
-    for name in ("mailbus.claim", "mailbus.provider_call", "mailbus.settle"):
+
+    def span_id(name: str) -> str:
+        return format(spans[name].context.span_id, "016x")
+
+    def parent_of(name: str) -> str:
         parent = spans[name].parent
-        assert parent is not None and parent.span_id == deliver_span.context.span_id, name
-    assert spans["mailbus.settle"].attributes["mailbus.status"] == "accepted"
+        assert parent is not None, name
+        return format(parent.span_id, "016x")
+
+    # the relay's send span is the enqueuer's child, and the pointer carries it on
+    send = spans[f"send {topic}"]
+    assert send.kind is SpanKind.PRODUCER
+    assert parent_of(f"send {topic}") == ENQUEUER_SPAN
+    assert send.attributes["messaging.system"] == "kafka"
+    assert send.attributes["messaging.operation.type"] == "send"
+    assert send.attributes["messaging.destination.name"] == topic
+    sent = f"00-{TRACE_ID}-{span_id(f'send {topic}')}-01"
+    assert ("traceparent", sent.encode()) in pointer.headers
+    assert ("tracestate", b"vendor=abc") in pointer.headers
+    # the consumer's process span continues it; claim, call and settle are its children
+    process = spans[f"process {topic}"]
+    assert process.kind is SpanKind.CONSUMER
+    assert parent_of(f"process {topic}") == span_id(f"send {topic}")
+    assert process.attributes["messaging.operation.type"] == "process"
+    assert process.attributes["messaging.kafka.message.key"] == key
+    for name in ("mailbus.claim", "POST", f"settle {topic}"):
+        assert parent_of(name) == span_id(f"process {topic}"), name
+    call = spans["POST"]
+    assert call.kind is SpanKind.CLIENT
+    assert call.attributes["http.request.method"] == "POST"
+    assert call.attributes["server.address"] == "provider.test"
+    assert call.attributes["http.response.status_code"] == 200
+    assert spans[f"settle {topic}"].attributes["messaging.operation.type"] == "settle"
+    assert spans[f"settle {topic}"].attributes["mailbus.status"] == "accepted"
     # the provider's side joins the trace under the call's span
-    call_span = format(spans["mailbus.provider_call"].context.span_id, "016x")
     headers = recording.requests[key]
-    assert headers["traceparent"] == f"00-{TRACE_ID}-{call_span}-01"
+    assert headers["traceparent"] == f"00-{TRACE_ID}-{span_id('POST')}-01"
     assert headers["tracestate"] == "vendor=abc"
+    # the webhook's event is in the mail's trace, under the row's context
+    assert parent_of("mailbus.event_applied") == ENQUEUER_SPAN
+    assert spans["mailbus.event_applied"].attributes["mailbus.event.type"] == "delivered"
+
+    # the mail's log lines carry its trace: the outcome and the event applied
+    mails = [line for line in log_lines.lines if key in json.dumps(line)]
+    assert {line["msg"] for line in mails} >= {"outcome", "delivery event applied"}
+    for line in mails:
+        assert line["trace_id"] == TRACE_ID, line
+    outcome = next(line for line in mails if line["msg"] == "outcome")
+    assert outcome["span_id"] == span_id(f"process {topic}")
+    # the latency histograms' exemplars point at the mail's trace
+    assert TRACE_ID in exemplar_traces("mailbus_enqueue_to_accepted_seconds")
+    assert TRACE_ID in exemplar_traces("mailbus_relay_publish_delay_seconds")
 
 
 def test_without_an_exporter_the_context_is_passed_on_and_a_malformed_one_ignored(
@@ -252,3 +356,30 @@ def test_the_intake_gives_the_row_the_trace_context_of_its_event(database_url: s
         "order-T2-confirmation": "(,)",
         "order-T3-confirmation": "(,)",
     }
+
+
+def test_with_an_exporter_the_intake_row_continues_the_events_process_span(
+    database_url: str,
+) -> None:
+    exporter = InMemorySpanExporter()
+    tracing = TracerProvider()
+    tracing.add_span_processor(SimpleSpanProcessor(exporter))
+    traced = (("traceparent", TRACEPARENT.encode()),)
+    batch = [Incoming("orders.events", 2, 41, b"k", _order("S1"), traced)]
+    reader = EventReader(load_mappings(None), configured_policy_book())
+    apply_roles(database_url)
+    with login_as(database_url, "mailbus_intake") as url:
+        writer = RowWriter(url, 3 * 24 * 3600)
+        service = IntakeService(reader, writer, None, OtelTracer(tracing))  # type: ignore[arg-type]
+        asyncio.run(writer.insert(service.prepare(batch).document, []))
+        asyncio.run(writer.close())
+    [span] = exporter.get_finished_spans()
+    assert span.name == "process orders.events" and span.kind is SpanKind.CONSUMER
+    assert span.parent is not None and format(span.parent.span_id, "016x") == ENQUEUER_SPAN
+    assert span.attributes["messaging.kafka.offset"] == 41
+    own = format(span.context.span_id, "016x")
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT traceparent FROM email_sends WHERE dedupe_key = 'order-S1-confirmation'"
+        ).fetchone()
+    assert row == (f"00-{TRACE_ID}-{own}-01",)

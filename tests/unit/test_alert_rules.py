@@ -72,7 +72,7 @@ def test_rules_only_use_exported_metrics() -> None:
         ("MailbusP1MailWaiting", '{priority="p1"}) > 900'),
         ("MailbusP2MailWaiting", '{priority="p2"}) > 7200'),
         ("MailbusHighFailureRate", 'outcome="failed"}[10m]'),
-        ("MailbusProvider429Rate", "mailbus_provider_429_total"),
+        ("MailbusProvider429Rate", "mailbus_provider_rate_limited_total"),
         ("MailbusBreakerOpen", "== 2"),
         ("MailbusDeadLettersGrowing", "increase(mailbus_dead_letters_total[15m])) > 50"),
         ("MailbusConsumerLagGrowing", "mailbus_consumer_lag"),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,46 @@ def test_prometheus_rule_carries_the_alert_rules() -> None:
     [rule] = base_documents("prometheusrule.yaml")
     alerts = yaml.safe_load((REPO / "ops/alerts.yml").read_text())
     assert rule["spec"]["groups"] == alerts["groups"]
+
+
+def test_the_dashboard_configmap_and_the_runbook_alerts_are_generated() -> None:
+    hint = "run: python stack/check_manifests.py --write-prometheusrule"
+    assert check_manifests.DASHBOARD_CONFIGMAP.read_text() == check_manifests.grafana_dashboard()
+    runbook = check_manifests.RUNBOOK.read_text()
+    assert runbook == check_manifests.runbook_alerts(runbook), hint
+    [configmap] = yaml.safe_load_all(check_manifests.DASHBOARD_CONFIGMAP.read_text())
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(configmap["data"]["mailbus.json"])
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    for panel in dashboard["panels"]:  # every query asks the chosen datasource
+        for source in [panel["datasource"]] + [t["datasource"] for t in panel["targets"]]:
+            assert source == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+
+
+def test_every_alert_links_its_runbook_section() -> None:
+    anchors = {
+        heading.lower()
+        for heading in re.findall(r"^### (\w+)$", check_manifests.RUNBOOK.read_text(), re.M)
+    }
+    alerts = yaml.safe_load((REPO / "ops/alerts.yml").read_text())
+    for rule in (rule for group in alerts["groups"] for rule in group["rules"]):
+        url = rule["annotations"]["runbook_url"]
+        assert url == f"https://mailbus.example.com/docs/runbook/#{rule['alert'].lower()}"
+        assert rule["alert"].lower() in anchors, rule["alert"]
+
+
+def test_kube_prometheus_stack_selects_the_rules_and_the_monitor() -> None:
+    component = yaml.safe_load(
+        (REPO / "k8s/components/kube-prometheus-stack/kustomization.yaml").read_text()
+    )
+    [patch] = component["patches"]
+    assert patch["target"]["kind"] == "(ServiceMonitor|PrometheusRule)"
+    assert yaml.safe_load(patch["patch"]) == [
+        {"op": "add", "path": "/metadata/labels/release", "value": "kube-prometheus-stack"}
+    ]
+    prod = yaml.safe_load((REPO / "k8s/overlays/prod/kustomization.yaml").read_text())
+    assert "../../components/kube-prometheus-stack" in prod["components"]
 
 
 def test_a_complete_deployment_passes_the_house_rules() -> None:

@@ -22,7 +22,7 @@ def test_label_sets_exist_before_the_first_event() -> None:
     text = generate_latest().decode()
     assert 'mailbus_sends_total{outcome="failed",priority="p0"} 0.0' in text
     assert 'mailbus_provider_requests_total{kind="lookup"}' in text
-    assert "mailbus_provider_429_total 0.0" in text or "mailbus_provider_429_total " in text
+    assert "mailbus_provider_rate_limited_total 0.0" in text
     assert "_created" not in text
 
 
@@ -31,7 +31,7 @@ def test_observe_call_counts_outcome_request_and_latency() -> None:
     before_requests = sample("mailbus_provider_requests_total", kind="send")
     before_count = sample("mailbus_provider_latency_seconds_count")
     before_fast = sample("mailbus_provider_latency_seconds_bucket", le="0.05")
-    before_429 = sample("mailbus_provider_429_total")
+    before_429 = sample("mailbus_provider_rate_limited_total")
 
     metrics.observe_call("p1", "accepted", 0.042, 202)
 
@@ -39,15 +39,17 @@ def test_observe_call_counts_outcome_request_and_latency() -> None:
     assert sample("mailbus_provider_requests_total", kind="send") == before_requests + 1
     assert sample("mailbus_provider_latency_seconds_count") == before_count + 1
     assert sample("mailbus_provider_latency_seconds_bucket", le="0.05") == before_fast + 1
-    assert sample("mailbus_provider_429_total") == before_429
+    assert sample("mailbus_provider_rate_limited_total") == before_429
 
 
 def test_observe_call_counts_a_429() -> None:
-    before_429 = sample("mailbus_provider_429_total")
+    before_deprecated = sample("mailbus_provider_429_total")
+    before_429 = sample("mailbus_provider_rate_limited_total")
     before_pending = sample("mailbus_sends_total", priority="p2", outcome="pending")
     metrics.observe_call("p2", "pending", 0.01, 429)
     metrics.observe_call("p2", "pending", 31.0, None)  # a timeout: the +Inf bucket
-    assert sample("mailbus_provider_429_total") == before_429 + 1
+    assert sample("mailbus_provider_rate_limited_total") == before_429 + 1
+    assert sample("mailbus_provider_429_total") == before_deprecated + 1  # deprecated alias
     assert sample("mailbus_sends_total", priority="p2", outcome="pending") == before_pending + 2
 
 

@@ -28,6 +28,7 @@ TOPICS = (
     "Rows in unknown",
     "Intake lag or poison",
     "Console sign-ins refused",
+    "Alerts",  # generated from ops/alerts.yml, whose commands test_alert_rules.py checks
 )
 
 
@@ -35,6 +36,11 @@ def runbook() -> str:
     text = (REPO / "docs" / "runbook.md").read_text()
     assert text.startswith("# Operations runbook\n")
     return text
+
+
+def written() -> str:
+    """The runbook's written sections, without the alerts generated from ops/alerts.yml."""
+    return runbook().split("<!-- alerts: generated", 1)[0]
 
 
 def commands(section: str) -> list[str]:
@@ -49,10 +55,10 @@ def commands(section: str) -> list[str]:
 def test_runbook_covers_its_topics() -> None:
     headings = re.findall(r"^## (.+)$", runbook(), re.MULTILINE)
     assert headings == list(TOPICS)
-    assert len(commands(runbook())) >= 15
+    assert len(commands(written())) >= 15
 
 
-@pytest.mark.parametrize("command", sorted(set(commands(runbook()))))
+@pytest.mark.parametrize("command", sorted(set(commands(written()))))
 def test_runbook_command_parses(command: str) -> None:
     words = shlex.split(command)
     assert words[0] == "mailbus"

@@ -3,6 +3,8 @@ setting that turns the export on; no OpenTelemetry without it."""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import subprocess
 import sys
@@ -13,9 +15,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.logs import JsonFormatter
+from mailbus.kernel.metrics import observe_accepted
 from mailbus.kernel.settings import load_settings
 from mailbus.kernel.tracecontext import Carried, TraceContext, from_headers, parse
-from mailbus.kernel.tracing import NOOP, current
+from mailbus.kernel.tracing import NOOP, current, use
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -110,6 +114,43 @@ def test_the_noop_tracer_makes_the_parent_current_only_inside_its_span() -> None
     assert current() is None
 
 
+def test_a_started_noop_span_carries_its_parent_on_and_is_never_current() -> None:
+    context = TraceContext(TRACE_ID, PARENT_ID, 1)
+    span = NOOP.start("send t", context, {"messaging.system": "kafka"})
+    assert span.context == context and current() is None
+    span.end("not_acknowledged")
+    assert NOOP.start("send t", None).context is None
+
+
+def test_a_log_line_inside_a_mail_span_carries_its_trace() -> None:
+    record = logging.LogRecord("mailbus.x", logging.INFO, __file__, 1, "outcome", None, None)
+    assert "trace_id" not in json.loads(JsonFormatter().format(record))
+    with use(TraceContext(TRACE_ID, PARENT_ID, 1)):
+        line = json.loads(JsonFormatter().format(record))
+    assert (line["trace_id"], line["span_id"]) == (TRACE_ID, PARENT_ID)
+
+
+def test_a_sampled_trace_is_the_histogram_exemplar() -> None:
+    from prometheus_client import REGISTRY
+    from prometheus_client.openmetrics.exposition import generate_latest
+
+    def exemplars() -> list[str]:
+        return [
+            line
+            for line in generate_latest(REGISTRY).decode().splitlines()
+            if line.startswith("mailbus_enqueue_to_accepted_seconds_bucket") and "#" in line
+        ]
+
+    unsampled = "ab" * 16
+    observe_accepted("p2", 0.3, TraceContext(unsampled, PARENT_ID, 0))
+    assert not any(unsampled in line for line in exemplars())
+    observe_accepted("p2", 0.3, TraceContext(TRACE_ID, PARENT_ID, 1))
+    assert any(
+        f'{{span_id="{PARENT_ID}",trace_id="{TRACE_ID}"}} 0.3' in line and 'priority="p2"' in line
+        for line in exemplars()
+    ), exemplars()
+
+
 @pytest.mark.parametrize(
     ("env", "exporter"),
     [
@@ -140,7 +181,9 @@ def test_the_delivery_path_imports_no_opentelemetry_unless_configured() -> None:
         "from mailbus.consumer import runner, service, kafka_source, provider\n"
         "from mailbus.relay import relay\n"
         "from mailbus.intake import service as intake\n"
-        "assert runner._tracer(None) is runner.NOOP\n"
+        "from mailbus.feedback import server\n"
+        "from mailbus.kernel import logs, tracers, tracing\n"
+        "assert tracers.configured_tracer(None, 'mailbus-relay') is tracing.NOOP\n"
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
     )
     repo = Path(__file__).resolve().parents[2]
@@ -158,23 +201,23 @@ def test_the_delivery_path_imports_no_opentelemetry_unless_configured() -> None:
 
 
 def test_a_configured_exporter_loads_opentelemetry() -> None:
-    from mailbus.consumer.runner import _tracer
     from mailbus.kernel.otel import OtelTracer, span_exporter
+    from mailbus.kernel.tracers import configured_tracer
 
-    assert isinstance(_tracer("console"), OtelTracer)
+    assert isinstance(configured_tracer("console", "mailbus-consumer"), OtelTracer)
     assert type(span_exporter("otlp")).__name__ == "OTLPSpanExporter"
 
 
 def test_an_exporter_without_opentelemetry_installed_is_bad_configuration(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from mailbus.consumer.runner import _tracer
     from mailbus.kernel import otel
+    from mailbus.kernel.tracers import configured_tracer
 
     monkeypatch.setitem(sys.modules, "opentelemetry", None)  # as if not installed
     monkeypatch.delitem(sys.modules, otel.__name__)
     monkeypatch.delattr(sys.modules["mailbus.kernel"], "otel")
     with pytest.raises(ConfigError) as raised:
-        _tracer("otlp")
+        configured_tracer("otlp", "mailbus-consumer")
     assert raised.value.setting == "MAILBUS_OTEL_EXPORTER"
     assert "[tracing]" in raised.value.problem

@@ -135,12 +135,13 @@ GRANT SELECT (original_topic, original_partition, original_offset, reason)
 -- delivery events on their sends (found by message id: the latest event and its time, the
 -- address to suppress), suppresses bounced and complaining addresses, takes unsubscribes.
 -- It cannot read a payload or change what a send is (its key, address, template, payload).
+-- It reads a send's trace context, to put the event in the send's trace (0066).
 GRANT SELECT, INSERT (provider, event_id, type, bounce, message_id, occurred_at, matched,
                       reason, suppression),
       UPDATE (matched)
     ON delivery_events TO mailbus_webhooks;
 GRANT SELECT (id, message_id, to_address, delivery_status, last_event_at, provider, status,
-              dedupe_key, provider_key),
+              dedupe_key, provider_key, traceparent, tracestate),
       UPDATE (delivery_status, last_event_at)
     ON email_sends TO mailbus_webhooks;
 -- ... and settles an `unknown` send of a provider with neither key nor look-up from that
