@@ -242,8 +242,8 @@ def _process_provider(
         )
     chosen = own.pop()
     if chosen is not None:
-        priority, url, api_key = chosen
-        return priority, _templated(settings, _http_provider(settings, url, api_key)), url
+        priority, url, api_key, key_file = chosen
+        return priority, _templated(settings, _http_provider(settings, url, api_key, key_file)), url
     url = settings.smtp_url if settings.provider == "smtp" else settings.provider_url
     if settings.provider == "ses":
         url = settings.ses_endpoint_url or f"ses:{settings.ses_region or 'default'}"

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import overload
+from typing import NamedTuple, overload
 from urllib.parse import urlsplit
 
 from dotenv.parser import parse_stream
@@ -29,10 +29,20 @@ from mailbus_client.policies import (
     parse_queue_cap,
 )
 
-__all__ = ["Settings", "load_env_file", "load_settings"]
+__all__ = ["PriorityProvider", "Settings", "load_env_file", "load_settings"]
 
 _DEFAULT_SANDBOX_URL = "http://127.0.0.1:8025"
 _PLAINTEXT = KafkaSecurity()
+
+
+class PriorityProvider(NamedTuple):
+    """MAILBUS_PROVIDER_P0_URL (P1, P2), its API key and the file it was read from (read
+    again when it changes, as every provider's key file is)."""
+
+    priority: str
+    url: str
+    api_key: str
+    api_key_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -47,7 +57,7 @@ class Settings:
     fallback_provider_api_key: str = ""
     fallback_provider_api_key_file: str | None = None
     # MAILBUS_PROVIDER_P0_URL / _API_KEY (and P1, P2): a priority's own HTTP provider
-    priority_providers: tuple[tuple[str, str, str], ...] = ()  # (priority, url, api key)
+    priority_providers: tuple[PriorityProvider, ...] = ()
     max_in_flight: int = 32
     rate_limit: float | None = None
     connect_timeout: float = 2.0
@@ -146,8 +156,8 @@ class Settings:
     def dlq_topic(self) -> str:
         return f"{self.topic_prefix}.send.dlq"
 
-    def provider_for(self, priority: str) -> tuple[str, str, str] | None:
-        """``(priority, url, api key)`` of the priority's own provider, or None (default)."""
+    def provider_for(self, priority: str) -> PriorityProvider | None:
+        """The priority's own provider, or None (the default one)."""
         return next((p for p in self.priority_providers if p[0] == priority), None)
 
     @property
@@ -203,12 +213,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
             "MAILBUS_PROVIDER_URL", Settings.provider_url, ("http", "https"), credentials=False
         ),
         provider_api_key=reader.secret("MAILBUS_PROVIDER_API_KEY"),
-        provider_api_key_file=reader._raw("MAILBUS_PROVIDER_API_KEY_FILE"),
+        provider_api_key_file=reader.secret_file("MAILBUS_PROVIDER_API_KEY"),
         fallback_provider_url=reader.optional_url(
             "MAILBUS_FALLBACK_PROVIDER_URL", ("http", "https"), credentials=False
         ),
         fallback_provider_api_key=reader.secret("MAILBUS_FALLBACK_PROVIDER_API_KEY"),
-        fallback_provider_api_key_file=reader._raw("MAILBUS_FALLBACK_PROVIDER_API_KEY_FILE"),
+        fallback_provider_api_key_file=reader.secret_file("MAILBUS_FALLBACK_PROVIDER_API_KEY"),
         priority_providers=_priority_providers(reader),
         max_in_flight=reader.integer("MAILBUS_MAX_IN_FLIGHT", Settings.max_in_flight, 1, 10_000),
         rate_limit=reader.optional_number("MAILBUS_RATE_LIMIT"),
@@ -512,14 +522,17 @@ def _duration(name: str, raw: str | None) -> float | None:
     return None if raw is None or not raw.strip() else parse_duration(raw, name)
 
 
-def _priority_providers(reader: _Reader) -> tuple[tuple[str, str, str], ...]:
-    """``MAILBUS_PROVIDER_P0_URL`` (P1, P2) with its ``_API_KEY``, where set."""
+def _priority_providers(reader: _Reader) -> tuple[PriorityProvider, ...]:
+    """``MAILBUS_PROVIDER_P0_URL`` (P1, P2) with its ``_API_KEY`` (or its file), where set."""
     found = []
     for priority in ("p0", "p1", "p2"):
         name = f"MAILBUS_PROVIDER_{priority.upper()}"
         url = reader.optional_url(f"{name}_URL", ("http", "https"), credentials=False)
         if url is not None:
-            found.append((priority, url, reader.secret(f"{name}_API_KEY")))
+            key = f"{name}_API_KEY"
+            found.append(
+                PriorityProvider(priority, url, reader.secret(key), reader.secret_file(key))
+            )
         elif reader.secret(f"{name}_API_KEY"):
             raise ConfigError(f"{name}_URL", f"required with {name}_API_KEY")
     return tuple(found)
@@ -629,6 +642,11 @@ class _Reader:
             except OSError as exc:
                 raise ConfigError(f"{name}_FILE", f"cannot read: {exc.strerror}") from None
         return self._raw(name) or ""
+
+    def secret_file(self, name: str) -> str | None:
+        """The file ``name`` was read from (``{name}_FILE``), for a key read again when that
+        file changes (consumer/key_file.py); None when it was given directly."""
+        return self._raw(f"{name}_FILE")
 
     def names(self, name: str) -> frozenset[str]:
         """A comma-separated list, blanks dropped."""
