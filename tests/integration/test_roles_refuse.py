@@ -54,8 +54,9 @@ MUST: dict[str, list[tuple[str, dict[str, Any]]]] = {
             FEEDBACK["apply_late_events"],
             {"ranks": list(STATUS_RANK), "primary": None, "named": list(NAMED_PROVIDERS)},
         ),
+        (FEEDBACK["kept_settlements"], {}),
         (  # an unknown send settled by its own provider's event carrying its key
-            FEEDBACK["settle_unknown"],
+            FEEDBACK["settle_from_events"],
             {
                 "settle": '[{"provider": "sendgrid", "dedupe_key": "unknown-k",'
                 ' "key": "unknown-k", "message_id": "sg-1"}]',
