@@ -12,8 +12,10 @@
 --   there already keeps its reason unless a hard bounce widens a bulk-only one (a
 --   complaint's or an unsubscribe's, migration 0019) to all mail.
 -- An event matches only sends that went through its provider (review #11): a send's
--- provider is email_sends.provider, or for NULL (the default provider) %(primary)s, the
--- named provider MAILBUS_PROVIDER gives (NULL when it names none: then any). A named
+-- provider is the named provider its route went through, from the JSON object `through`
+-- (feedback/store.py): under "" the one MAILBUS_PROVIDER names for the default route
+-- (email_sends.provider NULL; none when it names none: then any), under "fallback" the one
+-- MAILBUS_FALLBACK_PROVIDER names; else email_sends.provider itself. A named
 -- provider's event (%(named)s: ses, sendgrid, ...) matches that provider's sends; a
 -- Mailbus-Signature event (any other path) matches sends of no named provider.
 -- The sends are found by `message_id = ANY(ARRAY(…))`, through its index: joined to the
@@ -30,11 +32,11 @@ WITH batch AS (
     FROM batch b JOIN email_sends s ON true
     WHERE s.message_id = ANY(ARRAY(SELECT message_id FROM batch))  -- by its index
       AND s.message_id = b.message_id
-      AND (coalesce(s.provider, %(primary)s::text) IS NULL
-           OR coalesce(s.provider, %(primary)s::text)
+      AND (coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider) IS NULL
+           OR coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider)
               = CASE WHEN b.provider = ANY(%(named)s::text[]) THEN b.provider END
            OR (b.provider <> ALL(%(named)s::text[])
-               AND coalesce(s.provider, %(primary)s::text) <> ALL(%(named)s::text[])))
+               AND coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider) <> ALL(%(named)s::text[])))
 ), inserted AS (
     INSERT INTO delivery_events (provider, event_id, type, bounce, message_id, occurred_at, matched,
                                  reason, suppression, provider_key)
@@ -97,11 +99,11 @@ WITH picked AS (
     WHERE NOT e.matched AND e.received_at > now() - interval '1 day'
       AND EXISTS (SELECT 1 FROM email_sends s WHERE true
           AND s.message_id = e.message_id
-          AND (coalesce(s.provider, %(primary)s::text) IS NULL
-               OR coalesce(s.provider, %(primary)s::text)
+          AND (coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider) IS NULL
+               OR coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider)
                   = CASE WHEN e.provider = ANY(%(named)s::text[]) THEN e.provider END
                OR (e.provider <> ALL(%(named)s::text[])
-                   AND coalesce(s.provider, %(primary)s::text) <> ALL(%(named)s::text[]))))
+                   AND coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider) <> ALL(%(named)s::text[]))))
     ORDER BY e.received_at
     LIMIT 1000
     FOR UPDATE OF e SKIP LOCKED
@@ -120,11 +122,11 @@ WITH picked AS (
     FROM late l JOIN email_sends s ON true
     WHERE true
       AND s.message_id = l.message_id
-      AND (coalesce(s.provider, %(primary)s::text) IS NULL
-           OR coalesce(s.provider, %(primary)s::text)
+      AND (coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider) IS NULL
+           OR coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider)
               = CASE WHEN l.provider = ANY(%(named)s::text[]) THEN l.provider END
            OR (l.provider <> ALL(%(named)s::text[])
-               AND coalesce(s.provider, %(primary)s::text) <> ALL(%(named)s::text[])))
+               AND coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider) <> ALL(%(named)s::text[])))
 ), latest AS (
     SELECT DISTINCT ON (t.id) t.id, t.type, t.occurred_at, t.rank
     FROM target t
@@ -195,8 +197,8 @@ WHERE s.dedupe_key = ANY(ARRAY(SELECT x.dedupe_key
   AND s.dedupe_key = b.dedupe_key AND coalesce(s.provider_key, s.dedupe_key) = b.key
   AND (s.status = 'unknown' OR (s.status = 'pending' AND s.attempts > 0))
   AND s.message_id IS NULL
-  AND (coalesce(s.provider, %(primary)s::text) IS NULL
-       OR coalesce(s.provider, %(primary)s::text) = b.provider)
+  AND (coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider) IS NULL
+       OR coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider) = b.provider)
 RETURNING coalesce(s.provider_key, s.dedupe_key)
 
 -- name: kept_settlements

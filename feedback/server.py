@@ -290,6 +290,7 @@ async def _serve(settings: Settings) -> int:
         settings.database_url,
         sent_through=settings.provider,
         key_prefix=settings.provider_key_prefix,
+        fallback_through=settings.fallback_provider,
     )
     await store.open()
     host, port = settings.webhook_listen

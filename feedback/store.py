@@ -12,7 +12,8 @@ duplicate without reaching the statement, exactly as if it had come a moment lat
 
 An event matches only the sends of its provider (``events.sql``): ``sent_through`` is the
 named provider the default provider's sends (``email_sends.provider`` NULL) went through,
-``MAILBUS_PROVIDER``; None when it names none.
+``MAILBUS_PROVIDER``, and ``fallback_through`` the one the fallback's sends (``fallback``)
+went through, ``MAILBUS_FALLBACK_PROVIDER``; None when it names none.
 
 A send a provider without a key or a look-up left ``unknown`` (or ``pending`` after a
 call) is settled by that provider's own event when the event carries the send's dedupe key
@@ -91,6 +92,7 @@ class EventStore:
         max_batch: int = 500,
         sent_through: str | None = None,
         key_prefix: str = "",
+        fallback_through: str | None = None,
     ) -> None:
         self._key_prefix = key_prefix  # MAILBUS_PROVIDER_KEY_PREFIX: events echo the key sent
         self._pool = AsyncConnectionPool(
@@ -106,8 +108,11 @@ class EventStore:
         self._batches: Coalescer[tuple[str, DeliveryEvent], Recorded] = Coalescer(
             self._record_batch, max_batch=max_batch
         )
-        primary = sent_through if sent_through in NAMED_PROVIDERS else None
-        self._matching = {"primary": primary, "named": list(NAMED_PROVIDERS)}
+        # email_sends.provider of a route: "" for NULL, the default; "fallback" as the
+        # consumer records the fallback's calls (consumer/routing.py)
+        routes = {"": sent_through, "fallback": fallback_through}
+        through = {route: kind for route, kind in routes.items() if kind in NAMED_PROVIDERS}
+        self._matching = {"through": json.dumps(through), "named": list(NAMED_PROVIDERS)}
 
     async def open(self) -> None:
         try:
@@ -251,7 +256,7 @@ class EventStore:
             return set()
         done = await conn.execute(
             self._queries["settle_from_events"],
-            {"settle": json.dumps(settle), "primary": self._matching["primary"]},
+            {"settle": json.dumps(settle), "through": self._matching["through"]},
         )
         return {str(key) for (key,) in await done.fetchall()}
 
