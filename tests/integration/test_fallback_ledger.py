@@ -7,12 +7,17 @@ events match the mail it sent (feedback/events.sql)."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from datetime import UTC, datetime
 
 import psycopg
+from delivery_support import ScriptedProvider, origin_for, service_for
 from ledger_support import claim
 
+from mailbus.consumer.core import RetryPolicy
+from mailbus.consumer.core.breaker import Breaker, BreakerState
+from mailbus.consumer.core.outcome import ProviderReply
 from mailbus.consumer.ledger import SendLedger
 from mailbus.feedback.events import DeliveryEvent
 from mailbus.feedback.store import EventStore
@@ -79,3 +84,39 @@ def test_a_named_fallbacks_events_match_the_mail_it_sent(database_url: str) -> N
             await store.close()
 
     assert asyncio.run(scenario()) == [True, False, False, True]
+
+
+def test_the_fallbacks_bad_address_answer_is_recorded_under_its_own_name(
+    database_url: str,
+) -> None:
+    """A bad address the fallback (here SendGrid) rejects is suppressed with the source
+    ``sync:sendgrid``, not the primary's; the row records the fallback as its provider."""
+    with psycopg.connect(database_url) as conn:
+        (send_id,) = conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template)"
+            " VALUES ('alert-bad', 'nobody@example.com', 'internal_alert') RETURNING id"
+        ).fetchone() or (0,)
+    primary = ScriptedProvider()
+    second = ScriptedProvider(reply=lambda _key: ProviderReply(400, bad_recipient=True))
+
+    async def scenario() -> None:
+        ledger = SendLedger(database_url, max_connections=2, lease_s=30)
+        await ledger.open()
+        try:
+            service = service_for(
+                ledger, primary, RetryPolicy(), fallback=second, fallback_kind="sendgrid"
+            )
+            service.gate.breaker = Breaker(BreakerState.OPEN, opened_at=time.monotonic())
+            await service.handle(origin_for(send_id, "alert-bad", 0))
+        finally:
+            await ledger.close()
+
+    asyncio.run(scenario())
+    assert (primary.sent, second.sent) == ([], ["alert-bad"])
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT status, provider FROM email_sends").fetchall() == [
+            ("failed", "fallback")
+        ]
+        assert conn.execute("SELECT source FROM email_suppressions").fetchall() == [
+            ("sync:sendgrid",)
+        ]
