@@ -17,9 +17,10 @@ WHERE s.id = ANY(%(ids)s::bigint[])
 -- name: claim_for_send
 -- pending -> sending for a batch of claims. Every guard that decides a send is here: the
 -- attempt the pointer names, due, not expired (nor expiring within `headroom_s`: a call
--- started then could reach the provider after it, consumer/core/decide.py), a retry not past MAILBUS_MAX_AGE, the
--- provider fixed once a row was tried (a mail one provider may have taken is never offered
--- to another), and no row of a paused or cancelled campaign, whatever its attempts (a row
+-- started then could reach the provider after it, consumer/core/decide.py), a retry (a row
+-- with a counted call, or claimed before: decide.tried) not past MAILBUS_MAX_AGE, the
+-- provider fixed by a row's first claim (a mail one provider may have taken is never
+-- offered to another, even once its attempts were handed back or reset), and no row of a paused or cancelled campaign, whatever its attempts (a row
 -- that was in flight when its campaign paused comes back pending, with its own retry time;
 -- campaigns/queries.sql, hold_queued, covers the rows pending at the pause). A claim retried after
 -- its reply was lost finds the row already under its own token and gets it again,
@@ -63,9 +64,10 @@ WHERE s.id = ANY(ARRAY(SELECT id FROM locked)) AND s.id = c.id
         AND (s.next_try_at IS NULL OR s.next_try_at <= clock_timestamp())
         AND (s.expires_at IS NULL
              OR s.expires_at > clock_timestamp() + make_interval(secs => %(headroom_s)s))
-        AND (s.attempts = 0 OR %(max_age_s)s::float8 IS NULL
+        AND ((s.attempts = 0 AND s.first_tried_at IS NULL) OR %(max_age_s)s::float8 IS NULL
              OR s.created_at + make_interval(secs => %(max_age_s)s::float8) > clock_timestamp())
-        AND (s.attempts = 0 OR s.provider IS NOT DISTINCT FROM c.provider)
+        AND ((s.attempts = 0 AND s.first_tried_at IS NULL)
+             OR s.provider IS NOT DISTINCT FROM c.provider)
         AND (s.in_doubt_since IS NULL OR c.resend_window_s IS NULL
              OR s.first_tried_at + make_interval(secs => c.resend_window_s) > clock_timestamp()))
        OR (s.status = 'sending' AND s.lease_token = c.token))

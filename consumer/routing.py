@@ -1,4 +1,4 @@
-"""Which provider takes a mail's call: the row's own once tried, the fallback for a first
+"""Which provider takes a mail's call: the row's own once claimed, the fallback for a first
 attempt whose policy allows it while the primary's breaker is not closed, else this
 process's provider (the default one, or its priority's own: ``MAILBUS_PROVIDER_P0_URL``
 and the like)."""
@@ -6,6 +6,7 @@ and the like)."""
 from __future__ import annotations
 
 from mailbus.consumer.core.breaker import BreakerState
+from mailbus.consumer.core.decide import tried
 from mailbus.consumer.gate import ProviderGate
 from mailbus.consumer.ledger import LoadedSend
 from mailbus.consumer.providers import Provider
@@ -32,10 +33,12 @@ class Routing:
         self.gate = gate
 
     def route(self, loaded: LoadedSend) -> str | None:
-        """The route of a row's next call. A row's provider is fixed once it was tried: a
-        mail one provider may have accepted is never offered to another."""
+        """The route of a row's next call. A row's provider is fixed by its first claim
+        (:func:`~mailbus.consumer.core.decide.tried`), as its provider key is: a mail one
+        provider may have accepted is never offered to another, whatever later reset its
+        attempts (a refusal about our account, a claim handed back, a dead letter replayed)."""
         row = loaded.view
-        if row.attempts > 0:
+        if tried(row):
             return loaded.provider
         when_down = self.policies.for_template(row.template).when_provider_down
         if (

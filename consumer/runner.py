@@ -121,17 +121,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         ),
         settings.retry_schedule,
     )
-    fallback = None
-    if settings.fallback_provider_url:
-        fallback = _templated(
-            settings,
-            _http_provider(
-                settings,
-                settings.fallback_provider_url,
-                settings.fallback_provider_api_key,
-                settings.fallback_provider_api_key_file,
-            ),
-        )
+    fallback = _fallback_provider(settings)
     service = DeliveryService(
         ledger,
         provider,
@@ -149,6 +139,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         settle_s=settings.lookup_settle,
         # a priority's own provider (MAILBUS_PROVIDER_P0_URL, ...) speaks the HTTP API
         provider_kind=settings.provider if own is None else "http",
+        fallback_kind=settings.fallback_provider or "http",
         tracer=configured_tracer(settings.otel_exporter, "mailbus-consumer"),
     )
     await ledger.open()
@@ -229,13 +220,34 @@ def _process_provider(
         )
     chosen = own.pop()
     if chosen is not None:
-        priority, url, api_key = chosen
-        return priority, _templated(settings, _http_provider(settings, url, api_key)), url
+        priority, url, api_key, key_file = chosen
+        return priority, _templated(settings, _http_provider(settings, url, api_key, key_file)), url
     url = settings.smtp_url if settings.provider == "smtp" else settings.provider_url
     if settings.provider == "ses":
         url = settings.ses_endpoint_url or f"ses:{settings.ses_region or 'default'}"
-    primary = _templated(settings, _primary_provider(settings), dict(settings.provider_templates))
-    return None, primary, url
+    primary = _provider(
+        settings,
+        settings.provider,
+        settings.provider_url,
+        settings.provider_api_key,
+        settings.provider_api_key_file,
+    )
+    return None, _templated(settings, primary, dict(settings.provider_templates)), url
+
+
+def _fallback_provider(settings: Settings) -> Provider | None:
+    """MAILBUS_FALLBACK_PROVIDER, built as MAILBUS_PROVIDER is, with its own URL and key
+    (its mail's content from the local templates only); None: no fallback."""
+    if settings.fallback_provider is None:
+        return None
+    fallback = _provider(
+        settings,
+        settings.fallback_provider,
+        settings.fallback_provider_url or "",
+        settings.fallback_provider_api_key,
+        settings.fallback_provider_api_key_file,
+    )
+    return _templated(settings, fallback)
 
 
 def _templated(
@@ -249,20 +261,24 @@ def _templated(
     return TemplatedProvider(provider, store, references)
 
 
-def _primary_provider(settings: Settings) -> Provider:
-    """MAILBUS_PROVIDER: the HTTP API (default), an SMTP server or a named provider."""
-    dialect = _named_dialect(settings)
+def _provider(
+    settings: Settings, kind: str, url: str, api_key: str, key_file: str | None
+) -> Provider:
+    """A provider of ``kind`` (MAILBUS_PROVIDER, MAILBUS_FALLBACK_PROVIDER): the HTTP API,
+    an SMTP server or a named provider; an HTTP one at ``url`` with ``api_key``, read again
+    from ``key_file`` when it changes."""
+    dialect = _named_dialect(settings, kind)
     if dialect is not None:
         return HttpProvider(
-            settings.provider_url,
-            settings.provider_api_key,
+            url,
+            api_key,
             connect_timeout=settings.connect_timeout,
             request_timeout=settings.request_timeout,
             max_connections=settings.max_in_flight,
             dialect=dialect,
-            key_file=settings.provider_api_key_file,
+            key_file=key_file,
         )
-    if settings.provider == "ses":
+    if kind == "ses":
         return SesProvider(
             settings.mail_from,
             region=settings.ses_region,
@@ -274,7 +290,7 @@ def _primary_provider(settings: Settings) -> Provider:
             request_timeout=settings.request_timeout,
             max_connections=settings.max_in_flight,
         )
-    if settings.provider == "smtp":
+    if kind == "smtp":
         return SmtpProvider(
             settings.smtp_url,
             settings.smtp_from,
@@ -284,23 +300,18 @@ def _primary_provider(settings: Settings) -> Provider:
             max_connections=settings.max_in_flight,
             allow_plaintext_auth=settings.smtp_allow_plaintext_auth,
         )
-    return _http_provider(
-        settings,
-        settings.provider_url,
-        settings.provider_api_key,
-        settings.provider_api_key_file,
-    )
+    return _http_provider(settings, url, api_key, key_file)
 
 
-def _named_dialect(settings: Settings) -> Dialect | None:
+def _named_dialect(settings: Settings, kind: str) -> Dialect | None:
     """The dialect of a named HTTP provider (docs/providers.md); None for http, smtp, ses."""
-    if settings.provider == "postmark":
+    if kind == "postmark":
         return PostmarkDialect(settings.mail_from)
-    if settings.provider == "resend":
+    if kind == "resend":
         return ResendDialect(settings.mail_from, settings.idempotency_window or RESEND_WINDOW_S)
-    if settings.provider == "sendgrid":
+    if kind == "sendgrid":
         return SendGridDialect(settings.mail_from)
-    if settings.provider == "mailgun":
+    if kind == "mailgun":
         return MailgunDialect(settings.mail_from, settings.mailgun_domain)
     return None
 

@@ -107,6 +107,7 @@ class DeliveryService:
         reach_s: float = 0.0,
         settle_s: float | None = None,
         provider_kind: str = "http",
+        fallback_kind: str = "http",
         tracer: Tracer = NOOP,
     ) -> None:
         self.ledger = ledger
@@ -124,6 +125,7 @@ class DeliveryService:
         self.at_least_once = at_least_once  # MAILBUS_UNKNOWN_OUTCOME=at_least_once
         self.reach_s = reach_s  # MAILBUS_KEY_WINDOW_MARGIN: a resend's margin before a key expires
         self.provider_kind = provider_kind  # MAILBUS_PROVIDER of the primary: `sync:<kind>`
+        self.fallback_kind = fallback_kind  # MAILBUS_FALLBACK_PROVIDER's
         self.tracer = tracer  # MAILBUS_OTEL_EXPORTER: spans of claim, call, settle
         self.doubt = Doubt(
             self.routing,
@@ -415,7 +417,7 @@ class DeliveryService:
             metrics.observe_server_failure(result.server_stage)
         if admission is not None:
             self.gate.settle(admission, result, latency_s, recipient_domain(row.to_address))
-        source = f"sync:{'http' if route == FALLBACK else self.provider_kind}"
+        source = f"sync:{self.fallback_kind if route == FALLBACK else self.provider_kind}"
         decision = after_call(row, result, self.clock(), self.policy, self.rand, source)
         # any earlier call (in doubt, or resolved --not-sent by an operator) may hold the key
         if view.attempts > 0 and key_conflict(provider.capability, result):

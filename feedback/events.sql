@@ -12,8 +12,10 @@
 --   there already keeps its reason unless a hard bounce widens a bulk-only one (a
 --   complaint's or an unsubscribe's, migration 0019) to all mail.
 -- An event matches only sends that went through its provider (review #11): a send's
--- provider is email_sends.provider, or for NULL (the default provider) %(primary)s, the
--- named provider MAILBUS_PROVIDER gives (NULL when it names none: then any). A named
+-- provider is the named provider its route went through, from the JSON object `through`
+-- (feedback/store.py): under "" the one MAILBUS_PROVIDER names for the default route
+-- (email_sends.provider NULL; none when it names none: then any), under "fallback" the one
+-- MAILBUS_FALLBACK_PROVIDER names; else email_sends.provider itself. A named
 -- provider's event (%(named)s: ses, sendgrid, ...) matches that provider's sends; a
 -- Mailbus-Signature event (any other path) matches sends of no named provider.
 -- The sends are found by `message_id = ANY(ARRAY(…))`, through its index: joined to the
@@ -25,22 +27,23 @@ WITH batch AS (
     SELECT * FROM jsonb_to_recordset(%(events)s::jsonb) AS e (
         n int, provider text, event_id text, type text, bounce text, message_id text,
         occurred_at timestamptz, rank int, suppress bool, reason text, source text,
-        detail text, suppression text)
+        detail text, suppression text, provider_key text)
 ), target AS (
     SELECT b.n, s.id, s.to_address
     FROM batch b JOIN email_sends s ON true
     WHERE s.message_id = ANY(ARRAY(SELECT message_id FROM batch))  -- by its index
       AND s.message_id = b.message_id
-      AND (coalesce(s.provider, %(primary)s::text) IS NULL
-           OR coalesce(s.provider, %(primary)s::text)
+      AND (coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider) IS NULL
+           OR coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider)
               = CASE WHEN b.provider = ANY(%(named)s::text[]) THEN b.provider END
            OR (b.provider <> ALL(%(named)s::text[])
-               AND coalesce(s.provider, %(primary)s::text) <> ALL(%(named)s::text[])))
+               AND coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider) <> ALL(%(named)s::text[])))
 ), inserted AS (
     INSERT INTO delivery_events (provider, event_id, type, bounce, message_id, occurred_at, matched,
-                                 reason, suppression)
+                                 reason, suppression, provider_key)
     SELECT b.provider, b.event_id, b.type, b.bounce, b.message_id, b.occurred_at,
-           EXISTS (SELECT 1 FROM target t WHERE t.n = b.n), b.detail, b.suppression
+           EXISTS (SELECT 1 FROM target t WHERE t.n = b.n), b.detail, b.suppression,
+           b.provider_key
     FROM batch b
     ORDER BY b.n
     ON CONFLICT (provider, event_id) DO NOTHING
@@ -105,11 +108,11 @@ WITH picked AS (
     WHERE NOT e.matched AND e.received_at > now() - interval '1 day'
       AND EXISTS (SELECT 1 FROM email_sends s WHERE true
           AND s.message_id = e.message_id
-          AND (coalesce(s.provider, %(primary)s::text) IS NULL
-               OR coalesce(s.provider, %(primary)s::text)
+          AND (coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider) IS NULL
+               OR coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider)
                   = CASE WHEN e.provider = ANY(%(named)s::text[]) THEN e.provider END
                OR (e.provider <> ALL(%(named)s::text[])
-                   AND coalesce(s.provider, %(primary)s::text) <> ALL(%(named)s::text[]))))
+                   AND coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider) <> ALL(%(named)s::text[]))))
     ORDER BY e.received_at
     LIMIT 1000
     FOR UPDATE OF e SKIP LOCKED
@@ -128,11 +131,11 @@ WITH picked AS (
     FROM late l JOIN email_sends s ON true
     WHERE true
       AND s.message_id = l.message_id
-      AND (coalesce(s.provider, %(primary)s::text) IS NULL
-           OR coalesce(s.provider, %(primary)s::text)
+      AND (coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider) IS NULL
+           OR coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider)
               = CASE WHEN l.provider = ANY(%(named)s::text[]) THEN l.provider END
            OR (l.provider <> ALL(%(named)s::text[])
-               AND coalesce(s.provider, %(primary)s::text) <> ALL(%(named)s::text[])))
+               AND coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider) <> ALL(%(named)s::text[])))
 ), latest AS (
     SELECT DISTINCT ON (t.id) t.id, t.type, t.occurred_at, t.rank
     FROM target t
@@ -179,15 +182,20 @@ WHERE ctid = ANY(ARRAY(SELECT ctid FROM webhook_tokens
                        WHERE seen_at < now() - make_interval(secs => %(keep_s)s)
                        LIMIT 10000))
 
--- name: settle_unknown
--- Sends left `unknown` by a provider with neither a key nor a look-up (SendGrid, Mailgun)
--- whose own events name them by the key the send carried (custom_args.dedupe_key,
--- v:dedupe_key: the provider key, mailbus/kernel/provider_key.py, which must equal the one
--- the row was sent under, so another life or deployment of the dedupe key never settles it) and prove the provider took the mail (delivered, deferred, bounced,
--- complained; the caller filters): accepted, with the event's message id, as `mailbus send
--- resolve --accepted` would settle them, under the provider rule of record_events. Found
--- through the dedupe key's unique index. Runs just before record_events, which then
--- applies the events to them. Returns the dedupe keys settled.
+-- name: settle_from_events
+-- Sends of a provider with neither a key nor a look-up (SendGrid, Mailgun) whose own events
+-- name them by the key the send carried (custom_args.dedupe_key, v:dedupe_key: the provider
+-- key, mailbus/kernel/provider_key.py, which must equal the one the row was sent under, so
+-- another life or deployment of the dedupe key never settles it) and prove the provider
+-- took the mail (delivered, deferred, bounced, complained; the caller filters): accepted,
+-- with the event's message id, as `mailbus send resolve --accepted` would settle them,
+-- under the provider rule of record_events. That is a send left `unknown`, and one
+-- `pending` after a call (a resend scheduled at least once, a retry): it is not sent again.
+-- A send still `sending` is not touched (its call is in flight): its event is kept
+-- (delivery_events.provider_key) and the sweep comes back with it (kept_settlements).
+-- Found through the dedupe key's unique index. Runs just before record_events, which then
+-- applies the events to them (or apply_late_events, after the sweep). Returns the keys
+-- settled.
 UPDATE email_sends s
 SET status = 'accepted', message_id = b.message_id, next_try_at = NULL, last_error = NULL,
     updated_at = now()
@@ -196,7 +204,19 @@ FROM jsonb_to_recordset(%(settle)s::jsonb)
 WHERE s.dedupe_key = ANY(ARRAY(SELECT x.dedupe_key
                                FROM jsonb_to_recordset(%(settle)s::jsonb) AS x (dedupe_key text)))
   AND s.dedupe_key = b.dedupe_key AND coalesce(s.provider_key, s.dedupe_key) = b.key
-  AND s.status = 'unknown' AND s.message_id IS NULL
-  AND (coalesce(s.provider, %(primary)s::text) IS NULL
-       OR coalesce(s.provider, %(primary)s::text) = b.provider)
+  AND (s.status = 'unknown' OR (s.status = 'pending' AND s.attempts > 0))
+  AND s.message_id IS NULL
+  AND (coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider) IS NULL
+       OR coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider) = b.provider)
 RETURNING coalesce(s.provider_key, s.dedupe_key)
+
+-- name: kept_settlements
+-- Events kept to settle their send once it can be (settle_from_events): stored unmatched
+-- within the last day with the key they carried, newest first (an event whose send never
+-- becomes settleable ages out instead of starving newer ones), at most 1,000 a pass,
+-- through delivery_events_unmatched_idx.
+SELECT provider, provider_key, message_id
+FROM delivery_events
+WHERE NOT matched AND received_at > now() - interval '1 day' AND provider_key IS NOT NULL
+ORDER BY received_at DESC
+LIMIT 1000

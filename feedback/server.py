@@ -292,6 +292,7 @@ async def _serve(settings: Settings) -> int:
         sent_through=settings.provider,
         key_prefix=settings.provider_key_prefix,
         tracer=configured_tracer(settings.otel_exporter, "mailbus-webhooks"),
+        fallback_through=settings.fallback_provider,
     )
     await store.open()
     host, port = settings.webhook_listen

@@ -12,16 +12,20 @@ duplicate without reaching the statement, exactly as if it had come a moment lat
 
 An event matches only the sends of its provider (``events.sql``): ``sent_through`` is the
 named provider the default provider's sends (``email_sends.provider`` NULL) went through,
-``MAILBUS_PROVIDER``; None when it names none.
+``MAILBUS_PROVIDER``, and ``fallback_through`` the one the fallback's sends (``fallback``)
+went through, ``MAILBUS_FALLBACK_PROVIDER``; None when it names none.
 
-A send a provider without a key or a look-up left ``unknown`` is settled by that provider's
-own event when the event carries the send's dedupe key and proves the provider took the
-mail (``settle_unknown``: ``accepted`` with the event's message id, counted in
-:attr:`Recorded.settled`), just before the batch is recorded.
+A send a provider without a key or a look-up left ``unknown`` (or ``pending`` after a
+call) is settled by that provider's own event when the event carries the send's dedupe key
+and proves the provider took the mail (``settle_from_events``: ``accepted`` with the
+event's message id, counted in :attr:`Recorded.settled`), just before the batch is
+recorded. Such an event is stored with the key it carried (``provider_key``), so one that
+came while its send was still ``sending`` settles it at a later sweep.
 
 An event stored before its send recorded its ``message_id`` (the provider's first event
 can race the consumer's settle) is applied later by :meth:`EventStore.apply_late_events`,
-which the receiver runs every few seconds, beside :meth:`EventStore.prune_tokens`.
+which the receiver runs every few seconds, beside :meth:`EventStore.prune_tokens`; it
+first settles the sends that kept events can settle now.
 
 :meth:`EventStore.remember_token` keeps a provider's signature token (Mailgun's) for the
 tolerance window in ``webhook_tokens``, shared by every receiver: False when the token was
@@ -95,6 +99,7 @@ class EventStore:
         sent_through: str | None = None,
         key_prefix: str = "",
         tracer: Tracer = NOOP,
+        fallback_through: str | None = None,
     ) -> None:
         self._tracer = tracer  # MAILBUS_OTEL_EXPORTER: a span per event applied to a send
         self._key_prefix = key_prefix  # MAILBUS_PROVIDER_KEY_PREFIX: events echo the key sent
@@ -111,8 +116,11 @@ class EventStore:
         self._batches: Coalescer[tuple[str, DeliveryEvent], Recorded] = Coalescer(
             self._record_batch, max_batch=max_batch
         )
-        primary = sent_through if sent_through in NAMED_PROVIDERS else None
-        self._matching = {"primary": primary, "named": list(NAMED_PROVIDERS)}
+        # email_sends.provider of a route: "" for NULL, the default; "fallback" as the
+        # consumer records the fallback's calls (consumer/routing.py)
+        routes = {"": sent_through, "fallback": fallback_through}
+        through = {route: kind for route, kind in routes.items() if kind in NAMED_PROVIDERS}
+        self._matching = {"through": json.dumps(through), "named": list(NAMED_PROVIDERS)}
 
     async def open(self) -> None:
         try:
@@ -147,9 +155,13 @@ class EventStore:
         return recorded
 
     async def apply_late_events(self) -> LateEvents:
-        """Apply up to 1,000 events that came before their send recorded its message_id."""
+        """Settle the sends that kept events can settle now (their call has ended with no
+        known outcome), then apply up to 1,000 events that came before their send recorded
+        its message_id."""
         try:
             async with self._pool.connection(timeout=10) as conn:
+                kept = await conn.execute(self._queries["kept_settlements"])
+                await self._settle(conn, [self._settlement(*row) for row in await kept.fetchall()])
                 cursor = await conn.execute(
                     self._queries["apply_late_events"],
                     {"ranks": list(STATUS_RANK), **self._matching},
@@ -210,24 +222,19 @@ class EventStore:
             if key in first:
                 continue
             first[key] = n
-            rows.append(_row(n, provider, event))
+            settles = self._settles(provider, event)
+            rows.append(_row(n, provider, event, event.dedupe_key if settles else None))
         params = {"events": json.dumps(rows), "ranks": list(STATUS_RANK), **self._matching}
         settle = [
-            {"provider": p, "dedupe_key": ours[0], "key": e.dedupe_key, "message_id": e.message_id}
+            self._settlement(p, e.dedupe_key, e.message_id)
             for p, e in items
-            if e.dedupe_key is not None and e.proves_acceptance
-            if (ours := parse_provider_key(self._key_prefix, e.dedupe_key)) is not None
+            if e.dedupe_key is not None and self._settles(p, e)
         ]
         settled: set[str] = set()
         for attempt in (1, 2):
             try:
                 async with self._pool.connection(timeout=10) as conn:
-                    if settle:
-                        done = await conn.execute(
-                            self._queries["settle_unknown"],
-                            {"settle": json.dumps(settle), "primary": self._matching["primary"]},
-                        )
-                        settled.update(str(key) for (key,) in await done.fetchall())
+                    settled.update(await self._settle(conn, settle))
                     cursor = await conn.execute(self._queries["record_events"], params)
                     answers = await cursor.fetchall()
                 break
@@ -258,8 +265,37 @@ class EventStore:
                 results[n] = replace(results[n], settled=1)
         return results
 
+    def _settles(self, provider: str, event: DeliveryEvent) -> bool:
+        """Whether ``event`` may settle a send: it proves the provider took the mail and
+        carries a key of this deployment (``MAILBUS_PROVIDER_KEY_PREFIX``)."""
+        key = event.dedupe_key
+        return (
+            key is not None
+            and event.proves_acceptance
+            and parse_provider_key(self._key_prefix, key) is not None
+        )
 
-def _row(n: int, provider: str, event: DeliveryEvent) -> dict[str, Any]:
+    def _settlement(self, provider: str, key: str, message_id: str) -> dict[str, Any]:
+        """One send for ``settle_from_events`` to settle: found by its dedupe key, checked
+        against the provider key the event carried."""
+        ours = parse_provider_key(self._key_prefix, key)
+        assert ours is not None  # _settles checked it
+        return {"provider": provider, "dedupe_key": ours[0], "key": key, "message_id": message_id}
+
+    async def _settle(
+        self, conn: psycopg.AsyncConnection[Any], settle: list[dict[str, Any]]
+    ) -> set[str]:
+        """Settle the sends ``settle`` names that can be now; the keys settled."""
+        if not settle:
+            return set()
+        done = await conn.execute(
+            self._queries["settle_from_events"],
+            {"settle": json.dumps(settle), "through": self._matching["through"]},
+        )
+        return {str(key) for (key,) in await done.fetchall()}
+
+
+def _row(n: int, provider: str, event: DeliveryEvent, provider_key: str | None) -> dict[str, Any]:
     return {
         "n": n,
         "provider": provider,
@@ -274,4 +310,5 @@ def _row(n: int, provider: str, event: DeliveryEvent) -> dict[str, Any]:
         "source": f"webhook:{provider}",
         "detail": event.reason,
         "suppression": event.suppression,
+        "provider_key": provider_key,  # kept to settle its send later (settle_from_events)
     }

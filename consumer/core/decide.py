@@ -64,6 +64,7 @@ __all__ = [
     "resend_closed",
     "server_failed",
     "too_old",
+    "tried",
     "unsendable",
     "wait_for_provider",
 ]
@@ -141,7 +142,7 @@ def before_send(
         raise ValueError(f"before_send needs a pending row, got {row.status.value}")
     if row.expires_at is not None and row.expires_at <= now + timedelta(seconds=SEND_HEADROOM_S):
         return Decision(Status.EXPIRED, reason="expired before sending")
-    if row.attempts > 0 and too_old(row, now, max_age_s):
+    if tried(row) and too_old(row, now, max_age_s):
         return _max_age(row, "no retry past the maximum age")
     if suppressed:
         return Decision(Status.SUPPRESSED, reason="address is suppressed")
@@ -153,6 +154,13 @@ def before_send(
 
 
 MAX_AGE_REASON = "max age reached"  # the start of last_error; dead letter reason max_age
+
+
+def tried(row: SendView) -> bool:
+    """Whether the row's next call is a retry: a call of it was counted, or it was claimed
+    before (``first_tried_at``) and its calls were handed back (:func:`server_failed`: our
+    account, sender or quota refused them). MAILBUS_MAX_AGE ends only retries."""
+    return row.attempts > 0 or row.first_tried_at is not None
 
 
 def too_old(row: SendView, moment: datetime, max_age_s: float | None) -> bool:
@@ -237,7 +245,8 @@ def server_failed(
     """The provider's server failed before the mail reached it (SMTP: connecting, the
     greeting, AUTH, MAIL): back to ``pending``, the attempt handed back (``uncounted``), so
     an outage never spends the mail's attempts, fails it or dead-letters it; only
-    ``expires_at`` still ends it (``expired``). Waiting for the server is the breaker's job:
+    ``expires_at`` (``expired``) and MAILBUS_MAX_AGE (``failed``, dead letter ``max_age``)
+    still end it. Waiting for the server is the breaker's job:
     the retry is due after the backoff of the attempt the mail is at, or, after a sending
     quota (``QUOTA``), after :func:`~mailbus.consumer.core.backoff.quota_wait`."""
     earlier = replace(row, attempts=max(row.attempts - 1, 0))
@@ -252,6 +261,8 @@ def server_failed(
             provider_code=result.provider_code,
             uncounted=True,
         )
+    if too_old(row, retry_at, policy.max_age_s):  # a mail held by our account: not sent stale
+        return replace(_max_age(earlier, reason, result.status_code), uncounted=True)
     return Decision(
         Status.PENDING,
         retry_at=retry_at,

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import overload
+from typing import NamedTuple, overload
 from urllib.parse import urlsplit
 
 from dotenv.parser import parse_stream
@@ -29,10 +29,20 @@ from mailbus_client.policies import (
     parse_queue_cap,
 )
 
-__all__ = ["Settings", "load_env_file", "load_settings"]
+__all__ = ["PriorityProvider", "Settings", "load_env_file", "load_settings"]
 
 _DEFAULT_SANDBOX_URL = "http://127.0.0.1:8025"
 _PLAINTEXT = KafkaSecurity()
+
+
+class PriorityProvider(NamedTuple):
+    """MAILBUS_PROVIDER_P0_URL (P1, P2), its API key and the file it was read from (read
+    again when it changes, as every provider's key file is)."""
+
+    priority: str
+    url: str
+    api_key: str
+    api_key_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -43,11 +53,13 @@ class Settings:
     provider_url: str = _DEFAULT_SANDBOX_URL
     provider_api_key: str = ""
     provider_api_key_file: str | None = None  # read again when it changes (a key rotation)
-    fallback_provider_url: str | None = None
+    # MAILBUS_FALLBACK_PROVIDER: any provider MAILBUS_PROVIDER may name; None: no fallback
+    fallback_provider: str | None = None
+    fallback_provider_url: str | None = None  # the named one's own API by default
     fallback_provider_api_key: str = ""
     fallback_provider_api_key_file: str | None = None
     # MAILBUS_PROVIDER_P0_URL / _API_KEY (and P1, P2): a priority's own HTTP provider
-    priority_providers: tuple[tuple[str, str, str], ...] = ()  # (priority, url, api key)
+    priority_providers: tuple[PriorityProvider, ...] = ()
     max_in_flight: int = 32
     rate_limit: float | None = None
     connect_timeout: float = 2.0
@@ -146,8 +158,8 @@ class Settings:
     def dlq_topic(self) -> str:
         return f"{self.topic_prefix}.send.dlq"
 
-    def provider_for(self, priority: str) -> tuple[str, str, str] | None:
-        """``(priority, url, api key)`` of the priority's own provider, or None (default)."""
+    def provider_for(self, priority: str) -> PriorityProvider | None:
+        """The priority's own provider, or None (the default one)."""
         return next((p for p in self.priority_providers if p[0] == priority), None)
 
     @property
@@ -203,12 +215,13 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
             "MAILBUS_PROVIDER_URL", Settings.provider_url, ("http", "https"), credentials=False
         ),
         provider_api_key=reader.secret("MAILBUS_PROVIDER_API_KEY"),
-        provider_api_key_file=reader._raw("MAILBUS_PROVIDER_API_KEY_FILE"),
+        provider_api_key_file=reader.secret_file("MAILBUS_PROVIDER_API_KEY"),
+        fallback_provider=_fallback_kind(env),
         fallback_provider_url=reader.optional_url(
             "MAILBUS_FALLBACK_PROVIDER_URL", ("http", "https"), credentials=False
         ),
         fallback_provider_api_key=reader.secret("MAILBUS_FALLBACK_PROVIDER_API_KEY"),
-        fallback_provider_api_key_file=reader._raw("MAILBUS_FALLBACK_PROVIDER_API_KEY_FILE"),
+        fallback_provider_api_key_file=reader.secret_file("MAILBUS_FALLBACK_PROVIDER_API_KEY"),
         priority_providers=_priority_providers(reader),
         max_in_flight=reader.integer("MAILBUS_MAX_IN_FLIGHT", Settings.max_in_flight, 1, 10_000),
         rate_limit=reader.optional_number("MAILBUS_RATE_LIMIT"),
@@ -329,32 +342,69 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         raise ConfigError(
             "MAILBUS_UNSUBSCRIBE_SECRET_PREVIOUS", "set without MAILBUS_UNSUBSCRIBE_SECRET"
         )
-    if settings.provider == "smtp" and not settings.smtp_url:
-        raise ConfigError("MAILBUS_SMTP_URL", "required with MAILBUS_PROVIDER=smtp")
-    if settings.provider == "smtp" and "@" not in settings.smtp_from:
-        raise ConfigError("MAILBUS_SMTP_FROM", "required with MAILBUS_PROVIDER=smtp: an address")
     if settings.postmark_webhook_auth and ":" not in settings.postmark_webhook_auth:
         raise ConfigError("MAILBUS_POSTMARK_WEBHOOK_AUTH", "expected user:password")
-    if settings.provider == "mailgun" and not settings.mailgun_domain:
-        raise ConfigError("MAILBUS_MAILGUN_DOMAIN", "required with MAILBUS_PROVIDER=mailgun")
+    named_url = _needs(settings, settings.provider, "MAILBUS_PROVIDER")
+    if named_url is not None and not env.get("MAILBUS_PROVIDER_URL"):
+        settings = replace(settings, provider_url=named_url)  # the provider's own API
+    if settings.fallback_provider is not None:
+        settings = _with_fallback(settings, settings.fallback_provider)
     if settings.provider_templates and settings.provider not in _TEMPLATE_PROVIDERS:
         raise ConfigError(
             "MAILBUS_PROVIDER_TEMPLATES",
             f"MAILBUS_PROVIDER={settings.provider} keeps no templates of its own:"
             f" only {', '.join(_TEMPLATE_PROVIDERS)} do",
         )
-    named_url = _NAMED_PROVIDER_URLS.get(settings.provider)
-    if settings.provider == "mailgun":
-        named_url = _MAILGUN_REGIONS[settings.mailgun_region]
-    if (named_url is not None or settings.provider == "ses") and "@" not in settings.mail_from:
-        raise ConfigError(
-            "MAILBUS_MAIL_FROM", f"required with MAILBUS_PROVIDER={settings.provider}: an address"
-        )
-    if named_url is not None and not env.get("MAILBUS_PROVIDER_URL"):
-        settings = replace(settings, provider_url=named_url)  # the provider's own API
     if settings.backoff_cap < settings.backoff_base:
         raise ConfigError("MAILBUS_BACKOFF_CAP", "must be at least MAILBUS_BACKOFF_BASE")
     return settings
+
+
+def _needs(settings: Settings, kind: str, setting: str) -> str | None:
+    """Check the settings provider ``kind`` (named by ``setting``: MAILBUS_PROVIDER or
+    MAILBUS_FALLBACK_PROVIDER) needs; return its own API's URL (None: not an HTTP API of
+    its own: http, smtp, ses)."""
+    said = f"{setting}={kind}"
+    if kind == "smtp" and not settings.smtp_url:
+        raise ConfigError("MAILBUS_SMTP_URL", f"required with {said}")
+    if kind == "smtp" and "@" not in settings.smtp_from:
+        raise ConfigError("MAILBUS_SMTP_FROM", f"required with {said}: an address")
+    if kind == "mailgun" and not settings.mailgun_domain:
+        raise ConfigError("MAILBUS_MAILGUN_DOMAIN", f"required with {said}")
+    named_url = _NAMED_PROVIDER_URLS.get(kind)
+    if kind == "mailgun":
+        named_url = _MAILGUN_REGIONS[settings.mailgun_region]
+    if (named_url is not None or kind == "ses") and "@" not in settings.mail_from:
+        raise ConfigError("MAILBUS_MAIL_FROM", f"required with {said}: an address")
+    return named_url
+
+
+def _with_fallback(settings: Settings, kind: str) -> Settings:
+    """MAILBUS_FALLBACK_PROVIDER checked as MAILBUS_PROVIDER is, with its URL: the named
+    provider's own API unless MAILBUS_FALLBACK_PROVIDER_URL says otherwise, required for
+    the HTTP API. SES and SMTP take their one set of settings (MAILBUS_SES_*,
+    MAILBUS_SMTP_*), so neither can be the fallback of itself."""
+    if kind in ("ses", "smtp") and kind == settings.provider:
+        raise ConfigError(
+            "MAILBUS_FALLBACK_PROVIDER",
+            f"{kind} is MAILBUS_PROVIDER already: a fallback must be another provider",
+        )
+    named_url = _needs(settings, kind, "MAILBUS_FALLBACK_PROVIDER")
+    url = settings.fallback_provider_url or named_url
+    if url is None and kind == "http":
+        raise ConfigError(
+            "MAILBUS_FALLBACK_PROVIDER_URL", "required with MAILBUS_FALLBACK_PROVIDER=http"
+        )
+    return replace(settings, fallback_provider_url=url)
+
+
+def _fallback_kind(env: Mapping[str, str]) -> str | None:
+    """MAILBUS_FALLBACK_PROVIDER; unset, ``http`` when MAILBUS_FALLBACK_PROVIDER_URL is
+    given (the fallback before any other could be named), else no fallback."""
+    raw = env.get("MAILBUS_FALLBACK_PROVIDER")
+    if raw is None or not raw.strip():
+        return "http" if (env.get("MAILBUS_FALLBACK_PROVIDER_URL") or "").strip() else None
+    return _provider_kind(raw, "MAILBUS_FALLBACK_PROVIDER")
 
 
 # MAILBUS_PROVIDER's named providers and their APIs (MAILBUS_PROVIDER_URL overrides, e.g.
@@ -435,12 +485,10 @@ def _mailgun_region(raw: str | None) -> str:
     return region
 
 
-def _provider_kind(raw: str | None) -> str:
+def _provider_kind(raw: str | None, setting: str = "MAILBUS_PROVIDER") -> str:
     kind = (raw or "http").strip().lower() or "http"
     if kind not in _PROVIDER_KINDS:
-        raise ConfigError(
-            "MAILBUS_PROVIDER", f"expected one of {', '.join(_PROVIDER_KINDS)}, got {raw!r}"
-        )
+        raise ConfigError(setting, f"expected one of {', '.join(_PROVIDER_KINDS)}, got {raw!r}")
     return kind
 
 
@@ -512,14 +560,17 @@ def _duration(name: str, raw: str | None) -> float | None:
     return None if raw is None or not raw.strip() else parse_duration(raw, name)
 
 
-def _priority_providers(reader: _Reader) -> tuple[tuple[str, str, str], ...]:
-    """``MAILBUS_PROVIDER_P0_URL`` (P1, P2) with its ``_API_KEY``, where set."""
+def _priority_providers(reader: _Reader) -> tuple[PriorityProvider, ...]:
+    """``MAILBUS_PROVIDER_P0_URL`` (P1, P2) with its ``_API_KEY`` (or its file), where set."""
     found = []
     for priority in ("p0", "p1", "p2"):
         name = f"MAILBUS_PROVIDER_{priority.upper()}"
         url = reader.optional_url(f"{name}_URL", ("http", "https"), credentials=False)
         if url is not None:
-            found.append((priority, url, reader.secret(f"{name}_API_KEY")))
+            key = f"{name}_API_KEY"
+            found.append(
+                PriorityProvider(priority, url, reader.secret(key), reader.secret_file(key))
+            )
         elif reader.secret(f"{name}_API_KEY"):
             raise ConfigError(f"{name}_URL", f"required with {name}_API_KEY")
     return tuple(found)
@@ -629,6 +680,11 @@ class _Reader:
             except OSError as exc:
                 raise ConfigError(f"{name}_FILE", f"cannot read: {exc.strerror}") from None
         return self._raw(name) or ""
+
+    def secret_file(self, name: str) -> str | None:
+        """The file ``name`` was read from (``{name}_FILE``), for a key read again when that
+        file changes (consumer/key_file.py); None when it was given directly."""
+        return self._raw(f"{name}_FILE")
 
     def names(self, name: str) -> frozenset[str]:
         """A comma-separated list, blanks dropped."""

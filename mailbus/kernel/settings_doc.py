@@ -77,7 +77,19 @@ SETTINGS: tuple[Setting, ...] = (
             _s(f"PROVIDER_{priority}_API_KEY", "-", "its API key", {"consume"}, from_file=True),
         )
     ),
-    _s("FALLBACK_PROVIDER_URL", "off", "second provider for fallback-policy mail", {"consume"}),
+    _s(
+        "FALLBACK_PROVIDER",
+        "off (http with a FALLBACK_PROVIDER_URL)",
+        "second provider for fallback-policy mail while the primary is down: any"
+        " MAILBUS_PROVIDER but the primary's ses or smtp, under its own guarantee",
+        {"consume", "webhooks"},
+    ),
+    _s(
+        "FALLBACK_PROVIDER_URL",
+        "off; a named one's own API",
+        "its URL (required for http)",
+        {"consume"},
+    ),
     _s("FALLBACK_PROVIDER_API_KEY", "-", "its API key", {"consume"}, from_file=True),
     _s("MAX_IN_FLIGHT", "32", "concurrent provider calls per process", {"consume"}),
     _s("RATE_LIMIT", "unlimited", "provider requests/s, all consumers together", {"consume"}),

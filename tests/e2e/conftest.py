@@ -9,7 +9,7 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -159,7 +159,10 @@ class Stack:
         return [k for k, v in self.ledger()["keys"].items() if v["accepted"] > 1]
 
     def assert_table_agrees_with_providers(
-        self, fallback_url: str | None = None, key_prefix: str = ""
+        self,
+        fallback_url: str | None = None,
+        key_prefix: str = "",
+        fallback_held: Mapping[str, str] | None = None,
     ) -> None:
         """The invariant every e2e test ends with (docs/architecture.md#rules-every-path-keeps):
         a key is ``accepted`` exactly when a provider accepted it, with that provider's id,
@@ -167,7 +170,8 @@ class Stack:
         The keys are the ones the provider sees (docs/providers.md#the-key-the-provider-sees);
         a provider also holds the keys of lives retention deleted, and only those.
         Only at rest: every row settled, or no consumer running (a call in flight is accepted
-        at the provider before the table can say so)."""
+        at the provider before the table can say so). A fallback that is no sandbox (SES
+        through moto) gives what it accepted as ``fallback_held``: key -> its message id."""
         providers = {None: self.sandbox.url}
         if fallback_url is not None:
             providers["fallback"] = fallback_url
@@ -179,6 +183,9 @@ class Stack:
                 assert entry["accepted"] == 1, f"{key} accepted {entry['accepted']}x by {name}"
                 assert key not in held, f"{key} accepted by two providers"
                 held[key] = (name, entry["id"])
+        for key, message_id in (fallback_held or {}).items():
+            assert key not in held, f"{key} accepted by two providers"
+            held[key] = ("fallback", message_id)
         rows = self.query(
             "SELECT coalesce(provider_key, dedupe_key), status, message_id, provider"
             " FROM email_sends"

@@ -135,7 +135,7 @@ def test_a_webhook_batch_reads_only_the_sends_it_names(outbox: psycopg.Connectio
     params = {
         "events": json.dumps(events),
         "ranks": ["deferred", "delivered"],
-        "primary": "sendgrid",
+        "through": json.dumps({"": "sendgrid"}),
         "named": ["ses", "sendgrid"],
     }
     assert "email_sends" not in tables_scanned_whole(outbox, WEBHOOKS["record_events"], params)

@@ -71,3 +71,29 @@ def test_a_retry_past_the_max_age_fails_with_a_max_age_dead_letter_after_a_look_
     assert letters == {"old-tried": "max_age", "nearly-old": "max_age", "old-untried": "max_age"}
     assert provider.sent == ["nearly-old", "old-untried"]
     assert sorted(provider.looked_up) == ["nearly-old", "old-found", "old-tried"]
+
+
+def test_the_claim_refuses_a_mail_past_the_max_age_whose_only_calls_were_refused(
+    database_url: str,
+) -> None:
+    """A revoked key handed every call's attempt back (attempts 0), but the mail was claimed
+    before (first_tried_at): past MAILBUS_MAX_AGE the claim refuses it, never claimed mail
+    of the same age is claimed as a first try."""
+    with psycopg.connect(database_url) as conn:
+        held = _insert(conn, "held-by-a-revoked-key", "2 days", 0)
+        fresh = _insert(conn, "never-claimed", "2 days", 0)
+        conn.execute(
+            "UPDATE email_sends SET first_tried_at = now() - interval '2 days' WHERE id = %s",
+            (held,),
+        )
+
+    async def scenario() -> list[uuid.UUID | None]:
+        ledger = SendLedger(database_url, max_connections=2, lease_s=30, max_age_s=DAY)
+        await ledger.open()
+        try:
+            return [await claim(ledger, held, 0, None), await claim(ledger, fresh, 0, None)]
+        finally:
+            await ledger.close()
+
+    refused, claimed = asyncio.run(scenario())
+    assert refused is None and claimed is not None

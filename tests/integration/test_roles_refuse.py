@@ -53,14 +53,15 @@ MUST: dict[str, list[tuple[str, dict[str, Any]]]] = {
         ),
         (  # e-1 matches now
             FEEDBACK["apply_late_events"],
-            {"ranks": list(STATUS_RANK), "primary": None, "named": list(NAMED_PROVIDERS)},
+            {"ranks": list(STATUS_RANK), "through": "{}", "named": list(NAMED_PROVIDERS)},
         ),
+        (FEEDBACK["kept_settlements"], {}),
         (  # an unknown send settled by its own provider's event carrying its key
-            FEEDBACK["settle_unknown"],
+            FEEDBACK["settle_from_events"],
             {
                 "settle": '[{"provider": "sendgrid", "dedupe_key": "unknown-k",'
                 ' "key": "unknown-k", "message_id": "sg-1"}]',
-                "primary": None,
+                "through": "{}",
             },
         ),
         (UNSUBSCRIBE, {"address": "U@x.org", "source": "campaign:1"}),

@@ -19,7 +19,14 @@ from mailbus.consumer.core.decide import (
     needs_confirmation,
     too_old,
 )
-from mailbus.consumer.core.outcome import ProviderReply, TransportFailure, classify
+from mailbus.consumer.core.outcome import (
+    ACCOUNT,
+    Classification,
+    Outcome,
+    ProviderReply,
+    TransportFailure,
+    classify,
+)
 from mailbus.consumer.core.states import Status
 from mailbus.consumer.ledger import dead_letter_reason
 from mailbus.kernel.durations import parse_duration
@@ -126,3 +133,24 @@ def test_a_bad_max_age_names_the_setting(text: str) -> None:
     with pytest.raises(ConfigError) as error:
         load_settings({"MAILBUS_MAX_AGE": text})
     assert "MAILBUS_MAX_AGE" in str(error.value)
+
+
+def test_an_account_refusal_whose_next_try_falls_past_the_max_age_fails_with_max_age() -> None:
+    """A revoked key, a suspended account or a quota spends no attempt (uncounted), but it
+    is a retry all the same: MAILBUS_MAX_AGE ends it (docs/providers.md)."""
+    refused = Classification(Outcome.RETRY, status_code=401, server_stage=ACCOUNT)
+    decision = after_call(row(DAY - 10, attempts=1), refused, NOW, POLICY, half)
+    assert (decision.next_status, dead_letter_reason(decision)) == (Status.FAILED, "max_age")
+    assert decision.uncounted  # the refused call still spends no attempt
+    fresh = after_call(row(60, attempts=1), refused, NOW, POLICY, half)
+    assert (fresh.next_status, fresh.uncounted) == (Status.PENDING, True)
+
+
+def test_a_mail_whose_only_calls_were_refused_is_not_sent_past_the_max_age() -> None:
+    """Its refused calls were handed back (attempts 0), but its first claim was made: a mail
+    held for days by a revoked key is not sent stale once the key works again."""
+    held = row(2 * DAY, status=Status.PENDING, attempts=0, first_tried_at=NOW - timedelta(days=2))
+    decision = before_send(held, NOW, False, POLICY.max_age_s)
+    assert decision is not None and dead_letter_reason(decision) == "max_age"
+    never_claimed = replace(held, first_tried_at=None)
+    assert before_send(never_claimed, NOW, False, POLICY.max_age_s) is None

@@ -137,16 +137,17 @@ GRANT SELECT (original_topic, original_partition, original_offset, reason)
 -- It cannot read a payload or change what a send is (its key, address, template, payload).
 -- It reads a send's trace context, to put the event in the send's trace (0066).
 GRANT SELECT, INSERT (provider, event_id, type, bounce, message_id, occurred_at, matched,
-                      reason, suppression),
+                      reason, suppression, provider_key),
       UPDATE (matched)
     ON delivery_events TO mailbus_webhooks;
 GRANT SELECT (id, message_id, to_address, delivery_status, last_event_at, provider, status,
-              dedupe_key, provider_key, traceparent, tracestate),
+              dedupe_key, provider_key, attempts, traceparent, tracestate),
       UPDATE (delivery_status, last_event_at)
     ON email_sends TO mailbus_webhooks;
--- ... and settles an `unknown` send of a provider with neither key nor look-up from that
--- provider's own event carrying the send's key (settle_unknown: accepted, with the event's
--- message id, as `mailbus send resolve --accepted` would).
+-- ... and settles an `unknown` send (or a `pending` one after a call) of a provider with
+-- neither key nor look-up from that provider's own event carrying the send's key
+-- (settle_from_events: accepted, with the event's message id, as `mailbus send resolve
+-- --accepted` would).
 GRANT UPDATE (status, message_id, next_try_at, last_error, updated_at)
     ON email_sends TO mailbus_webhooks;
 GRANT SELECT, INSERT ON email_suppressions TO mailbus_webhooks;

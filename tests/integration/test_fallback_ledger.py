@@ -1,0 +1,122 @@
+"""A named fallback provider against real PostgreSQL: the claim fixes a row's provider at
+its first claim (consumer/queries.sql), so a mail the primary was offered is never claimed
+for the fallback, even once its attempts were handed back or reset (a refusal about our
+account, a claim handed back, a dead letter replayed); and the fallback's own delivery
+events match the mail it sent (feedback/events.sql)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import UTC, datetime
+
+import psycopg
+from delivery_support import ScriptedProvider, origin_for, service_for
+from ledger_support import claim
+
+from mailbus.consumer.core import RetryPolicy
+from mailbus.consumer.core.breaker import Breaker, BreakerState
+from mailbus.consumer.core.outcome import ProviderReply
+from mailbus.consumer.ledger import SendLedger
+from mailbus.feedback.events import DeliveryEvent
+from mailbus.feedback.store import EventStore
+
+
+def test_a_mail_claimed_by_one_provider_is_never_claimed_for_another(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        ids = [
+            row[0]
+            for row in conn.execute(
+                "INSERT INTO email_sends (dedupe_key, to_address, template, first_tried_at,"
+                " in_doubt_since)"
+                " VALUES ('replayed-after-doubt', 'a@example.com', 'internal_alert', now(), now()),"
+                "        ('never-claimed', 'b@example.com', 'internal_alert', NULL, NULL)"
+                " RETURNING id"
+            ).fetchall()
+        ]
+
+    async def scenario() -> list[uuid.UUID | None]:
+        ledger = SendLedger(database_url, max_connections=2, lease_s=30)
+        await ledger.open()
+        try:
+            return [
+                await claim(ledger, ids[0], 0, "fallback"),  # refused: the primary took it
+                await claim(ledger, ids[1], 0, "fallback"),  # a first claim may go anywhere
+            ]
+        finally:
+            await ledger.close()
+
+    refused, claimed = asyncio.run(scenario())
+    assert refused is None and claimed is not None
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT provider FROM email_sends ORDER BY id").fetchall() == [
+            (None,),
+            ("fallback",),
+        ]
+
+
+def test_a_named_fallbacks_events_match_the_mail_it_sent(database_url: str) -> None:
+    """MAILBUS_FALLBACK_PROVIDER=postmark on the receiver: a Postmark event matches the
+    fallback's send; the primary's sends (SendGrid) take only SendGrid's."""
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template, status, provider,"
+            " message_id) VALUES ('via-fallback', 'a@example.com', 't', 'accepted',"
+            " 'fallback', 'pm-1'), ('via-primary', 'b@example.com', 't', 'accepted', NULL,"
+            " 'sg-1')"
+        )
+
+    def delivered(n: int, message_id: str) -> DeliveryEvent:
+        return DeliveryEvent(f"e-{n}", "delivered", message_id, datetime.now(UTC))
+
+    async def scenario() -> list[bool]:
+        store = EventStore(database_url, sent_through="sendgrid", fallback_through="postmark")
+        await store.open()
+        try:
+            return [
+                (await store.record("postmark", delivered(1, "pm-1"))).matched,
+                (await store.record("postmark", delivered(2, "sg-1"))).matched,
+                (await store.record("sendgrid", delivered(3, "pm-1"))).matched,
+                (await store.record("sendgrid", delivered(4, "sg-1"))).matched,
+            ]
+        finally:
+            await store.close()
+
+    assert asyncio.run(scenario()) == [True, False, False, True]
+
+
+def test_the_fallbacks_bad_address_answer_is_recorded_under_its_own_name(
+    database_url: str,
+) -> None:
+    """A bad address the fallback (here SendGrid) rejects is suppressed with the source
+    ``sync:sendgrid``, not the primary's; the row records the fallback as its provider."""
+    with psycopg.connect(database_url) as conn:
+        (send_id,) = conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template)"
+            " VALUES ('alert-bad', 'nobody@example.com', 'internal_alert') RETURNING id"
+        ).fetchone() or (0,)
+    primary = ScriptedProvider()
+    second = ScriptedProvider(reply=lambda _key: ProviderReply(400, bad_recipient=True))
+
+    async def scenario() -> None:
+        ledger = SendLedger(database_url, max_connections=2, lease_s=30)
+        await ledger.open()
+        try:
+            service = service_for(
+                ledger, primary, RetryPolicy(), fallback=second, fallback_kind="sendgrid"
+            )
+            service.gate.breaker = Breaker(BreakerState.OPEN, opened_at=time.monotonic())
+            await service.handle(origin_for(send_id, "alert-bad", 0))
+        finally:
+            await ledger.close()
+
+    asyncio.run(scenario())
+    assert (primary.sent, second.sent) == ([], ["alert-bad"])
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT status, provider FROM email_sends").fetchall() == [
+            ("failed", "fallback")
+        ]
+        assert conn.execute("SELECT source FROM email_suppressions").fetchall() == [
+            ("sync:sendgrid",)
+        ]

@@ -1,0 +1,138 @@
+"""MAILBUS_FALLBACK_PROVIDER: the fallback may be any named provider, sent under its own
+capability (an idempotency key and its window, a look-up, or neither), and a mail is never
+accepted by two: its route is fixed by its first claim (docs/providers.md#the-fallback-provider)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from mailbus.consumer.core.breaker import BreakerState
+from mailbus.consumer.core.decide import SendView
+from mailbus.consumer.core.states import Status
+from mailbus.consumer.ledger import LoadedSend
+from mailbus.consumer.routing import FALLBACK, Routing
+from mailbus.consumer.runner import _fallback_provider
+from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.settings import load_settings
+from mailbus_client.policies import configured_policy_book
+
+NOW = datetime(2026, 12, 6, 14, 0, tzinfo=UTC)
+ALERT = SendView(1, "alert-1", "ops@example.com", "internal_alert", "p1", Status.PENDING, 0)
+PRIMARY: Any = object()
+SECOND: Any = object()
+
+
+def routing(breaker: BreakerState) -> Routing:
+    gate: Any = SimpleNamespace(breaker=SimpleNamespace(state=breaker))
+    return Routing(PRIMARY, None, SECOND, configured_policy_book(), gate)
+
+
+def loaded(view: SendView, provider: str | None = None) -> LoadedSend:
+    return LoadedSend(view, {}, None, provider)
+
+
+def test_a_first_try_of_fallback_mail_goes_to_the_fallback_while_the_primary_is_down() -> None:
+    assert routing(BreakerState.OPEN).route(loaded(ALERT)) == FALLBACK
+    assert routing(BreakerState.CLOSED).route(loaded(ALERT)) is None
+    order = replace(ALERT, template="order_confirmation")  # its policy waits
+    assert routing(BreakerState.OPEN).route(loaded(order)) is None
+
+
+@pytest.mark.parametrize(
+    "tried",
+    [
+        {"attempts": 1, "first_tried_at": NOW, "in_doubt_since": NOW},  # in doubt at the primary
+        {"attempts": 1, "first_tried_at": NOW},  # a retry after a definite 503
+        # the primary's call was refused as our account's (attempt handed back), or the
+        # claim was handed back for want of a slot, or a dead letter replayed (attempts 0)
+        {"attempts": 0, "first_tried_at": NOW},
+        {"attempts": 0, "first_tried_at": NOW, "in_doubt_since": NOW},
+    ],
+)
+def test_a_mail_claimed_by_the_primary_is_never_offered_to_the_fallback(
+    tried: dict[str, Any],
+) -> None:
+    row = replace(ALERT, **tried)
+    assert routing(BreakerState.OPEN).route(loaded(row, None)) is None
+
+
+def test_a_mail_claimed_by_the_fallback_stays_there_when_the_primary_recovers() -> None:
+    row = replace(ALERT, attempts=0, first_tried_at=NOW)  # e.g. the fallback's quota refused it
+    assert routing(BreakerState.CLOSED).route(loaded(row, FALLBACK)) == FALLBACK
+
+
+SES = {
+    "MAILBUS_MAIL_FROM": "shop@example.com",
+    "MAILBUS_SES_REGION": "eu-west-1",
+    "MAILBUS_SES_ENDPOINT_URL": "http://127.0.0.1:1",
+}
+
+
+@pytest.mark.parametrize(
+    ("env", "key_window_s", "look_up"),
+    [
+        ({"MAILBUS_FALLBACK_PROVIDER_URL": "http://fallback.test"}, None, True),  # http dialect
+        ({"MAILBUS_FALLBACK_PROVIDER": "resend"}, 86_400.0, False),
+        ({"MAILBUS_FALLBACK_PROVIDER": "postmark"}, "none", True),
+        ({"MAILBUS_FALLBACK_PROVIDER": "sendgrid"}, "none", False),
+        (
+            {"MAILBUS_FALLBACK_PROVIDER": "mailgun", "MAILBUS_MAILGUN_DOMAIN": "mg.example.com"},
+            "none",
+            False,
+        ),
+        ({"MAILBUS_FALLBACK_PROVIDER": "ses", **SES}, "none", False),
+        (
+            {
+                "MAILBUS_FALLBACK_PROVIDER": "smtp",
+                "MAILBUS_SMTP_URL": "smtp://127.0.0.1:2525",
+                "MAILBUS_SMTP_FROM": "shop@example.com",
+            },
+            "none",
+            False,
+        ),
+    ],
+)
+def test_the_fallback_is_sent_under_its_own_capability(
+    env: dict[str, str], key_window_s: float | str | None, look_up: bool
+) -> None:
+    settings = load_settings({"MAILBUS_MAIL_FROM": "shop@example.com", **env})
+    fallback = _fallback_provider(settings)
+    assert fallback is not None
+    capability = fallback.capability
+    window = "none" if capability.key is None else capability.key.window_s
+    assert (window, capability.look_up) == (key_window_s, look_up)
+    asyncio.run(fallback.aclose())
+
+
+def test_a_named_fallback_talks_to_its_own_api_unless_told_otherwise() -> None:
+    settings = load_settings(
+        {"MAILBUS_FALLBACK_PROVIDER": "postmark", "MAILBUS_MAIL_FROM": "shop@example.com"}
+    )
+    assert settings.fallback_provider_url == "https://api.postmarkapp.com"
+    assert load_settings({}).fallback_provider is None  # no fallback unless one is named
+
+
+@pytest.mark.parametrize(
+    ("env", "setting"),
+    [
+        ({"MAILBUS_FALLBACK_PROVIDER": "pigeon"}, "MAILBUS_FALLBACK_PROVIDER"),
+        ({"MAILBUS_FALLBACK_PROVIDER": "http"}, "MAILBUS_FALLBACK_PROVIDER_URL"),
+        ({"MAILBUS_FALLBACK_PROVIDER": "resend"}, "MAILBUS_MAIL_FROM"),
+        ({"MAILBUS_FALLBACK_PROVIDER": "mailgun", "MAILBUS_MAIL_FROM": "a@b.c"}, "DOMAIN"),
+        ({"MAILBUS_FALLBACK_PROVIDER": "smtp"}, "MAILBUS_SMTP_URL"),
+        (  # one SES account (or SMTP server) cannot be its own fallback
+            {"MAILBUS_PROVIDER": "ses", "MAILBUS_FALLBACK_PROVIDER": "ses", **SES},
+            "MAILBUS_FALLBACK_PROVIDER",
+        ),
+    ],
+)
+def test_a_fallback_that_cannot_work_is_refused_at_start(env: dict[str, str], setting: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        load_settings(env)
+    assert setting in str(error.value)
