@@ -13,12 +13,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from mailbus.campaigns.errors import CampaignError
+from mailbus.campaigns.errors import CampaignError, CampaignInputError
 from mailbus.kernel.settings_doc import add_command
 
 if TYPE_CHECKING:
     from mailbus.campaigns.audience import Rejected
     from mailbus.campaigns.store import ImportReport, RecipientSource
+    from mailbus.kernel.progress import TerminalProgress
     from mailbus.kernel.settings import Settings
 
 __all__ = ["MAX_REJECTS_SHOWN", "add_campaign_commands"]
@@ -46,6 +47,7 @@ def _create(settings: Settings, args: argparse.Namespace) -> int:
             print(transition(settings.database_url, campaign_id, "start")[0], flush=True)
 
     spec.check()  # before a query runs or a file is opened
+    progress = _import_progress("campaign import:")
     with _opened_audience(settings, args) as (audience, rejects):
         result = create_campaign(
             settings.database_url,
@@ -53,23 +55,35 @@ def _create(settings: Settings, args: argparse.Namespace) -> int:
             audience,
             rejects.report,
             on_created=created,
+            on_part=progress.add,
             part_size=settings.campaign_import_part,
         )
+    progress.finish()
     return _imported(result, rejects)
 
 
 def _import(settings: Settings, args: argparse.Namespace) -> int:
     from mailbus.campaigns.store import import_audience
 
+    progress = _import_progress(f"campaign {args.id} import:")
     with _opened_audience(settings, args) as (audience, rejects):
         result = import_audience(
             settings.database_url,
             args.id,
             audience,
             rejects.report,
+            on_part=progress.add,
             part_size=settings.campaign_import_part,
         )
+    progress.finish()
     return _imported(result, rejects)
+
+
+def _import_progress(label: str) -> TerminalProgress:
+    """Lines read so far and their rate, on a terminal only (a part's lines at a time)."""
+    from mailbus.kernel.progress import TerminalProgress
+
+    return TerminalProgress(label, None, sys.stderr, unit="lines read")
 
 
 class _Rejects:
@@ -108,8 +122,8 @@ def _opened_audience(
         try:
             stream = open(args.audience, "rb")  # noqa: SIM115 - closed below, errors named
         except OSError as exc:
-            raise CampaignError(
-                f"--audience: cannot read {args.audience}: {exc.strerror}"
+            raise CampaignInputError(
+                "--audience", f"cannot read {args.audience}: {exc.strerror}"
             ) from None
         with stream:
             yield open_audience(stream), rejects
@@ -335,8 +349,8 @@ def _option(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     def wrapped(text: str) -> Any:
         try:
             return parse(text)
-        except CampaignError as exc:
-            raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+        except CampaignInputError as exc:
+            raise argparse.ArgumentTypeError(exc.problem) from None
 
     return wrapped
 
@@ -361,5 +375,5 @@ def _warmup(text: str) -> tuple[int, ...]:
 
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
-        raise CampaignError(f"expected a whole number >= 1, got {text!r}")
+        raise CampaignInputError("ID", f"expected a whole number >= 1, got {text!r}")
     return int(text)
