@@ -48,7 +48,7 @@ def _create(settings: Settings, args: argparse.Namespace) -> int:
 
     spec.check()  # before a query runs or a file is opened
     progress = _import_progress("campaign import:")
-    with _opened_audience(settings, args) as (audience, rejects):
+    with _opened_audience(settings, args, progress) as (audience, rejects):
         result = create_campaign(
             settings.database_url,
             spec,
@@ -66,7 +66,7 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
     from mailbus.campaigns.store import import_audience
 
     progress = _import_progress(f"campaign {args.id} import:")
-    with _opened_audience(settings, args) as (audience, rejects):
+    with _opened_audience(settings, args, progress) as (audience, rejects):
         result = import_audience(
             settings.database_url,
             args.id,
@@ -89,16 +89,18 @@ def _import_progress(label: str) -> TerminalProgress:
 class _Rejects:
     """Skipped lines, printed on stderr (the first ``MAX_REJECTS_SHOWN``) and counted."""
 
-    def __init__(self, where: str, item: str) -> None:
-        self.where, self.item, self.shown = where, item, 0
+    def __init__(self, where: str, item: str, progress: TerminalProgress) -> None:
+        self.where, self.item, self.shown, self.progress = where, item, 0, progress
 
     def report(self, rejected: Rejected) -> None:
         self.shown += 1
         if self.shown <= MAX_REJECTS_SHOWN:
+            self.progress.interrupt()  # the line on its own, not after the progress line
             print(f"{self.where}: {self.item} {rejected.line}: {rejected.problem}", file=sys.stderr)
 
     def close(self) -> None:
         if self.shown > MAX_REJECTS_SHOWN:
+            self.progress.interrupt()
             print(
                 f"{self.where}: ... and {self.shown - MAX_REJECTS_SHOWN} more {self.item}s skipped",
                 file=sys.stderr,
@@ -107,18 +109,18 @@ class _Rejects:
 
 @contextlib.contextmanager
 def _opened_audience(
-    settings: Settings, args: argparse.Namespace
+    settings: Settings, args: argparse.Namespace, progress: TerminalProgress
 ) -> Iterator[tuple[RecipientSource, _Rejects]]:
     """The audience of ``--audience`` or ``--audience-sql``, opened, and its reject list."""
     from mailbus.campaigns.audience import open_audience
     from mailbus.campaigns.sql_audience import SqlAudience
 
     if args.audience_sql is not None:
-        rejects = _Rejects("--audience-sql", "row")
+        rejects = _Rejects("--audience-sql", "row", progress)
         with SqlAudience(settings.database_url, args.audience_sql) as query:
             yield query, rejects
     else:
-        rejects = _Rejects(args.audience, "line")
+        rejects = _Rejects(args.audience, "line", progress)
         try:
             stream = open(args.audience, "rb")  # noqa: SIM115 - closed below, errors named
         except OSError as exc:

@@ -12,7 +12,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from mailbus.app.exit_codes import Exit, UsageError, report
+from mailbus.app.exit_codes import Exit, UsageError, report, summary
 from mailbus.kernel.errors import ConfigError, MailbusError, StorageError
 from mailbus.kernel.logs import configure_logging, register_secret
 from mailbus.kernel.settings import Settings, load_env_file, load_settings
@@ -410,7 +410,7 @@ def _suppress(settings: Settings, args: argparse.Namespace) -> int:
 def _build_parser() -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = _Parser(
         prog="mailbus",
-        description="Exactly-once email over a PostgreSQL outbox and Kafka.",
+        description=f"Exactly-once email over a PostgreSQL outbox and Kafka.\n{summary()}",
         epilog=settings_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -23,7 +23,7 @@ from typing import TextIO
 from mailbus.kernel.errors import ConfigError, MailbusError, RefusedError
 from mailbus.kernel.logs import redact
 
-__all__ = ["Exit", "UsageError", "exit_for", "report"]
+__all__ = ["Exit", "UsageError", "exit_for", "report", "summary"]
 
 
 class Exit(IntEnum):
@@ -40,6 +40,12 @@ class UsageError(ConfigError):
     def __init__(self, usage: str, problem: str) -> None:
         MailbusError.__init__(self, problem)
         self.setting, self.problem, self.usage = "usage", problem, usage
+
+
+def summary() -> str:
+    """One line for ``mailbus --help``: ``exit status: 0 ok, 1 unreachable, ...``."""
+    codes = ", ".join(f"{code.value} {code.name.lower()}" for code in Exit)
+    return f"exit status: {codes} (docs/reference/cli.md#exit-statuses)"
 
 
 def exit_for(error: MailbusError) -> Exit:

@@ -68,7 +68,8 @@ class TerminalProgress:
         self._stream, self._clock = stream, clock
         self._on = stream.isatty()
         self._started = clock()
-        self._drawn_at: float | None = None
+        self._drawn_at: float | None = None  # None: draw at the next update
+        self._drawn = False  # a line was drawn: finish() ends it
 
     def add(self, count: int) -> None:
         self.update(self.done + count)
@@ -81,15 +82,23 @@ class TerminalProgress:
         if self._drawn_at is None or now - self._drawn_at >= BAR_EVERY_S:
             self._draw(now)
 
+    def interrupt(self) -> None:
+        """Clear the line drawn, so that a line printed now stands alone (it is drawn again
+        at the next update)."""
+        if self._on and self._drawn_at is not None:
+            self._stream.write("\r\x1b[K")
+            self._stream.flush()
+            self._drawn_at = None
+
     def finish(self) -> None:
         """Draw the last state and end the line (a stopped run keeps where it stopped)."""
-        if self._on and self._drawn_at is not None:
+        if self._on and self._drawn:
             self._draw(self._clock())
             self._stream.write("\n")
             self._stream.flush()
 
     def _draw(self, now: float) -> None:
-        self._drawn_at = now
+        self._drawn_at, self._drawn = now, True
         elapsed = now - self._started
         speed = self.done / elapsed if elapsed > 0 else None
         shown = (

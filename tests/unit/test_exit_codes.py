@@ -185,3 +185,9 @@ def test_every_json_command_answers_its_errors_in_json(
         error = _error_of(capsys.readouterr().err)
         assert error["kind"] == "configuration", name
         assert "did you mean MAILBUS_RATE_LIMIT?" in str(error["message"]), name
+
+
+def test_help_names_the_exit_statuses(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "exit status: 0 ok, 1 unreachable, 2 configuration, 3 refused" in capsys.readouterr().out

@@ -58,6 +58,27 @@ def test_nothing_is_written_when_the_stream_is_not_a_terminal(total: int | None)
     assert stream.getvalue() == "" and progress.done == 3
 
 
+def test_a_line_printed_meanwhile_stands_alone_and_the_progress_follows() -> None:
+    stream, clock = Terminal(), Clock()
+    progress = TerminalProgress("campaign import:", None, stream, unit="lines read", clock=clock)
+    clock.now = 1.0
+    progress.add(10)
+    progress.interrupt()
+    stream.write("people.csv: line 7: not an address\n")
+    progress.add(10)  # drawn again at once
+    progress.interrupt()
+    stream.write("people.csv: line 9: not an address\n")
+    progress.finish()
+    assert stream.getvalue().split("\r") == [
+        "",
+        "campaign import: 10 lines read  10/s\x1b[K",
+        "\x1b[Kpeople.csv: line 7: not an address\n",
+        "campaign import: 20 lines read  20/s\x1b[K",
+        "\x1b[Kpeople.csv: line 9: not an address\n",
+        "campaign import: 20 lines read  20/s\x1b[K\n",
+    ]
+
+
 def test_nothing_drawn_nothing_ended() -> None:
     stream = Terminal()
     TerminalProgress("replay", 0, stream).finish()  # no letter matched
