@@ -17,6 +17,7 @@ Fenced blocks, each one test named ``path:line``:
 
 from __future__ import annotations
 
+import argparse
 import io
 import re
 import shlex
@@ -24,6 +25,7 @@ import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -140,19 +142,39 @@ def _command_lines(body: str) -> Iterator[list[str]]:
             yield words
 
 
-def _mailbus(words: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+@cache
+def parser() -> argparse.ArgumentParser:
+    return _build_parser()
+
+
+class Scratch:
+    """A scratch database and topic prefix, made on first use (a block that is only
+    parsed needs none), and the environment that points `mailbus` at them."""
+
+    def __init__(self, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+        self._request, self._monkeypatch = request, monkeypatch
+
+    @cached_property
+    def settings(self) -> Settings:
+        settings: Settings = self._request.getfixturevalue("settings")
+        for name, value in settings_env(settings).items():
+            if name.startswith("MAILBUS_"):
+                self._monkeypatch.setenv(name, value)
+        return settings
+
+
+def _mailbus(words: list[str], scratch: Scratch) -> None:
     assignments = [w for w in words[: words.index("mailbus")] if "=" in w]
     argv = words[words.index("mailbus") + 1 :]
     try:
-        args = _build_parser().parse_args(argv)
+        args = parser().parse_args(argv)
     except UsageError as exc:
         pytest.fail(f"`mailbus {shlex.join(argv)}`: {exc}")
     path = tuple(w for w in argv if not w.startswith("-"))[: 2 if args.command != "status" else 1]
     reads = path in READS or READS_WITH.get(path, "\0") in argv
     if assignments or not reads:
         return  # parsed; it writes, waits, or needs a setting of its own: not run
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+    assert scratch.settings  # the environment points at the scratch database
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
         code = main(argv)
@@ -176,11 +198,11 @@ def _pip_install(words: list[str]) -> None:
                 assert local != "." or extra in extras, f"pip install: no extra [{extra}]"
 
 
-def _shell(snippet: Snippet, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def _shell(snippet: Snippet, scratch: Scratch) -> None:
     for words in _command_lines(snippet.body):
         program = next(w for w in words if "=" not in w or w.startswith("-"))
         if program == "mailbus":
-            _mailbus(words, env, monkeypatch)
+            _mailbus(words, scratch)
         elif program == "make":
             _make([w for w in words[1:] if not w.startswith("-")])
         elif words[:2] == ["pip", "install"]:
@@ -196,7 +218,7 @@ def _synopsis(snippet: Snippet) -> None:
         words = line.split("#")[0].split()
         if not words or words[0] != "mailbus":
             continue
-        parsers = [_build_parser()]
+        parsers = [parser()]
         for word in words[1:]:
             subs = [_subcommands(p) for p in parsers]
             if word.startswith(("-", "[", '"')) or not all(subs):
@@ -204,21 +226,20 @@ def _synopsis(snippet: Snippet) -> None:
             parsers = [s[name] for s in subs for name in word.split("|") if name in s]
             assert len(parsers) == len(word.split("|")) * len(subs), f"{line}: {word}"
         options = re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", line)
-        for parser in parsers:
-            known = {o for action in parser._actions for o in action.option_strings}
+        for command in parsers:
+            known = {o for action in command._actions for o in action.option_strings}
             assert set(options) <= known, f"{line}: {sorted(set(options) - known)}"
 
 
-def _subcommands(parser: Any) -> dict[str, Any]:
-    for action in parser._actions:
+def _subcommands(command: Any) -> dict[str, Any]:
+    for action in command._actions:
         if action.choices and action.dest != "help" and isinstance(action.choices, dict):
             return dict(action.choices)
     return {}
 
 
-def _console(snippet: Snippet, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+def _console(snippet: Snippet, scratch: Scratch) -> None:
+    assert scratch.settings  # the environment points at the scratch database
     for command in re.split(r"^\$ ", snippet.body, flags=re.MULTILINE)[1:]:
         line, *shown = command.splitlines()
         words = shlex.split(line)
@@ -236,13 +257,11 @@ def test_doc_snippet(
     if snippet.marker == "not-run":
         assert snippet.argument, f"{snippet.name}: <!-- not-run: ... --> needs a reason"
         pytest.skip(f"{snippet.name}: not-run: {snippet.argument}")
-    settings: Settings = request.getfixturevalue("settings")  # a scratch database
-    env = settings_env(settings)
-    env = {k: v for k, v in env.items() if k.startswith("MAILBUS_")}
+    scratch = Scratch(request, monkeypatch)
     if snippet.marker == "synopsis":
         _synopsis(snippet)
     elif snippet.lang == "python":
-        url = settings.database_url
+        url = scratch.settings.database_url
         names: dict[str, Any] = {"__name__": "__snippet__", "url": url}
         if snippet.marker == "context":
             for context in snippet.argument.split(","):
@@ -251,9 +270,9 @@ def test_doc_snippet(
         with redirect_stdout(io.StringIO()):
             exec(code, names)  # the documentation's own example
     elif snippet.lang == "console":
-        _console(snippet, env, monkeypatch)
+        _console(snippet, scratch)
     else:
-        _shell(snippet, env, monkeypatch)
+        _shell(snippet, scratch)
 
 
 def test_the_runner_finds_the_examples() -> None:
