@@ -1,7 +1,7 @@
 """Reading an audience CSV: a header ``user_id,email[,more variables]``, then one recipient
 a line. Streaming: one record at a time, never the whole file in memory.
 
-A bad header raises :class:`CampaignError` (nothing can be imported). A bad line becomes a
+A bad header raises :class:`CampaignInputError` (nothing can be imported). A bad line becomes a
 :class:`Rejected` naming its line and the problem, and the reading goes on: one bad line
 loses only itself. Duplicate user ids are found later, in PostgreSQL (see
 ``store.import_audience``), so memory does not grow with the audience.
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, NamedTuple
 
-from mailbus.campaigns.errors import CampaignError
+from mailbus.campaigns.errors import CampaignInputError
 from mailbus.kernel.errors import InvalidSendError
 from mailbus_client.send_request import validate_address
 
@@ -60,10 +60,11 @@ class Audience:
         lowered = [name.lower() for name in header]
         for required in ("user_id", "email"):
             if required not in lowered:
-                raise CampaignError(
-                    f"line 1: the header has no {required!r} column"
+                raise CampaignInputError(
+                    "line 1",
+                    f"the header has no {required!r} column"
                     f" (found: {','.join(header) or 'nothing'});"
-                    " expected user_id,email[,more variables]"
+                    " expected user_id,email[,more variables]",
                 )
         self._user_id = lowered.index("user_id")
         self._email = lowered.index("email")
@@ -77,18 +78,22 @@ class Audience:
         try:
             row = next(self._reader, None)
         except csv.Error as exc:
-            raise CampaignError(f"line 1: unreadable header: {exc}") from None
+            raise CampaignInputError("line 1", f"unreadable header: {exc}") from None
         if not row or all(not cell.strip() for cell in row):
-            raise CampaignError("line 1: no header row; expected user_id,email[,more variables]")
+            raise CampaignInputError(
+                "line 1", "no header row; expected user_id,email[,more variables]"
+            )
         header = [cell.strip() for cell in row]
         seen: set[str] = set()
         for position, name in enumerate(header, 1):
             if not name:
-                raise CampaignError(f"line 1: column {position} of the header has no name")
+                raise CampaignInputError("line 1", f"column {position} of the header has no name")
             if _LINE_BREAKS.search(name) or not _is_utf8(name):
-                raise CampaignError(f"line 1: column {position} of the header is not a plain name")
+                raise CampaignInputError(
+                    "line 1", f"column {position} of the header is not a plain name"
+                )
             if name.lower() in seen:
-                raise CampaignError(f"line 1: column {name!r} appears twice in the header")
+                raise CampaignInputError("line 1", f"column {name!r} appears twice in the header")
             seen.add(name.lower())
         return header
 

@@ -13,12 +13,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from mailbus.campaigns.errors import CampaignError
+from mailbus.campaigns.errors import CampaignError, CampaignInputError
 from mailbus.kernel.settings_doc import add_command
 
 if TYPE_CHECKING:
     from mailbus.campaigns.audience import Rejected
     from mailbus.campaigns.store import ImportReport, RecipientSource
+    from mailbus.kernel.progress import TerminalProgress
     from mailbus.kernel.settings import Settings
 
 __all__ = ["MAX_REJECTS_SHOWN", "add_campaign_commands"]
@@ -46,45 +47,60 @@ def _create(settings: Settings, args: argparse.Namespace) -> int:
             print(transition(settings.database_url, campaign_id, "start")[0], flush=True)
 
     spec.check()  # before a query runs or a file is opened
-    with _opened_audience(settings, args) as (audience, rejects):
+    progress = _import_progress("campaign import:")
+    with _opened_audience(settings, args, progress) as (audience, rejects):
         result = create_campaign(
             settings.database_url,
             spec,
             audience,
             rejects.report,
             on_created=created,
+            on_part=progress.add,
             part_size=settings.campaign_import_part,
         )
+    progress.finish()
     return _imported(result, rejects)
 
 
 def _import(settings: Settings, args: argparse.Namespace) -> int:
     from mailbus.campaigns.store import import_audience
 
-    with _opened_audience(settings, args) as (audience, rejects):
+    progress = _import_progress(f"campaign {args.id} import:")
+    with _opened_audience(settings, args, progress) as (audience, rejects):
         result = import_audience(
             settings.database_url,
             args.id,
             audience,
             rejects.report,
+            on_part=progress.add,
             part_size=settings.campaign_import_part,
         )
+    progress.finish()
     return _imported(result, rejects)
+
+
+def _import_progress(label: str) -> TerminalProgress:
+    """Lines read so far and their rate, on a terminal only (a part's lines at a time)."""
+    from mailbus.kernel.progress import TerminalProgress
+
+    return TerminalProgress(label, None, sys.stderr, unit="lines read")
 
 
 class _Rejects:
     """Skipped lines, printed on stderr (the first ``MAX_REJECTS_SHOWN``) and counted."""
 
-    def __init__(self, where: str, item: str) -> None:
-        self.where, self.item, self.shown = where, item, 0
+    def __init__(self, where: str, item: str, progress: TerminalProgress) -> None:
+        self.where, self.item, self.shown, self.progress = where, item, 0, progress
 
     def report(self, rejected: Rejected) -> None:
         self.shown += 1
         if self.shown <= MAX_REJECTS_SHOWN:
+            self.progress.interrupt()  # the line on its own, not after the progress line
             print(f"{self.where}: {self.item} {rejected.line}: {rejected.problem}", file=sys.stderr)
 
     def close(self) -> None:
         if self.shown > MAX_REJECTS_SHOWN:
+            self.progress.interrupt()
             print(
                 f"{self.where}: ... and {self.shown - MAX_REJECTS_SHOWN} more {self.item}s skipped",
                 file=sys.stderr,
@@ -93,23 +109,23 @@ class _Rejects:
 
 @contextlib.contextmanager
 def _opened_audience(
-    settings: Settings, args: argparse.Namespace
+    settings: Settings, args: argparse.Namespace, progress: TerminalProgress
 ) -> Iterator[tuple[RecipientSource, _Rejects]]:
     """The audience of ``--audience`` or ``--audience-sql``, opened, and its reject list."""
     from mailbus.campaigns.audience import open_audience
     from mailbus.campaigns.sql_audience import SqlAudience
 
     if args.audience_sql is not None:
-        rejects = _Rejects("--audience-sql", "row")
+        rejects = _Rejects("--audience-sql", "row", progress)
         with SqlAudience(settings.database_url, args.audience_sql) as query:
             yield query, rejects
     else:
-        rejects = _Rejects(args.audience, "line")
+        rejects = _Rejects(args.audience, "line", progress)
         try:
             stream = open(args.audience, "rb")  # noqa: SIM115 - closed below, errors named
         except OSError as exc:
-            raise CampaignError(
-                f"--audience: cannot read {args.audience}: {exc.strerror}"
+            raise CampaignInputError(
+                "--audience", f"cannot read {args.audience}: {exc.strerror}"
             ) from None
         with stream:
             yield open_audience(stream), rejects
@@ -335,8 +351,8 @@ def _option(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     def wrapped(text: str) -> Any:
         try:
             return parse(text)
-        except CampaignError as exc:
-            raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+        except CampaignInputError as exc:
+            raise argparse.ArgumentTypeError(exc.problem) from None
 
     return wrapped
 
@@ -361,5 +377,5 @@ def _warmup(text: str) -> tuple[int, ...]:
 
 def _positive(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
-        raise CampaignError(f"expected a whole number >= 1, got {text!r}")
+        raise CampaignInputError("ID", f"expected a whole number >= 1, got {text!r}")
     return int(text)

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time
 
-from mailbus.campaigns.errors import CampaignError
+from mailbus.campaigns.errors import CampaignInputError
 
 __all__ = [
     "Bucket",
@@ -40,10 +40,10 @@ def parse_rate(text: str) -> int:
     """``600/min`` (also ``10/s``, ``36000/h``, a bare number = per minute) → per minute."""
     match = _RATE.match(text)
     if match is None:
-        raise CampaignError(f"--rate: expected N/min (or N/s, N/h), got {text!r}")
+        raise CampaignInputError("--rate", f"expected N/min (or N/s, N/h), got {text!r}")
     per_minute = int(match.group(1)) * _PER_MINUTE[match.group(2)]
     if per_minute < 1:
-        raise CampaignError(f"--rate: at least 1/min, got {text!r}")
+        raise CampaignInputError("--rate", f"at least 1/min, got {text!r}")
     return math.floor(per_minute)
 
 
@@ -67,13 +67,13 @@ def parse_window(text: str) -> Window:
     """``HH:MM-HH:MM`` in UTC."""
     match = _WINDOW.match(text)
     if match is None:
-        raise CampaignError(f"--window: expected HH:MM-HH:MM (UTC), got {text!r}")
+        raise CampaignInputError("--window", f"expected HH:MM-HH:MM (UTC), got {text!r}")
     h1, m1, h2, m2 = (int(g) for g in match.groups())
     if h1 > 23 or h2 > 23 or m1 > 59 or m2 > 59:
-        raise CampaignError(f"--window: not a time of day in {text!r}")
+        raise CampaignInputError("--window", f"not a time of day in {text!r}")
     window = Window(time(h1, m1), time(h2, m2))
     if window.start == window.end:
-        raise CampaignError(f"--window: start and end are equal in {text!r}")
+        raise CampaignInputError("--window", f"start and end are equal in {text!r}")
     return window
 
 
@@ -82,7 +82,9 @@ def parse_warmup(text: str) -> tuple[int, ...]:
     last day only ``--daily-cap`` (if any) applies."""
     parts = [part.strip() for part in text.split(",")]
     if not parts or any(not part.isdigit() or int(part) < 1 for part in parts):
-        raise CampaignError(f"--warmup: expected daily caps like 500,2000,10000, got {text!r}")
+        raise CampaignInputError(
+            "--warmup", f"expected daily caps like 500,2000,10000, got {text!r}"
+        )
     return tuple(int(part) for part in parts)
 
 

@@ -1,8 +1,8 @@
 """Fan-out progress for `mailbus campaign run`: a bar redrawn in place on a terminal,
 plain lines every few seconds otherwise (a log file, a CI job).
 
-:func:`render_bar` and :func:`render_line` are pure; :class:`Progress` decides when to
-write, on a clock passed in.
+:func:`render_line` and the kernel's :func:`render_bar` are pure; :class:`Progress`
+decides when to write, on a clock passed in.
 """
 
 from __future__ import annotations
@@ -10,24 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TextIO
 
+from mailbus.kernel.progress import BAR_EVERY_S, render_bar, speed_and_eta
+
 if TYPE_CHECKING:
     from mailbus.campaigns.pacer import TickResult
 
 __all__ = ["Progress", "render_bar", "render_line"]
 
-BAR_EVERY_S = 0.2  # a terminal redraw at most this often
 LINE_EVERY_S = 10.0  # a plain line at most this often
-
-
-def render_bar(done: int, total: int, speed: float | None, width: int = 30) -> str:
-    """``[###################...........]  62.5%  625,000/1,000,000  52,083/s  eta 7s``
-    (pure); ``speed`` in recipients a second, None while unknown."""
-    fraction = 1.0 if total <= 0 else min(1.0, max(0.0, done / total))
-    filled = round(fraction * width)
-    return (
-        f"[{'#' * filled}{'.' * (width - filled)}] {fraction * 100:5.1f}%"
-        f"  {done:,}/{total:,}{_speed_and_eta(done, total, speed, '  ')}"
-    )
 
 
 def render_line(campaign_id: int, done: int, total: int, speed: float | None) -> str:
@@ -35,22 +25,8 @@ def render_line(campaign_id: int, done: int, total: int, speed: float | None) ->
     percent = 100.0 if total <= 0 else min(100.0, max(0.0, done * 100 / total))
     return (
         f"campaign {campaign_id}: {done:,} of {total:,} handed out ({percent:.1f}%)"
-        f"{_speed_and_eta(done, total, speed, ', ')}"
+        f"{speed_and_eta(done, total, speed, ', ')}"
     )
-
-
-def _speed_and_eta(done: int, total: int, speed: float | None, sep: str) -> str:
-    if speed is None or speed <= 0:
-        return ""
-    return f"{sep}{speed:,.0f}/s{sep}eta {_duration(max(0, total - done) / speed)}"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
 
 
 class Progress:

@@ -2,7 +2,7 @@
 email, ... FROM app_table"``.
 
 The query is checked first (it must return ``user_id`` and ``email`` columns; a bad query
-or missing column raises :class:`CampaignError` naming ``--audience-sql``), then read
+or missing column raises :class:`CampaignInputError` naming ``--audience-sql``), then read
 page by page with keyset pagination on ``user_id`` (``WHERE user_id > last ORDER BY
 user_id LIMIT page``): one page in memory at a time, never the whole result. Every page is
 read in one ``READ ONLY``, ``REPEATABLE READ`` transaction of its own connection: the
@@ -25,7 +25,8 @@ import psycopg
 from psycopg import sql
 
 from mailbus.campaigns.audience import Recipient, Rejected, check_recipient
-from mailbus.campaigns.errors import CampaignError
+from mailbus.campaigns.errors import CampaignInputError
+from mailbus.kernel.errors import StorageError
 from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["PAGE_SIZE", "SqlAudience"]
@@ -40,13 +41,13 @@ class SqlAudience:
     def __init__(self, database_url: str, query: str, page_size: int = PAGE_SIZE) -> None:
         text = query.strip().rstrip(";").strip()
         if not text:
-            raise CampaignError("--audience-sql: empty query")
+            raise CampaignInputError("--audience-sql", "empty query")
         self._page_size = page_size
         self.last_key: str | None = None
         try:
             self._conn = psycopg.connect(database_url)
         except psycopg.Error as exc:
-            raise CampaignError(f"--audience-sql: cannot connect: {exc}") from None
+            raise StorageError(f"--audience-sql: cannot connect: {exc}") from None
         self._conn.read_only = True
         self._conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         # psycopg reads %s in the text as a placeholder: the operator's % are doubled.
@@ -74,24 +75,25 @@ class SqlAudience:
             cursor = self._conn.execute(describe.format(query=composed), prepare=True)
         except psycopg.errors.SyntaxError as exc:
             if "multiple commands" in str(exc):
-                raise CampaignError(
-                    "--audience-sql: exactly one SELECT is accepted, not several statements"
+                raise CampaignInputError(
+                    "--audience-sql", "exactly one SELECT is accepted, not several statements"
                 ) from None
-            raise CampaignError(f"--audience-sql: {_first_line(exc)}") from None
+            raise CampaignInputError("--audience-sql", _first_line(exc)) from None
         except psycopg.Error as exc:
-            raise CampaignError(f"--audience-sql: {_first_line(exc)}") from None
+            raise CampaignInputError("--audience-sql", _first_line(exc)) from None
         names = [column.name for column in cursor.description or ()]
         lowered = [name.lower() for name in names]
         for required in ("user_id", "email"):
             if required not in lowered:
-                raise CampaignError(
-                    f"--audience-sql: the query returns no {required!r} column"
+                raise CampaignInputError(
+                    "--audience-sql",
+                    f"the query returns no {required!r} column"
                     f" (found: {','.join(names) or 'nothing'});"
                     " expected SELECT user_id, email[, more variables] FROM ..."
                 )
         for name in lowered:
             if lowered.count(name) > 1:
-                raise CampaignError(f"--audience-sql: column {name!r} appears twice")
+                raise CampaignInputError("--audience-sql", f"column {name!r} appears twice")
         return names
 
     def records(
@@ -108,8 +110,10 @@ class SqlAudience:
                 else:
                     params = {"after": last, "page": self._page_size}
                     page = self._conn.execute(self._next, params).fetchall()
+            except psycopg.OperationalError as exc:  # the connection, not the query
+                raise StorageError(f"--audience-sql: {_first_line(exc)}") from None
             except psycopg.Error as exc:
-                raise CampaignError(f"--audience-sql: {_first_line(exc)}") from None
+                raise CampaignInputError("--audience-sql", _first_line(exc)) from None
             for row in page:
                 position += 1
                 self.last_key = str(row[self._user_id])

@@ -27,7 +27,7 @@ from typing import IO, Any, Protocol, runtime_checkable
 import psycopg
 
 from mailbus.campaigns.audience import Recipient, Rejected, open_audience
-from mailbus.campaigns.errors import CampaignError
+from mailbus.campaigns.errors import CampaignError, CampaignInputError
 from mailbus.campaigns.pacing import Window
 from mailbus.kernel.errors import InvalidSendError, StorageError
 from mailbus.kernel.settings import Settings
@@ -63,7 +63,7 @@ class CampaignSpec:
 
     def check(self) -> None:
         if not self.name.strip():
-            raise CampaignError("--name: must not be empty")
+            raise CampaignInputError("--name", "must not be empty")
         try:  # the same rules as any send: template name and priority
             validate_send_request(
                 SendRequest(
@@ -71,7 +71,7 @@ class CampaignSpec:
                 )
             )
         except InvalidSendError as exc:
-            raise CampaignError(f"--{exc.field}: {exc.problem}") from None
+            raise CampaignInputError(f"--{exc.field}", exc.problem) from None
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,7 @@ def create_campaign(
     on_reject: Callable[[Rejected], None],
     *,
     on_created: Callable[[int], None] = lambda campaign_id: None,
+    on_part: Callable[[int], None] = lambda lines: None,
     part_size: int = PART_SIZE,
 ) -> ImportReport:
     """Create a ``draft`` campaign and import its audience from ``source`` (a CSV
@@ -110,8 +111,8 @@ def create_campaign(
 
     ``on_created`` hears the campaign's id once its row is committed, before the import
     (a caller may start it then); ``on_reject`` hears every skipped line (invalid, or a
-    user id already seen). Raises :class:`CampaignError` for a bad header; nothing is
-    then stored.
+    user id already seen); ``on_part`` hears how many lines each committed part read.
+    Raises :class:`CampaignInputError` for a bad header; nothing is then stored.
 
     Run again with the same name, template, priority and audience (``spec.audience``: the
     file or query; a create killed mid-import, say), it gives the same campaign and goes
@@ -140,7 +141,9 @@ def create_campaign(
     if not importing:  # created before, its audience complete (or its import cancelled)
         with psycopg.connect(database_url) as conn:
             return _report(conn, queries, campaign_id, completed=True)
-    return import_audience(database_url, campaign_id, audience, on_reject, part_size=part_size)
+    return import_audience(
+        database_url, campaign_id, audience, on_reject, on_part=on_part, part_size=part_size
+    )
 
 
 def _same_campaign(
@@ -165,6 +168,7 @@ def import_audience(
     audience: RecipientSource,
     on_reject: Callable[[Rejected], None],
     *,
+    on_part: Callable[[int], None] = lambda lines: None,
     part_size: int = PART_SIZE,
 ) -> ImportReport:
     """Import ``audience`` into a campaign whose import is not complete, from where its
@@ -192,6 +196,7 @@ def import_audience(
                 part = _import_part(conn, q, campaign_id, records, part_size, audience, on_reject)
                 if part is None:  # cancelled meanwhile: the rest is never read
                     return _report(conn, q, campaign_id, completed=False)
+                on_part(part)
                 if first:  # statistics for the pacer's first ticks
                     conn.execute(q["analyze_recipients"])
                     first = False

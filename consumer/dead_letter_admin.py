@@ -40,7 +40,6 @@ from psycopg.rows import dict_row
 from mailbus.consumer.dead_letter_views import (
     Letter,
     LetterFilter,
-    Progress,
     format_table,
     jsonable,
     letters_table,
@@ -50,7 +49,8 @@ from mailbus.consumer.dead_letter_views import (
     skip_reason,
     utc_time,
 )
-from mailbus.kernel.errors import ConfigError, MailbusError, StorageError
+from mailbus.kernel.errors import ConfigError, RefusedError, StorageError
+from mailbus.kernel.progress import TerminalProgress
 from mailbus.kernel.settings import Settings
 from mailbus_client.sqlfiles import load_queries
 
@@ -73,7 +73,7 @@ IntakeRemap = Callable[[psycopg.Connection[Any], bytes | None], int | str]
 transaction: the send's id, or why the intake refuses the event still."""
 
 
-class DeadLetterNotFound(MailbusError):
+class DeadLetterNotFound(RefusedError):
     """`dlq show` was given an id that names no dead letter."""
 
 
@@ -314,7 +314,7 @@ def run_replay(
             return 0
         found, _ = store.find(replace(where, include_replayed=False), None)
         letters = replay_order(found)[:limit]
-        progress = Progress(len(letters), sys.stderr)
+        progress = TerminalProgress("replay", len(letters), sys.stderr)  # a terminal only
         replayed, skipped = replay_paced(
             store,
             letters,

@@ -1,4 +1,4 @@
-"""The pure side of `mailbus dlq`: option parsing, dead letters as values, tables, progress.
+"""The pure side of `mailbus dlq`: option parsing, dead letters as values, tables.
 
 Nothing here touches PostgreSQL: :mod:`mailbus.consumer.dead_letter_admin` reads and replays dead
 letters and uses these values and renderings. ``skip_reason`` predicts, from a listed
@@ -8,12 +8,11 @@ letter, what the replay's guards will say, so a dry run tells the truth without 
 from __future__ import annotations
 
 import re
-import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TextIO
+from typing import Any
 
 from mailbus.kernel.errors import ConfigError
 
@@ -22,7 +21,6 @@ __all__ = [
     "PRIORITIES",
     "Letter",
     "LetterFilter",
-    "Progress",
     "format_table",
     "jsonable",
     "letters_table",
@@ -179,49 +177,6 @@ def letters_table(letters: Iterable[Letter]) -> str:
         for x in letters
     ]
     return format_table((*headers, "error"), rows)
-
-
-class Progress:
-    """``[####....] 40/100`` redrawn in place on a terminal; otherwise a plain line per
-    tenth of the work, or every ``every_s`` seconds when the work goes slowly."""
-
-    def __init__(
-        self,
-        total: int,
-        stream: TextIO,
-        width: int = 30,
-        every_s: float = 10.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.total, self.stream, self.width = total, stream, width
-        self.tty = stream.isatty()
-        self._every_s, self._clock = every_s, clock
-        self._last_tenth, self._last_line = 0, clock()
-        self._done = 0
-
-    def render(self, done: int) -> str:
-        filled = self.width if not self.total else self.width * done // self.total
-        return f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{self.total}"
-
-    def update(self, done: int) -> None:
-        self._done = done
-        if self.tty:
-            end = "\n" if done >= self.total else ""
-            self.stream.write(f"\r{self.render(done)}{end}")
-        else:
-            tenth = 10 * done // self.total if self.total else 10
-            slow = self._clock() - self._last_line >= self._every_s
-            if tenth == self._last_tenth and done < self.total and not slow:
-                return
-            self._last_tenth, self._last_line = tenth, self._clock()
-            self.stream.write(f"replay progress: {done}/{self.total}\n")
-        self.stream.flush()
-
-    def finish(self) -> None:
-        """End a bar left unfinished (the replay was stopped) with a newline."""
-        if self.tty and 0 < self._done < self.total:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 def jsonable(value: Any) -> Any:

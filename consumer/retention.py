@@ -128,9 +128,11 @@ def prune(
     batch: int,
     budget_s: float,
     clock: Callable[[], float] = time.monotonic,
+    on_batch: Callable[[int], None] = lambda deleted: None,
 ) -> tuple[list[Pruned], list[Backlog]]:
     """Delete what is past the windows, one batch of each table in turn, until all are done
-    or ``budget_s`` is spent; then count what is left and record the run."""
+    or ``budget_s`` is spent; then count what is left and record the run. ``on_batch``
+    hears how many rows each committed batch deleted."""
     q = _queries()
     deadline = clock() + budget_s
     rows = dict.fromkeys((t for t, _ in TABLES), 0)
@@ -145,6 +147,7 @@ def prune(
                     params = {"what": table, "window_s": windows.of_table(table), "batch": batch}
                     row: Any = conn.execute(q[query], params).fetchone()
                     deleted = int(row[0])
+                    on_batch(deleted)
                     rows[table] += deleted
                     batches[table] += 1
                     state[table] = keep_going(deleted, batch, clock(), deadline)

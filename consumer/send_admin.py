@@ -26,7 +26,7 @@ from psycopg.rows import dict_row
 
 from mailbus.consumer.dead_letter_admin import operator_name
 from mailbus.consumer.dead_letter_views import jsonable
-from mailbus.kernel.errors import MailbusError, StorageError
+from mailbus.kernel.errors import RefusedError, StorageError
 from mailbus.kernel.provider_key import row_provider_key
 from mailbus.kernel.settings import Settings
 from mailbus_client.sqlfiles import load_queries
@@ -40,7 +40,7 @@ _CHANGES = {
 }
 
 
-class SendNotFound(MailbusError):
+class SendNotFound(RefusedError):
     """No send has this dedupe key."""
 
 
@@ -149,14 +149,14 @@ def print_show(settings: Settings, key: str, *, as_json: bool) -> int:
 
 
 def run_change(settings: Settings, key: str, action: str, message_id: str | None = None) -> int:
-    """The command: 0 when changed, 1 (one line saying why) when the send's status does not
-    allow it or no send has the key."""
+    """The command: 0 when changed; RefusedError (exit 3, one line saying why) when the
+    send's status does not allow it or no send has the key."""
     if change(settings.database_url, key, action, operator_name(), message_id):
         print(f"{key}: {action.replace('_', ' ')} (recorded in email_send_resolutions)")
         return 0
     send = story(settings.database_url, key).send  # SendNotFound when there is none
     _, needs = _CHANGES[action]
-    raise MailbusError(
+    raise RefusedError(
         f"{key} is {send['status']} (attempts {send['attempts']}): {action.replace('_', ' ')}"
         f" needs a send that is {needs}; nothing changed"
     )

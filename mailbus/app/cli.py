@@ -10,10 +10,11 @@ import threading
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
+from mailbus.app.exit_codes import Exit, UsageError, report, summary
 from mailbus.kernel.errors import ConfigError, MailbusError, StorageError
-from mailbus.kernel.logs import configure_logging, redact, register_secret
+from mailbus.kernel.logs import configure_logging, register_secret
 from mailbus.kernel.settings import Settings, load_env_file, load_settings
 from mailbus.kernel.settings_doc import add_command
 from mailbus.kernel.settings_doc import epilog as settings_epilog
@@ -27,53 +28,66 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_RETENTION_BUDGET_S", "RETENTION_BEHIND", "main"]
 
-RETENTION_BEHIND = 3  # `retention run` spent its budget with rows still past a window
+RETENTION_BEHIND = Exit.REFUSED  # `retention run` spent its budget still behind its windows
 DEFAULT_RETENTION_BUDGET_S = 50 * 60.0  # an hourly schedule leaves slack for the next run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit status by the kind of error (mailbus/app/exit_codes.py)."""
+    words = list(sys.argv[1:] if argv is None else argv)
     parser = _build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(words)
+    except UsageError as exc:  # a command given --json hears of its typo in JSON too
+        return report(exc, sys.stderr, as_json="--json" in words)
     if args.command == "completion":  # reads no settings, so a shell's rc file never fails
         import shtab
 
         print(shtab.complete(parser, shell=args.shell))
-        return 0
+        return Exit.OK
     try:
-        if args.env_file:
-            load_env_file(Path(args.env_file), os.environ)
-        check_names(os.environ)  # a misspelt MAILBUS_* variable: exit 2, nearest name
-        _configure_logging()
-        settings = load_settings()
-        register_secret(settings.provider_api_key)
-        register_secret(settings.fallback_provider_api_key)
-        register_secret(settings.webhook_secret)
-        register_secret(settings.schema_registry_auth)
-        register_secret(settings.unsubscribe_secret)
-        register_secret(settings.unsubscribe_secret_previous)
-        for secret in settings.kafka_security.secrets:
-            register_secret(secret)
-        check_options = getattr(args, "check_options", None)
-        if check_options is not None:  # an option's own error comes before the schema's
-            check_options(args)
-        if getattr(args, "checks_schema", True):  # every command that reads the database
-            from mailbus.app.migrate import check_schema  # (after its options' errors)
-
-            until = stop_on_signals() if getattr(args, "long_running", False) else None
-            if not check_schema(settings.database_url, until):  # behind: exit 2
-                return 0  # stopped while it waited for the database
-        if getattr(args, "long_running", False):  # /readyz: a database round trip too
-            from mailbus.app.database_probe import database_probe
-            from mailbus.kernel import health
-
-            health.probe("database round trip", database_probe(settings.database_url))
-        return int(args.handler(settings, args))
-    except ConfigError as exc:
-        print(f"mailbus: configuration error: {exc}", file=sys.stderr)
-        return 2
+        return _run(args)
     except MailbusError as exc:
-        print(f"mailbus: {redact(str(exc))}", file=sys.stderr)
-        return 1
+        return report(exc, sys.stderr, as_json=getattr(args, "json", False))
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.env_file:
+        load_env_file(Path(args.env_file), os.environ)
+    check_names(os.environ)  # a misspelt MAILBUS_* variable: exit 2, nearest name
+    _configure_logging()
+    settings = load_settings()
+    register_secret(settings.provider_api_key)
+    register_secret(settings.fallback_provider_api_key)
+    register_secret(settings.webhook_secret)
+    register_secret(settings.schema_registry_auth)
+    register_secret(settings.unsubscribe_secret)
+    register_secret(settings.unsubscribe_secret_previous)
+    for secret in settings.kafka_security.secrets:
+        register_secret(secret)
+    check_options = getattr(args, "check_options", None)
+    if check_options is not None:  # an option's own error comes before the schema's
+        check_options(args)
+    if getattr(args, "checks_schema", True):  # every command that reads the database
+        from mailbus.app.migrate import check_schema  # (after its options' errors)
+
+        until = stop_on_signals() if getattr(args, "long_running", False) else None
+        if not check_schema(settings.database_url, until):  # behind: exit 2
+            return Exit.OK  # stopped while it waited for the database
+    if getattr(args, "long_running", False):  # /readyz: a database round trip too
+        from mailbus.app.database_probe import database_probe
+        from mailbus.kernel import health
+
+        health.probe("database round trip", database_probe(settings.database_url))
+    return int(args.handler(settings, args))
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's usage errors as :class:`UsageError`, so they exit 2 through
+    :func:`report` like every other error (in JSON for a command given ``--json``)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(self.format_usage(), f"{self.prog}: error: {message}")
 
 
 def _configure_logging() -> None:
@@ -336,7 +350,13 @@ def _retention(settings: Settings, args: argparse.Namespace) -> int:
         found = ", ".join(f"{b.table} {b.rows}" for b in left)
         print(f"retention {window}: would delete {found} (nothing was deleted: --dry-run)")
         return 0
-    done, left = retention.prune(settings.database_url, windows, args.batch, args.budget)
+    from mailbus.kernel.progress import TerminalProgress
+
+    progress = TerminalProgress(f"retention {window}:", None, sys.stderr, unit="rows deleted")
+    done, left = retention.prune(
+        settings.database_url, windows, args.batch, args.budget, on_batch=progress.add
+    )
+    progress.finish()  # a terminal only: a Job's log has the lines below
     for table in done:
         print(f"retention {window}: {table.table} {table.rows} deleted, {table.batches} batches")
     behind = sum(b.rows for b in left)
@@ -390,9 +410,9 @@ def _suppress(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = _Parser(
         prog="mailbus",
-        description="Exactly-once email over a PostgreSQL outbox and Kafka.",
+        description=f"Exactly-once email over a PostgreSQL outbox and Kafka.\n{summary()}",
         epilog=settings_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

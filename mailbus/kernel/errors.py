@@ -7,6 +7,7 @@
     ├── CodecError           a Kafka value that cannot be decoded
     ├── SchemaUnavailable    a value that cannot be decoded *yet* (the registry away)
     ├── StorageError         PostgreSQL could not be reached or refused a statement
+    ├── RefusedError         what the database holds refuses the request (exit status 3)
     └── UnstorableError      PostgreSQL refused the data itself: retrying cannot help
 
 Third-party errors (psycopg, confluent-kafka, httpx) are translated into these at the
@@ -23,6 +24,7 @@ __all__ = [
     "InvalidSendError",
     "MailbusError",
     "QueueFullError",
+    "RefusedError",
     "SchemaUnavailable",
     "StorageError",
     "UnstorableError",
@@ -35,6 +37,12 @@ class CodecError(MailbusError):
 
 class StorageError(MailbusError):
     """PostgreSQL failed; the work is retried or left for a later pass."""
+
+
+class RefusedError(MailbusError):
+    """The request is well formed and everything answered, but the state it meets refuses
+    it (no such send, a status or campaign state that does not allow the change); nothing
+    was changed. The command line exits 3 (``mailbus.app.exit_codes``)."""
 
 
 class SchemaUnavailable(MailbusError):

@@ -78,7 +78,7 @@ def test_replay_of_100_poison_rows_accepts_each_once_even_run_twice_at_once(
     outputs = [run.communicate(timeout=60) for run in runs]
     assert [run.returncode for run in runs] == [0, 0], outputs
     assert sum(replayed(out) for out, _ in outputs) == 100, outputs
-    assert all("replay progress:" in err for out, err in outputs if replayed(out)), outputs
+    assert not any("\r" in err for _, err in outputs), outputs  # a bar on a terminal only
 
     assert stack.wait_settled(45) == {"accepted": 100}
     ledger = stack.ledger()["keys"]
@@ -172,7 +172,7 @@ def test_list_filters_by_reason_and_show_prints_the_attempt_history(stack: Stack
     assert story["send"]["status"] == "failed"
 
     missing = dlq(stack, "show", "999999")
-    assert missing.returncode == 1
+    assert missing.returncode == 3  # refused: no such dead letter
     assert missing.stderr.strip() == "mailbus: no dead letter with id 999999"
     stack.assert_table_agrees_with_providers()
 

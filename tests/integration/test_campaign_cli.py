@@ -92,7 +92,7 @@ def test_create_prints_the_id_last_and_reports_bad_lines(
         ("user_id,address\n1,a@example.com\n", "line 1: the header has no 'email' column"),
     ],
 )
-def test_a_bad_header_exits_1_and_creates_nothing(
+def test_a_bad_header_exits_2_and_creates_nothing(
     settings: Settings, tmp_path: Path, content: str, message: str
 ) -> None:
     audience = tmp_path / "audience.csv"
@@ -102,7 +102,7 @@ def test_a_bad_header_exits_1_and_creates_nothing(
         "campaign", "create", "--name", "N", "--template", "newsletter",
         "--audience", str(audience), env=env,
     )  # fmt: skip
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert message in done.stderr
     assert json.loads(run_mailbus("campaign", "list", "--json", env=env).stdout) == []
 
@@ -113,7 +113,7 @@ def test_bad_options_and_moves(settings: Settings, tmp_path: Path) -> None:
         "campaign", "create", "--name", "N", "--template", "newsletter",
         "--audience", str(tmp_path / "nope.csv"), env=env,
     )  # fmt: skip
-    assert missing.returncode == 1 and "--audience: cannot read" in missing.stderr
+    assert missing.returncode == 2 and "--audience: cannot read" in missing.stderr
     for option, value in (("--rate", "fast"), ("--window", "9-5"), ("--priority", "p9")):
         bad = run_mailbus(
             "campaign", "create", "--name", "N", "--template", "newsletter",
@@ -122,10 +122,10 @@ def test_bad_options_and_moves(settings: Settings, tmp_path: Path) -> None:
         assert bad.returncode == 2 and option in bad.stderr
     campaign_id = str(create(settings, write_audience(tmp_path / "a.csv", 3)))
     resume = run_mailbus("campaign", "resume", campaign_id, env=env)
-    assert resume.returncode == 1
+    assert resume.returncode == 3  # refused (docs/reference/cli.md#exit-statuses)
     assert f"campaign {campaign_id} is draft: only a paused campaign" in resume.stderr
     unknown = run_mailbus("campaign", "status", "999", env=env)
-    assert unknown.returncode == 1 and "no campaign 999" in unknown.stderr
+    assert unknown.returncode == 3 and "no campaign 999" in unknown.stderr
     cancel = run_mailbus("campaign", "cancel", campaign_id, env=env)
     assert cancel.returncode == 0 and f"campaign {campaign_id} is cancelled" in cancel.stdout
     status = json.loads(run_mailbus("campaign", "status", campaign_id, "--json", env=env).stdout)
@@ -288,7 +288,7 @@ def test_create_killed_mid_import_and_run_again_gives_the_same_campaign(
     assert ran.returncode == 0, ran.stderr
     assert campaign_rows(settings.database_url, campaign_id) == (n, n)  # each line once
     other = run_mailbus(*args, "--audience", str(write_audience(tmp_path / "b.csv", 5)), env=env)
-    assert other.returncode == 1
+    assert other.returncode == 3
     assert f"campaign {campaign_id} is already named 'Spring sale'" in other.stderr
 
 

@@ -135,7 +135,7 @@ def test_audience_sql_accepts_exactly_one_select(settings: Settings) -> None:
         "campaign", "create", "--name", "attack", "--template", "newsletter",
         "--audience-sql", attack, env=settings_env(settings),
     )  # fmt: skip
-    assert done.returncode == 1, done.stdout
+    assert done.returncode == 2, done.stdout
     assert "--audience-sql: exactly one SELECT is accepted" in done.stderr
     with psycopg.connect(settings.database_url) as conn:
         row = conn.execute(

@@ -65,16 +65,19 @@ def test_resolve_settles_only_unknown_rows_and_audits(settings: Settings) -> Non
     assert _row(settings, "code-b") == ("pending", None, 1)  # same key, same row
 
     again = _send(settings, "resolve", "code-a", "--not-sent")  # accepted now: refused
-    assert again.returncode == 1
+    assert again.returncode == 3  # refused (docs/reference/cli.md#exit-statuses)
     assert again.stderr.strip().splitlines() == [
         "mailbus: code-a is accepted (attempts 1): not sent needs a send that is unknown;"
         " nothing changed"
     ]
     claimed = _send(settings, "resolve", "code-c", "--accepted", "msg-x")
-    assert claimed.returncode == 1
+    assert claimed.returncode == 3
     assert _row(settings, "code-c") == ("sending", None, 1)
     missing = _send(settings, "resolve", "nope", "--not-sent")
-    assert missing.returncode == 1 and "no send has the key 'nope'" in missing.stderr
+    assert missing.returncode == 3 and "no send has the key 'nope'" in missing.stderr
+    as_json = _send(settings, "show", "nope", "--json")
+    assert (as_json.returncode, as_json.stdout) == (3, "")
+    assert json.loads(as_json.stderr)["error"]["kind"] == "refused"
     assert _audit(settings) == [
         ("code-a", "accepted", "unknown", "msg-42", "ana"),
         ("code-b", "not_sent", "unknown", None, "ana"),
@@ -89,7 +92,7 @@ def test_cancel_touches_only_pending_rows_never_tried(settings: Settings) -> Non
     assert _row(settings, "code-1")[0] == "expired"
     for key, status in (("code-2", "pending"), ("code-3", "sending")):
         refused = _send(settings, "cancel", key)
-        assert refused.returncode == 1
+        assert refused.returncode == 3
         assert "nothing changed" in refused.stderr
         assert _row(settings, key)[0] == status
     assert _audit(settings) == [("code-1", "cancelled", "pending", None, "ana")]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import itertools
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
@@ -15,7 +14,6 @@ from mailbus.app.cli import _build_parser
 from mailbus.consumer.dead_letter_views import (
     Letter,
     LetterFilter,
-    Progress,
     format_table,
     letters_table,
     parse_letter_id,
@@ -204,42 +202,3 @@ def test_letters_table_shows_every_column_on_one_line_each() -> None:
     assert second.endswith("…") and len(second) < 200
 
 
-class FakeTTY(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
-def test_progress_bar_redraws_in_place_on_a_terminal() -> None:
-    stream = FakeTTY()
-    progress = Progress(100, stream, width=10)
-    assert progress.render(40) == "[####......] 40/100"
-    for done in (1, 40, 100):
-        progress.update(done)
-    assert stream.getvalue() == (
-        "\r[..........] 1/100\r[####......] 40/100\r[##########] 100/100\n"
-    )
-
-
-def test_progress_prints_plain_lines_per_tenth_elsewhere() -> None:
-    stream = io.StringIO()
-    progress = Progress(100, stream, clock=lambda: 0.0)
-    for done in range(1, 101):
-        progress.update(done)
-    lines = stream.getvalue().splitlines()
-    assert lines == [f"replay progress: {n}/100" for n in range(10, 101, 10)]
-
-
-def test_progress_prints_a_line_now_and_then_when_slow() -> None:
-    stream, clock = io.StringIO(), iter(float(n) * 30 for n in range(1000))
-    progress = Progress(1000, stream, every_s=10, clock=lambda: next(clock))
-    progress.update(1)
-    progress.update(2)
-    assert stream.getvalue().splitlines() == ["replay progress: 1/1000", "replay progress: 2/1000"]
-
-
-def test_a_stopped_bar_ends_its_line() -> None:
-    stream = FakeTTY()
-    progress = Progress(10, stream, width=10)
-    progress.update(3)
-    progress.finish()
-    assert stream.getvalue().endswith("3/10\n")

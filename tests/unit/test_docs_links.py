@@ -9,6 +9,7 @@ the contract or the design notes that lived outside the repository.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -40,23 +41,32 @@ def text_files() -> tuple[Path, ...]:
     return tuple(sorted(found))
 
 
-def anchors(page: Path) -> set[str]:
-    """The ids of a Markdown page's headings, as mkdocs makes them (explicit ``{#id}`` too)."""
+def anchors(page: Path, slug: Callable[[str], str] | None = None) -> set[str]:
+    """The ids of a Markdown page's headings, as mkdocs makes them (explicit ``{#id}`` too),
+    or as ``slug`` makes them (:func:`github_slug`), and its ``<a id="...">`` anchors."""
     found, fence = set(), False
     for line in page.read_text().splitlines():
         if line.lstrip().startswith("```"):
             fence = not fence
         heading = re.match(r"^#{1,6} (.+?)\s*$", line)
+        if not fence:
+            found.update(re.findall(r'<a (?:id|name)="([\w-]+)"', line))
         if fence or not heading:
             continue
         title = heading.group(1)
         explicit = re.search(r"\{#([\w-]+)\}$", title)
-        if explicit:
+        if explicit and slug is None:
             found.add(explicit.group(1))
             continue
         title = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", title).replace("`", "")
-        found.add(slugify(title, "-"))
+        found.add(slugify(title, "-") if slug is None else slug(title))
     return found
+
+
+def github_slug(title: str) -> str:
+    """GitHub's id for a heading (code marks and links already dropped): lower case,
+    punctuation removed, each space a hyphen; a ``{#id}`` is shown, not used."""
+    return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
 
 
 def problem(target: str) -> str | None:
@@ -121,3 +131,20 @@ def test_anchors_are_made_as_mkdocs_makes_them(tmp_path: Path) -> None:
         "## 5. The email API {#email-api}\n```sh\n# not a heading\n```\n"
     )
     assert anchors(page) == {"title", "outcome-events-out-prefixsendevents", "email-api"}
+
+
+def test_every_anchor_link_lands_on_github_too() -> None:
+    """GitHub shows a heading's attr_list ``{#id}`` as text and ids the heading by its words,
+    so an anchor a page links to is a heading's GitHub id or an ``<a id="...">``."""
+    missing = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]:
+        for target, anchor in re.findall(r"\]\(([^)\s:]*?)#([\w-]+)\)", page.read_text()):
+            linked = (page.parent / target).resolve() if target else page
+            if linked.suffix == ".md" and anchor not in anchors(linked, github_slug):
+                missing.append(f"{page.relative_to(REPO)}: {target}#{anchor}")
+    assert missing == []
+
+
+def test_github_ids() -> None:
+    assert github_slug("2. Command line: mailbus {#cli}") == "2-command-line-mailbus-cli"
+    assert github_slug("Kafka down (the runbook)") == "kafka-down-the-runbook"

@@ -1,0 +1,193 @@
+"""Every subcommand's exit status on an unreachable database (1) and on a bad setting (2),
+and every ``--json`` command's errors as one JSON object on stderr
+(docs/reference/cli.md#exit-statuses). The commands are found by walking the parser, so a
+new one is walked too, or fails here until it is given arguments below."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mailbus.app.cli import _build_parser, main
+
+UNREACHABLE = "postgresql://mailbus:mailbus@127.0.0.1:1/mailbus"  # nothing listens on port 1
+
+# A value for each required argument, by metavar (or option).
+VALUES = {
+    "KEY": "some-key",
+    "ID": "1",
+    "ADDRESS": "ana@example.com",
+    "NAME": "ana",
+    "ROLE": "viewer",
+    "--name": "spring",
+    "--template": "newsletter",
+    "--accepted": "msg-1",
+}
+CSV_ARGUMENTS = ("FILE.csv", "--audience")  # given a real CSV file
+
+# Commands that never reach the database, and why (listed, never silently left out).
+NO_DATABASE = {
+    "completion": "reads no settings at all",
+    "sandbox": "serves the fake provider; reads no database",
+    "console hash-password": "hashes a password read from stdin; reads no database",
+    "intake publish-sample": "writes to Kafka only (an unreachable broker exits 1 too)",
+}
+# Long-running services wait for a database that is not up yet (a pod may start first).
+WAITS_FOR_DATABASE = {"relay", "consume", "intake", "webhooks", "console"}
+
+
+def _leaves(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if path:
+        yield path, parser  # `intake` and `console` run on their own, too
+    for action in subparsers:
+        for name, sub in action.choices.items():
+            yield from _leaves(sub, (*path, name))
+
+
+def _required(parser: argparse.ArgumentParser, csv: Path) -> list[str]:
+    words: list[str] = []
+    grouped = {id(a) for g in parser._mutually_exclusive_groups for a in g._group_actions}
+    chosen = [g._group_actions[0] for g in parser._mutually_exclusive_groups if g.required]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction | argparse._HelpAction):
+            continue
+        if action.option_strings:
+            if not (action.required or action in chosen) or (
+                id(action) in grouped and action not in chosen
+            ):
+                continue
+            option = action.option_strings[0]
+            words.append(option)
+            if action.nargs != 0:
+                words.append(str(csv) if option in CSV_ARGUMENTS else VALUES[option])
+        elif action.required:
+            name = action.metavar or action.dest
+            assert isinstance(name, str)
+            words.append(str(csv) if name in CSV_ARGUMENTS else VALUES.get(name, "bash"))
+    return words
+
+
+def _commands(csv: Path) -> list[tuple[str, list[str], argparse.ArgumentParser]]:
+    leaves = []
+    for path, parser in _leaves(_build_parser()):
+        groups = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if groups and groups[0].required:
+            continue  # `dlq`, `send`, ... alone are usage errors
+        leaves.append((" ".join(path), [*path, *_required(parser, csv)], parser))
+    return leaves
+
+
+@pytest.fixture
+def csv(tmp_path: Path) -> Path:
+    audience = tmp_path / "audience.csv"
+    audience.write_text("user_id,email\n1,ana@example.com\n")
+    return audience
+
+
+@pytest.fixture
+def environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [n for n in os.environ if n.startswith("MAILBUS_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("MAILBUS_DATABASE_URL", UNREACHABLE)
+    monkeypatch.setenv("MAILBUS_KAFKA_BOOTSTRAP", "127.0.0.1:1")
+
+
+def test_every_command_that_reads_the_database_exits_1_when_it_is_unreachable(
+    csv: Path, environment: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    walked = []
+    for name, argv, _ in _commands(csv):
+        if name in NO_DATABASE or name in WAITS_FOR_DATABASE:
+            continue
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code == 1 and "port 1 failed" in err, (name, code, err)
+        walked.append(name)
+    every = {name for name, _, _ in _commands(csv)}
+    assert every - set(walked) == set(NO_DATABASE) | WAITS_FOR_DATABASE
+    assert len(walked) >= 20, walked
+
+
+def test_every_command_exits_2_on_a_bad_setting(
+    csv: Path, environment: None, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    monkeypatch.setenv("MAILBUS_RATELIMIT", "5")  # misspelt: MAILBUS_RATE_LIMIT
+    for name, argv, _ in _commands(csv):
+        if name == "completion":
+            continue  # reads no settings, so a shell's rc file never fails
+        assert main(argv) == 2, name
+        err = capsys.readouterr().err
+        assert "did you mean MAILBUS_RATE_LIMIT?" in err, (name, err)
+
+
+def test_a_malformed_setting_and_a_usage_error_exit_2(
+    environment: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["dlq", "list", "--limit", "many"]) == 2
+    assert "argument --limit: expected a whole number" in capsys.readouterr().err
+    monkeypatch.setenv("MAILBUS_DATABASE_URL", "mysql://nowhere")
+    assert main(["retention", "run"]) == 2
+    assert "mailbus: configuration error: MAILBUS_DATABASE_URL" in capsys.readouterr().err
+
+
+def _json_commands(csv: Path) -> list[tuple[str, list[str]]]:
+    return [
+        (name, [*argv, "--json"])
+        for name, argv, parser in _commands(csv)
+        if any("--json" in action.option_strings for action in parser._actions)
+    ]
+
+
+def _error_of(stderr: str) -> dict[str, object]:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    document = json.loads(lines[0])
+    assert set(document) == {"error"}, document
+    error: dict[str, object] = document["error"]
+    assert set(error) == {"kind", "exit", "message"}, error
+    return error
+
+
+def test_every_json_command_answers_its_errors_in_json(
+    csv: Path, environment: None, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    commands = _json_commands(csv)
+    assert {name for name, _ in commands} >= {
+        "status", "dlq list", "dlq show", "send show", "suppress list", "campaign status",
+        "campaign list",
+    }  # fmt: skip
+    for name, argv in commands:
+        assert main(argv) == 1, name
+        out, err = capsys.readouterr()
+        assert out == "", name  # stdout carries the data document only
+        error = _error_of(err)
+        assert (error["kind"], error["exit"]) == ("unreachable", 1), name
+        assert "port 1 failed" in str(error["message"]), name
+
+        assert main([*argv, "--no-such-option"]) == 2, name
+        error = _error_of(capsys.readouterr().err)
+        assert (error["kind"], error["exit"]) == ("configuration", 2), name
+        assert "unrecognized arguments: --no-such-option" in str(error["message"]), name
+
+    monkeypatch.setenv("MAILBUS_RATELIMIT", "5")
+    for name, argv in commands:
+        assert main(argv) == 2, name
+        error = _error_of(capsys.readouterr().err)
+        assert error["kind"] == "configuration", name
+        assert "did you mean MAILBUS_RATE_LIMIT?" in str(error["message"]), name
+
+
+def test_help_names_the_exit_statuses(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "exit status: 0 ok, 1 unreachable, 2 configuration, 3 refused" in capsys.readouterr().out
