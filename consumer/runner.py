@@ -17,6 +17,7 @@ import socket
 import threading
 from collections.abc import Sequence
 
+from mailbus.consumer.adapter import Provider
 from mailbus.consumer.content import TemplatedProvider
 from mailbus.consumer.core import RetryPolicy
 from mailbus.consumer.core.backoff import with_schedule
@@ -26,13 +27,6 @@ from mailbus.consumer.gate import ProviderGate
 from mailbus.consumer.kafka_source import KafkaSource
 from mailbus.consumer.ledger import MessageOrigin, SendLedger
 from mailbus.consumer.provider import Dialect, HttpProvider
-from mailbus.consumer.providers import Provider
-from mailbus.consumer.providers.mailgun import MailgunDialect
-from mailbus.consumer.providers.postmark import PostmarkDialect
-from mailbus.consumer.providers.resend import RESEND_WINDOW_S, ResendDialect
-from mailbus.consumer.providers.sendgrid import SendGridDialect
-from mailbus.consumer.providers.ses import SesProvider
-from mailbus.consumer.providers.smtp import SmtpProvider
 from mailbus.consumer.rate_limit import GlobalRateLimiter
 from mailbus.consumer.reconciler import Reconciler
 from mailbus.consumer.recovery_pacer import RecoveryPacer
@@ -43,6 +37,12 @@ from mailbus.kernel.errors import ConfigError, StorageError
 from mailbus.kernel.kafka_security import kafka_client_config
 from mailbus.kernel.settings import Settings
 from mailbus.kernel.tracing import NOOP, Tracer
+from mailbus.providers.mailgun.sending import MailgunDialect
+from mailbus.providers.postmark.sending import PostmarkDialect
+from mailbus.providers.resend.sending import RESEND_WINDOW_S, ResendDialect
+from mailbus.providers.sendgrid.sending import SendGridDialect
+from mailbus.providers.ses.sending import SesProvider
+from mailbus.providers.smtp.sending import SmtpProvider
 from mailbus.schemas.registry import pointer_codec
 from mailbus_client.policies import configured_policy_book
 

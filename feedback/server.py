@@ -43,7 +43,6 @@ from typing import Protocol
 from aiohttp import web
 
 from mailbus.feedback.events import DeliveryEvent, InvalidEventError, parse_event
-from mailbus.feedback.native import mailgun_events
 from mailbus.feedback.native.certificates import CertificateSource
 from mailbus.feedback.native.inbound import MAX_DEPTH, too_deep
 from mailbus.feedback.native.routes import (
@@ -62,6 +61,7 @@ from mailbus.feedback.unsubscribe_page import add_unsubscribe_routes
 from mailbus.kernel import health, metrics
 from mailbus.kernel.errors import ConfigError, StorageError
 from mailbus.kernel.settings import Settings
+from mailbus.providers.mailgun import events as mailgun_events
 
 __all__ = [
     "RunningReceiver",

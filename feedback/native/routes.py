@@ -34,15 +34,18 @@ from aiohttp import web
 from svix.webhooks import Webhook
 
 from mailbus.feedback.events import DeliveryEvent, InvalidEventError
-from mailbus.feedback.native import mailgun_events, postmark_events, resend_events, sns
 from mailbus.feedback.native.certificates import CertificateSource, FetchError
 from mailbus.feedback.native.inbound import MAX_DEPTH, Inbound, too_deep
-from mailbus.feedback.native.sendgrid_events import Verifier
-from mailbus.feedback.native.sendgrid_events import parse as parse_sendgrid
 from mailbus.feedback.signature import Verdict
 from mailbus.feedback.store import Recorded
 from mailbus.kernel import metrics
 from mailbus.kernel.errors import StorageError
+from mailbus.providers.mailgun import events as mailgun_events
+from mailbus.providers.postmark import events as postmark_events
+from mailbus.providers.resend import events as resend_events
+from mailbus.providers.sendgrid.events import Verifier
+from mailbus.providers.sendgrid.events import parse as parse_sendgrid
+from mailbus.providers.ses import events as sns
 
 __all__ = [
     "Mailgun",

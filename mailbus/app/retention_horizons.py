@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from mailbus.consumer.core.capability import DEFAULT_LOOKUP_SETTLE_S
-from mailbus.consumer.providers.resend import RESEND_WINDOW_S
 from mailbus.intake.config import intake_max_age
 from mailbus.kernel.settings import Settings
+from mailbus.providers.resend.sending import RESEND_WINDOW_S
 
 __all__ = ["replay_horizons"]
 

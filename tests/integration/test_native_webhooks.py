@@ -27,11 +27,13 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from sns_support import Pki, make_pki
 
-from mailbus.feedback.native import mailgun_events, resend_events, sendgrid_events
 from mailbus.feedback.native.certificates import CertificateSource
 from mailbus.feedback.native.routes import Mailgun, NativeReceiver, Postmark, Resend, SendGrid, Ses
 from mailbus.feedback.server import start
 from mailbus.feedback.store import EventStore
+from mailbus.providers.mailgun import events as mailgun_events
+from mailbus.providers.resend import events as resend_events
+from mailbus.providers.sendgrid import events as sendgrid_events
 from mailbus.sandbox.provider_signing import (
     basic_authorization,
     mailgun_signature,

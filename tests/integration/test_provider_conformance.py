@@ -29,12 +29,12 @@ from mailbus.consumer.provider import (
     MailbusDialect,
     OutgoingMail,
 )
-from mailbus.consumer.providers.mailgun import MailgunDialect
-from mailbus.consumer.providers.postmark import PostmarkDialect
-from mailbus.consumer.providers.resend import ResendDialect
-from mailbus.consumer.providers.sendgrid import SendGridDialect
 from mailbus.consumer.templates import ProviderTemplate, Rendered
 from mailbus.kernel.provider_key import provider_key
+from mailbus.providers.mailgun.sending import MailgunDialect
+from mailbus.providers.postmark.sending import PostmarkDialect
+from mailbus.providers.resend.sending import ResendDialect
+from mailbus.providers.sendgrid.sending import SendGridDialect
 from mailbus.sandbox.app import SandboxState
 from mailbus.sandbox.faults import build_plan
 from mailbus.sandbox.server import ThreadedSandbox, start_in_thread

@@ -20,9 +20,9 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 from mailbus.feedback.events import DeliveryEvent
-from mailbus.feedback.native import sns
 from mailbus.feedback.native.inbound import Inbound
 from mailbus.feedback.native.routes import Mailgun, NativeReceiver, Postmark, Resend, SendGrid
+from mailbus.providers.ses import events as sns
 from mailbus.sandbox.provider_signing import (
     basic_authorization,
     mailgun_signature,

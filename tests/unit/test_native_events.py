@@ -21,9 +21,12 @@ from cryptography.x509.oid import NameOID
 from svix.webhooks import Webhook
 
 from mailbus.feedback.events import DeliveryEvent
-from mailbus.feedback.native import mailgun_events, resend_events, sendgrid_events, sns
 from mailbus.feedback.native.routes import Mailgun, NativeReceiver, Postmark, Resend, SendGrid
 from mailbus.kernel.errors import ConfigError
+from mailbus.providers.mailgun import events as mailgun_events
+from mailbus.providers.resend import events as resend_events
+from mailbus.providers.sendgrid import events as sendgrid_events
+from mailbus.providers.ses import events as sns
 from mailbus.sandbox.emitter import emitter_from_args
 from mailbus.sandbox.native_events import (
     MailgunSigner,

@@ -19,16 +19,16 @@ from botocore.validate import validate_parameters
 from mailbus.consumer.content import TemplatedProvider
 from mailbus.consumer.core.capability import Capability
 from mailbus.consumer.provider import HttpProvider, MailbusDialect, OutgoingMail
-from mailbus.consumer.providers.mailgun import MailgunDialect
-from mailbus.consumer.providers.postmark import PostmarkDialect
-from mailbus.consumer.providers.resend import ResendDialect
-from mailbus.consumer.providers.sendgrid import SendGridDialect
-from mailbus.consumer.providers.ses import SesProvider
-from mailbus.consumer.providers.smtp import SmtpProvider
 from mailbus.consumer.runner import _process_provider
 from mailbus.consumer.templates import ProviderTemplate, Rendered, TemplateStore
 from mailbus.kernel.errors import ConfigError, InvalidSendError
 from mailbus.kernel.settings import load_settings, parse_provider_templates
+from mailbus.providers.mailgun.sending import MailgunDialect
+from mailbus.providers.postmark.sending import PostmarkDialect
+from mailbus.providers.resend.sending import ResendDialect
+from mailbus.providers.sendgrid.sending import SendGridDialect
+from mailbus.providers.ses.sending import SesProvider
+from mailbus.providers.smtp.sending import SmtpProvider
 
 REPO = Path(__file__).resolve().parents[2]
 VARIABLES = {"order_id": "A-7", "headers": {"X-Campaign": "c1"}}

@@ -54,8 +54,8 @@ from mailbus.consumer.core.outcome import (
     parse_retry_after,
 )
 from mailbus.consumer.provider import LookupResult, OutgoingMail, WireRequest, json_body, valid_id
-from mailbus.consumer.providers.smtp import mail_parts, template_data
 from mailbus.consumer.templates import ProviderTemplate
+from mailbus.providers.smtp.sending import mail_parts, template_data
 from mailbus_client.send_request import mail_headers
 
 __all__ = ["DEDUPE_ARG", "SendGridDialect"]

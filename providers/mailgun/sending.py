@@ -48,8 +48,8 @@ from datetime import datetime
 from mailbus.consumer.core.capability import Capability
 from mailbus.consumer.core.outcome import ACCOUNT, SENDER, ProviderReply, parse_retry_after
 from mailbus.consumer.provider import LookupResult, OutgoingMail, WireRequest, valid_id
-from mailbus.consumer.providers.smtp import mail_parts
 from mailbus.kernel.errors import ConfigError
+from mailbus.providers.smtp.sending import mail_parts
 from mailbus_client.send_request import mail_headers
 
 __all__ = ["DEDUPE_VARIABLE", "MAILGUN_REGIONS", "MailgunDialect", "message_of"]
