@@ -15,7 +15,7 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from mailbus.consumer.adapter import Provider
 from mailbus.consumer.content import TemplatedProvider
@@ -26,7 +26,7 @@ from mailbus.consumer.core.recovery import RecoveryPolicy
 from mailbus.consumer.gate import ProviderGate
 from mailbus.consumer.kafka_source import KafkaSource
 from mailbus.consumer.ledger import MessageOrigin, SendLedger
-from mailbus.consumer.provider import Dialect, HttpProvider
+from mailbus.consumer.provider import HttpProvider
 from mailbus.consumer.rate_limit import GlobalRateLimiter
 from mailbus.consumer.reconciler import Reconciler
 from mailbus.consumer.recovery_pacer import RecoveryPacer
@@ -37,18 +37,15 @@ from mailbus.kernel.errors import ConfigError, StorageError
 from mailbus.kernel.kafka_security import kafka_client_config
 from mailbus.kernel.settings import Settings
 from mailbus.kernel.tracing import NOOP, Tracer
-from mailbus.providers.mailgun.sending import MailgunDialect
-from mailbus.providers.postmark.sending import PostmarkDialect
-from mailbus.providers.resend.sending import RESEND_WINDOW_S, ResendDialect
-from mailbus.providers.sendgrid.sending import SendGridDialect
-from mailbus.providers.ses.sending import SesProvider
-from mailbus.providers.smtp.sending import SmtpProvider
 from mailbus.schemas.registry import pointer_codec
 from mailbus_client.policies import configured_policy_book
 
 __all__ = ["lease_seconds", "run_consumer", "slot_wait_seconds", "window_margin_seconds"]
 
 log = logging.getLogger("mailbus.consumer")
+
+# MAILBUS_PROVIDER's value -> the named provider it sends through (mailbus.providers)
+Senders = Mapping[str, Callable[[Settings], Provider]]
 
 
 def slot_wait_seconds(settings: Settings) -> float:
@@ -73,8 +70,9 @@ def lease_seconds(settings: Settings) -> float:
     )
 
 
-def run_consumer(settings: Settings, priorities: Sequence[str]) -> int:
-    return asyncio.run(_serve(settings, priorities))
+def run_consumer(settings: Settings, priorities: Sequence[str], senders: Senders) -> int:
+    """Serve until stopped; ``senders``: the named providers by MAILBUS_PROVIDER's value."""
+    return asyncio.run(_serve(settings, priorities, senders))
 
 
 def _tracer(exporter: str | None) -> Tracer:
@@ -90,7 +88,7 @@ def _tracer(exporter: str | None) -> Tracer:
     return otel.exporting_tracer(exporter, "mailbus-consumer")
 
 
-async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
+async def _serve(settings: Settings, priorities: Sequence[str], senders: Senders) -> int:
     loop = asyncio.get_running_loop()
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -102,7 +100,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         max_age_s=settings.max_age,
         key_prefix=settings.provider_key_prefix,
     )
-    own, provider, provider_url = _process_provider(settings, priorities)
+    own, provider, provider_url = _process_provider(settings, priorities, senders)
     reporter = _HealthReporter(ledger, provider_url)
     recovery = None
     if settings.recovery_rate is not None:
@@ -227,7 +225,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
 
 
 def _process_provider(
-    settings: Settings, priorities: Sequence[str]
+    settings: Settings, priorities: Sequence[str], senders: Senders
 ) -> tuple[str | None, Provider, str]:
     """This process's provider: its priorities' own (MAILBUS_PROVIDER_P0_URL, ...) or the
     default one; with its name in ``email_sends.provider`` (the priority; None for the
@@ -247,7 +245,8 @@ def _process_provider(
     url = settings.smtp_url if settings.provider == "smtp" else settings.provider_url
     if settings.provider == "ses":
         url = settings.ses_endpoint_url or f"ses:{settings.ses_region or 'default'}"
-    primary = _templated(settings, _primary_provider(settings), dict(settings.provider_templates))
+    primary = _primary_provider(settings, senders)
+    primary = _templated(settings, primary, dict(settings.provider_templates))
     return None, primary, url
 
 
@@ -262,60 +261,18 @@ def _templated(
     return TemplatedProvider(provider, store, references)
 
 
-def _primary_provider(settings: Settings) -> Provider:
-    """MAILBUS_PROVIDER: the HTTP API (default), an SMTP server or a named provider."""
-    dialect = _named_dialect(settings)
-    if dialect is not None:
-        return HttpProvider(
-            settings.provider_url,
-            settings.provider_api_key,
-            connect_timeout=settings.connect_timeout,
-            request_timeout=settings.request_timeout,
-            max_connections=settings.max_in_flight,
-            dialect=dialect,
-            key_file=settings.provider_api_key_file,
-        )
-    if settings.provider == "ses":
-        return SesProvider(
-            settings.mail_from,
-            region=settings.ses_region,
-            endpoint_url=settings.ses_endpoint_url,
-            access_key_id=settings.ses_access_key_id,
-            secret_access_key=settings.ses_secret_access_key,
-            configuration_set=settings.ses_configuration_set,
-            connect_timeout=settings.connect_timeout,
-            request_timeout=settings.request_timeout,
-            max_connections=settings.max_in_flight,
-        )
-    if settings.provider == "smtp":
-        return SmtpProvider(
-            settings.smtp_url,
-            settings.smtp_from,
-            password=settings.smtp_password,
-            connect_timeout=settings.connect_timeout,
-            request_timeout=settings.request_timeout,
-            max_connections=settings.max_in_flight,
-            allow_plaintext_auth=settings.smtp_allow_plaintext_auth,
-        )
+def _primary_provider(settings: Settings, senders: Senders) -> Provider:
+    """MAILBUS_PROVIDER: the HTTP API (default) or a named provider, from ``senders``
+    (:func:`mailbus.providers.registry.senders`)."""
+    sender = senders.get(settings.provider)
+    if sender is not None:
+        return sender(settings)
     return _http_provider(
         settings,
         settings.provider_url,
         settings.provider_api_key,
         settings.provider_api_key_file,
     )
-
-
-def _named_dialect(settings: Settings) -> Dialect | None:
-    """The dialect of a named HTTP provider (docs/providers.md); None for http, smtp, ses."""
-    if settings.provider == "postmark":
-        return PostmarkDialect(settings.mail_from)
-    if settings.provider == "resend":
-        return ResendDialect(settings.mail_from, settings.idempotency_window or RESEND_WINDOW_S)
-    if settings.provider == "sendgrid":
-        return SendGridDialect(settings.mail_from)
-    if settings.provider == "mailgun":
-        return MailgunDialect(settings.mail_from, settings.mailgun_domain)
-    return None
 
 
 def _http_provider(

@@ -27,13 +27,18 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from sns_support import Pki, make_pki
 
-from mailbus.feedback.native.certificates import CertificateSource
-from mailbus.feedback.native.routes import Mailgun, NativeReceiver, Postmark, Resend, SendGrid, Ses
+from mailbus.feedback.native.routes import NativeReceiver
 from mailbus.feedback.server import start
 from mailbus.feedback.store import EventStore
 from mailbus.providers.mailgun import events as mailgun_events
+from mailbus.providers.mailgun.webhook import Mailgun
+from mailbus.providers.postmark.webhook import Postmark
 from mailbus.providers.resend import events as resend_events
+from mailbus.providers.resend.webhook import Resend
 from mailbus.providers.sendgrid import events as sendgrid_events
+from mailbus.providers.sendgrid.webhook import SendGrid
+from mailbus.providers.ses.certificates import CertificateSource
+from mailbus.providers.ses.webhook import Ses
 from mailbus.sandbox.provider_signing import (
     basic_authorization,
     mailgun_signature,

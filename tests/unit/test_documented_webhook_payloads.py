@@ -21,7 +21,11 @@ from cryptography.x509.oid import NameOID
 
 from mailbus.feedback.events import DeliveryEvent
 from mailbus.feedback.native.inbound import Inbound
-from mailbus.feedback.native.routes import Mailgun, NativeReceiver, Postmark, Resend, SendGrid
+from mailbus.feedback.native.routes import NativeReceiver
+from mailbus.providers.mailgun.webhook import Mailgun
+from mailbus.providers.postmark.webhook import Postmark
+from mailbus.providers.resend.webhook import Resend
+from mailbus.providers.sendgrid.webhook import SendGrid
 from mailbus.providers.ses import events as sns
 from mailbus.sandbox.provider_signing import (
     basic_authorization,

@@ -21,11 +21,15 @@ from cryptography.x509.oid import NameOID
 from svix.webhooks import Webhook
 
 from mailbus.feedback.events import DeliveryEvent
-from mailbus.feedback.native.routes import Mailgun, NativeReceiver, Postmark, Resend, SendGrid
+from mailbus.feedback.native.routes import NativeReceiver
 from mailbus.kernel.errors import ConfigError
 from mailbus.providers.mailgun import events as mailgun_events
+from mailbus.providers.mailgun.webhook import Mailgun
+from mailbus.providers.postmark.webhook import Postmark
 from mailbus.providers.resend import events as resend_events
+from mailbus.providers.resend.webhook import Resend
 from mailbus.providers.sendgrid import events as sendgrid_events
+from mailbus.providers.sendgrid.webhook import SendGrid
 from mailbus.providers.ses import events as sns
 from mailbus.sandbox.emitter import emitter_from_args
 from mailbus.sandbox.native_events import (
