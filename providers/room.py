@@ -20,6 +20,7 @@ from mailbus.consumer.core.capability import Capability
 from mailbus.consumer.provider import Dialect, HttpProvider
 from mailbus.feedback.native.routes import Clock, NativeReceiver
 from mailbus.kernel.settings import Settings
+from mailbus.providers.sandbox_dialect import Imitation
 
 __all__ = ["NamedProvider", "http_sender"]
 
@@ -32,7 +33,8 @@ class NamedProvider:
     conformance suite against the sandbox); a provider that is no HTTP API (SES through
     its SDK, SMTP) has ``sender`` instead, and ``conformance`` names the test module that
     runs it against its emulator. ``receiver`` builds its webhook route when the settings
-    enable one (None: the provider has no webhooks)."""
+    enable one (None: the provider has no webhooks); ``sandbox`` is what the sandbox serves
+    of it (every HTTP dialect has one: the conformance suite runs against it)."""
 
     name: str
     capability: Capability  # as documented; MAILBUS_IDEMPOTENCY_WINDOW may shorten a window
@@ -40,6 +42,7 @@ class NamedProvider:
     sender: Callable[[Settings], Provider] | None = None
     conformance: str = "tests/integration/test_provider_conformance.py"
     receiver: Callable[[Settings, Clock], NativeReceiver | None] | None = None
+    sandbox: Imitation | None = None
 
     @property
     def folder(self) -> Path:

@@ -45,6 +45,9 @@ def test_a_provider_folder_has_every_piece(name: str) -> None:
     assert conformance.is_file(), f"{name}: its conformance run {entry.conformance}"
     if entry.sender is not None:  # run by a suite of its own, which must use it
         assert f"mailbus.providers.{name}" in conformance.read_text(), entry.conformance
+    else:  # run by the conformance suite against the sandbox, which must imitate it
+        assert entry.sandbox is not None and entry.sandbox.sends, f"{name}: its imitation"
+        assert (entry.folder / "sandbox.py").is_file(), f"providers/{name}/sandbox.py"
     if entry.receiver is not None:
         for piece in ("events.py", "webhook.py"):
             assert (entry.folder / piece).is_file(), f"providers/{name}/{piece}"
