@@ -16,6 +16,7 @@ required; a key it does not accept: 401 ``{"error": "unauthorized"}``; a spent q
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import urllib.parse
@@ -24,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aiohttp import web
+
+from mailbus.providers.sandbox_events import Signer
 
 __all__ = [
     "Dialect",
@@ -127,10 +130,13 @@ LookupRoute = Callable[[web.Request, SandboxView], Awaitable[web.Response]]
 @dataclass(frozen=True)
 class Imitation:
     """What the sandbox serves of one provider: ``sends``, the dialect of each send
-    endpoint by its path, and ``lookups``, its look-up routes (``GET``) by path."""
+    endpoint by its path; ``lookups``, its look-up routes (``GET``) by path; ``signer``,
+    its delivery events' signer when the sandbox's options and environment configure one
+    (``--native-events-to``: :mod:`mailbus.sandbox.emitter`)."""
 
     sends: Mapping[str, Dialect]
     lookups: Mapping[str, LookupRoute] = field(default_factory=dict)
+    signer: Callable[[argparse.Namespace], Signer | None] | None = None
 
 
 def json_reply(

@@ -5,18 +5,39 @@ every request is a new mail, recorded under its ``v:dedupe_key``
 (https://documentation.mailgun.com/docs/mailgun/api-reference/send/mailgun/messages). A key
 it does not accept: 401 ``Forbidden`` (text); a spent quota, which Mailgun documents no
 reply for: 403 "Domain is not allowed to send".
+
+Its events: ``{"signature", "event-data": {"event": "delivered"|"failed"|"complained",
+"severity"?, "reason"?, "id", "timestamp", "recipient", "message": {"headers":
+{"message-id"}}}}``, the ``signature.token`` one per event; a hard bounce is a
+``permanent`` failure for reason ``bounce``, a soft one a ``temporary`` failure, which
+Mailgun retries (https://documentation.mailgun.com/docs/mailgun/user-manual/webhooks/webhook-payloads);
+signed with the hex HMAC-SHA256 of ``timestamp + token`` under the signing key
+(https://documentation.mailgun.com/docs/mailgun/user-manual/webhooks/securing-webhooks).
 """
 
 from __future__ import annotations
 
+import argparse
 import base64
+import hashlib
+import hmac
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 
 from mailbus.providers.sandbox_dialect import Dialect, Imitation, ParsedSend, json_reply, read_form
+from mailbus.providers.sandbox_events import (
+    JSON,
+    Event,
+    Signed,
+    body_of,
+    secret_from_env,
+    unix_of,
+)
 
-__all__ = ["IMITATION", "MailgunDialect"]
+__all__ = ["IMITATION", "MailgunDialect", "MailgunSigner", "mailgun_signature"]
 
 
 class MailgunDialect(Dialect):
@@ -60,4 +81,42 @@ class MailgunDialect(Dialect):
         return json_reply(403, {"message": "Domain is not allowed to send: sending limit exceeded"})
 
 
-IMITATION = Imitation({"/v3/{domain}/messages": MailgunDialect()})
+def mailgun_signature(key: str, timestamp: int, token: str) -> dict[str, str]:
+    digest = hmac.new(key.encode(), f"{timestamp}{token}".encode(), hashlib.sha256).hexdigest()
+    return {"timestamp": str(timestamp), "token": token, "signature": digest}
+
+
+@dataclass(frozen=True)
+class MailgunSigner:
+    key: str  # the HTTP webhook signing key
+
+    def sign(self, event: Event, to: str, now: int) -> Signed:
+        data: dict[str, Any] = {
+            "id": event["id"],
+            "timestamp": unix_of(event),
+            "recipient": to,
+            "message": {"headers": {"message-id": event["message_id"]}},
+        }
+        if event["type"] == "bounced":
+            hard = event["bounce"] == "hard"
+            data |= {
+                "event": "failed",
+                "severity": "permanent" if hard else "temporary",
+                "reason": "bounce" if hard else "generic",
+            }
+        else:
+            data["event"] = event["type"]  # delivered, complained
+        # one token per event, kept across repeats (the receiver's event id); a new
+        # timestamp and signature each time it is posted
+        token = hashlib.sha256(event["id"].encode()).hexdigest()[:50]
+        body = body_of({"signature": mailgun_signature(self.key, now, token), "event-data": data})
+        return Signed(body, JSON.copy())
+
+
+def signer(args: argparse.Namespace) -> MailgunSigner | None:
+    """Mailgun's events, with MAILBUS_MAILGUN_WEBHOOK_KEY (or its _FILE) set."""
+    value = secret_from_env("MAILBUS_MAILGUN_WEBHOOK_KEY")
+    return MailgunSigner(value) if value else None
+
+
+IMITATION = Imitation({"/v3/{domain}/messages": MailgunDialect()}, signer=signer)

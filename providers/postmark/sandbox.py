@@ -12,14 +12,24 @@ subject and bodies (https://postmarkapp.com/developer/api/templates-api), record
 ledger as ``provider_template`` and ``template_data``. A key it does not accept: 401,
 ErrorCode 10 "Bad or missing API token"; a spent quota, which Postmark documents no reply
 for: 422, ErrorCode 405 "Not allowed to send".
+
+Its events: one record, ``Delivery`` / ``Bounce`` (``HardBounce``/``SoftBounce``) /
+``SpamComplaint``, its numeric ``ID`` derived from the event id
+(https://postmarkapp.com/developer/webhooks/bounce-webhook), behind basic auth credentials
+in the webhook URL (https://postmarkapp.com/email-webhooks).
 """
 
 from __future__ import annotations
 
+import argparse
+import base64
+import hashlib
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
+from mailbus.kernel.errors import ConfigError
 from mailbus.providers.sandbox_dialect import (
     Dialect,
     Imitation,
@@ -28,8 +38,22 @@ from mailbus.providers.sandbox_dialect import (
     json_object,
     json_reply,
 )
+from mailbus.providers.sandbox_events import (
+    JSON,
+    Event,
+    Signed,
+    body_of,
+    secret_from_env,
+)
 
-__all__ = ["IMITATION", "POSTMARK_KEY_FIELD", "PostmarkDialect", "PostmarkTemplateDialect"]
+__all__ = [
+    "IMITATION",
+    "POSTMARK_KEY_FIELD",
+    "PostmarkDialect",
+    "PostmarkSigner",
+    "PostmarkTemplateDialect",
+    "basic_authorization",
+]
 
 
 class PostmarkDialect(Dialect):
@@ -169,4 +193,54 @@ async def search(request: web.Request, state: SandboxView) -> web.Response:
 
 
 _SENDS = {"/email": PostmarkDialect(), "/email/withTemplate": PostmarkTemplateDialect()}
-IMITATION = Imitation(_SENDS, {"/messages/outbound": search})
+
+
+def basic_authorization(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def _number(event: Event) -> int:
+    """A stable positive number for the event id (Postmark's records have numeric ids)."""
+    return int.from_bytes(hashlib.sha256(event["id"].encode()).digest()[:6], "big")
+
+
+@dataclass(frozen=True)
+class PostmarkSigner:
+    user: str
+    password: str
+
+    def sign(self, event: Event, to: str, now: int) -> Signed:
+        at, message_id = event["occurred_at"], event["message_id"]
+        record: dict[str, Any]
+        if event["type"] == "delivered":
+            record = {"RecordType": "Delivery", "Recipient": to, "DeliveredAt": at}
+        elif event["type"] == "bounced":
+            hard = event["bounce"] == "hard"
+            record = {
+                "RecordType": "Bounce",
+                "ID": _number(event),
+                "Type": "HardBounce" if hard else "SoftBounce",
+                "TypeCode": 1 if hard else 4096,
+                "Email": to,
+                "BouncedAt": at,
+            }
+        else:
+            record = {"RecordType": "SpamComplaint", "ID": _number(event), "Email": to}
+            record["BouncedAt"] = at
+        body = body_of({**record, "MessageID": message_id})
+        authorization = basic_authorization(self.user, self.password)
+        return Signed(body, {"Authorization": authorization, **JSON})
+
+
+def signer(args: argparse.Namespace) -> PostmarkSigner | None:
+    """Postmark's events, with MAILBUS_POSTMARK_WEBHOOK_AUTH (or its _FILE) set."""
+    value = secret_from_env("MAILBUS_POSTMARK_WEBHOOK_AUTH")
+    if not value:
+        return None
+    user, colon, password = value.partition(":")
+    if not colon:
+        raise ConfigError("MAILBUS_POSTMARK_WEBHOOK_AUTH", "expected user:password")
+    return PostmarkSigner(user, password)
+
+
+IMITATION = Imitation(_SENDS, {"/messages/outbound": search}, signer)

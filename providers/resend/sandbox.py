@@ -4,9 +4,23 @@
 (https://resend.com/docs/api-reference/introduction, .../rate-limit). A key it does not
 accept: 403 ``invalid_api_key``; a spent quota: 429 ``daily_quota_exceeded`` with
 ``retry-after`` (https://resend.com/docs/api-reference/errors).
+
+Its events: ``{"type": "email.delivered"|"email.bounced"|"email.complained", "created_at",
+"data": {"email_id", "to", "bounce"?}}``, the event id in ``svix-id``
+(https://resend.com/docs/webhooks/event-types), signed as Svix does
+(https://docs.svix.com/receiving/verifying-payloads/how-manual):
+``base64(HMAC-SHA256(base64decode(secret without "whsec_"), "<id>.<t>.<body>"))`` in
+``svix-signature: v1,<sig>``.
 """
 
 from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import hmac
+from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 
@@ -17,8 +31,15 @@ from mailbus.providers.sandbox_dialect import (
     json_object,
     json_reply,
 )
+from mailbus.providers.sandbox_events import (
+    JSON,
+    Event,
+    Signed,
+    body_of,
+    secret_from_env,
+)
 
-__all__ = ["IMITATION", "ResendDialect"]
+__all__ = ["IMITATION", "ResendDialect", "ResendSigner", "svix_headers"]
 
 
 class ResendDialect(Dialect):
@@ -73,4 +94,34 @@ _RESEND_NAMES = {  # the sandbox's error codes as Resend names them
 }
 
 
-IMITATION = Imitation({"/emails": ResendDialect()})
+def svix_headers(secret: str, msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    signed = f"{msg_id}.{timestamp}.".encode() + body
+    digest = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+    return {"svix-id": msg_id, "svix-timestamp": str(timestamp), "svix-signature": f"v1,{digest}"}
+
+
+_RESEND_TYPES = {"delivered": "email.delivered", "bounced": "email.bounced"}
+
+
+@dataclass(frozen=True)
+class ResendSigner:
+    secret: str  # whsec_...
+
+    def sign(self, event: Event, to: str, now: int) -> Signed:
+        data: dict[str, Any] = {"email_id": event["message_id"], "to": [to]}
+        if event["type"] == "bounced":
+            kind = "Permanent" if event["bounce"] == "hard" else "Transient"
+            data["bounce"] = {"type": kind, "subType": "General", "message": "sandbox"}
+        kind = _RESEND_TYPES.get(event["type"], "email.complained")
+        body = body_of({"type": kind, "created_at": event["occurred_at"], "data": data})
+        return Signed(body, {**svix_headers(self.secret, event["id"], now, body), **JSON})
+
+
+def signer(args: argparse.Namespace) -> ResendSigner | None:
+    """Resend's events, with MAILBUS_RESEND_WEBHOOK_SECRET (or its _FILE) set."""
+    value = secret_from_env("MAILBUS_RESEND_WEBHOOK_SECRET")
+    return ResendSigner(value) if value else None
+
+
+IMITATION = Imitation({"/emails": ResendDialect()}, signer=signer)

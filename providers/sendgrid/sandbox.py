@@ -8,14 +8,28 @@ template (``template_id`` with ``personalizations[0].dynamic_template_data``: no
 content needed) is recorded in the ledger as ``provider_template`` and ``template_data``.
 A key it does not accept: 401 "The provided authorization grant is invalid, expired, or
 revoked"; a spent quota: 401 "Maximum credits exceeded".
+
+Its events: a JSON array of ``{"email", "timestamp", "event": "delivered"|"bounce"|
+"spamreport", "type"?: "bounce"|"blocked", "sg_event_id", "sg_message_id"}``; the message
+id with the ``.filter...`` suffix SendGrid appends
+(https://www.twilio.com/docs/sendgrid/for-developers/tracking-events/event), signed with
+ECDSA P-256/SHA-256 over ``timestamp + body``, a base64 DER signature
+(https://www.twilio.com/docs/sendgrid/for-developers/tracking-events/getting-started-event-webhook-security-features).
 """
 
 from __future__ import annotations
 
+import argparse
+import base64
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
 
+from mailbus.kernel.errors import ConfigError
 from mailbus.providers.sandbox_dialect import (
     Dialect,
     Imitation,
@@ -23,8 +37,16 @@ from mailbus.providers.sandbox_dialect import (
     json_object,
     json_reply,
 )
+from mailbus.providers.sandbox_events import (
+    JSON,
+    Event,
+    Signed,
+    body_of,
+    private_key,
+    unix_of,
+)
 
-__all__ = ["IMITATION", "SendGridDialect"]
+__all__ = ["IMITATION", "SendGridDialect", "SendGridSigner", "sendgrid_headers"]
 
 
 class SendGridDialect(Dialect):
@@ -94,4 +116,44 @@ def _error(status: int, message: str) -> web.Response:
     return json_reply(status, {"errors": [{"message": message, "field": None, "help": None}]})
 
 
-IMITATION = Imitation({"/v3/mail/send": SendGridDialect()})
+def sendgrid_headers(
+    private_key: ec.EllipticCurvePrivateKey, body: bytes, timestamp: int
+) -> dict[str, str]:
+    signature = private_key.sign(str(timestamp).encode() + body, ec.ECDSA(hashes.SHA256()))
+    return {
+        "X-Twilio-Email-Event-Webhook-Signature": base64.b64encode(signature).decode(),
+        "X-Twilio-Email-Event-Webhook-Timestamp": str(timestamp),
+    }
+
+
+@dataclass(frozen=True)
+class SendGridSigner:
+    key: ec.EllipticCurvePrivateKey
+
+    def sign(self, event: Event, to: str, now: int) -> Signed:
+        item: dict[str, Any] = {
+            "email": to,
+            "timestamp": int(unix_of(event)),
+            "sg_event_id": event["id"],
+            "sg_message_id": f"{event['message_id']}.filter0001.16648.5515E0B88.0",
+        }
+        if event["type"] == "bounced":
+            kind = "bounce" if event["bounce"] == "hard" else "blocked"
+            item |= {"event": "bounce", "type": kind}
+        else:
+            item["event"] = "delivered" if event["type"] == "delivered" else "spamreport"
+        body = body_of([item])
+        return Signed(body, {**sendgrid_headers(self.key, body, now), **JSON})
+
+
+def signer(args: argparse.Namespace) -> SendGridSigner | None:
+    """SendGrid's events, with ``--sendgrid-signing-key`` given."""
+    if not args.sendgrid_signing_key:
+        return None
+    key = private_key("--sendgrid-signing-key", args.sendgrid_signing_key)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ConfigError("--sendgrid-signing-key", "must be an EC (P-256) private key")
+    return SendGridSigner(key)
+
+
+IMITATION = Imitation({"/v3/mail/send": SendGridDialect()}, signer=signer)

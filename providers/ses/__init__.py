@@ -4,6 +4,7 @@ through SNS."""
 from mailbus.kernel.settings import Settings
 from mailbus.providers.room import NamedProvider
 from mailbus.providers.ses import webhook
+from mailbus.providers.ses.sandbox import IMITATION
 from mailbus.providers.ses.sending import SesProvider
 
 
@@ -27,4 +28,5 @@ PROVIDER = NamedProvider(
     sender=_sender,
     conformance="tests/integration/test_ses_provider.py",  # against moto's SES
     receiver=webhook.receiver,
+    sandbox=IMITATION,
 )
