@@ -27,7 +27,7 @@ header of that span (docs/guides/tracing.md).
 
 What goes on the wire is the provider's *dialect* (:class:`Dialect`): the sandbox's own
 (:class:`MailbusDialect`, docs/reference/contract.md#email-api) by default, or a named provider's
-(``consumer/providers/``: Resend, ...). The dialect encodes a mail, reads a reply into a
+(``providers/<name>/sending.py``: Resend, ...). The dialect encodes a mail, reads a reply into a
 ``ProviderReply`` (its error bodies and rate-limit headers included) and, if the provider
 has one, does the look-up; the timeouts, the transport and the scrubbing of secrets are
 this module's, shared by every dialect.

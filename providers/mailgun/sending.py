@@ -4,7 +4,7 @@
 ``multipart/form-data`` body (``from``, ``to``, ``subject``, ``text``, ``html``, ``h:<header>``
 for a mail header, ``v:<name>`` for a custom variable); ``200 {"id": "<...>", "message":
 "Queued. Thank you."}`` (https://documentation.mailgun.com/docs/mailgun/api-reference/send/mailgun/messages).
-The id is stored without its angle brackets, the form ``feedback/native/mailgun_events``
+The id is stored without its angle brackets, the form ``providers/mailgun/events``
 matches (docs/providers.md#delivery-events). The base URL is the region's:
 ``https://api.mailgun.net`` (US) or ``https://api.eu.mailgun.net`` (EU)
 (https://documentation.mailgun.com/docs/mailgun/api-reference/api-overview).
