@@ -30,6 +30,7 @@ from typing import Any
 from aiohttp import web
 
 from mailbus.kernel.errors import ConfigError
+from mailbus.providers.postmark.sending import METADATA_FIELD  # where mailbus files a mail
 from mailbus.providers.sandbox_dialect import (
     Dialect,
     Imitation,
@@ -48,7 +49,6 @@ from mailbus.providers.sandbox_events import (
 
 __all__ = [
     "IMITATION",
-    "POSTMARK_KEY_FIELD",
     "PostmarkDialect",
     "PostmarkSigner",
     "PostmarkTemplateDialect",
@@ -133,9 +133,6 @@ class PostmarkTemplateDialect(PostmarkDialect):
         )
 
 
-POSTMARK_KEY_FIELD = "mailbus_key"  # the metadata field mailbus files a mail under
-
-
 def _postmark_refusal(doc: dict[str, Any], *required: str) -> str | None:
     """Postmark's message for a body without a valid To or one of ``required``, else None."""
     to = doc.get("To")
@@ -152,7 +149,7 @@ def _postmark_key(doc: dict[str, Any]) -> tuple[str | None] | str:
     metadata = doc.get("Metadata", {})
     if not isinstance(metadata, dict):
         return "Metadata must be an object."
-    key = metadata.get(POSTMARK_KEY_FIELD)
+    key = metadata.get(METADATA_FIELD)
     return (key if isinstance(key, str) and key else None,)
 
 
@@ -171,7 +168,7 @@ async def search(request: web.Request, state: SandboxView) -> web.Response:
     under: ``{"TotalCount", "Messages": [{"MessageID", "Metadata", ...}]}``."""
     ledger = state.ledger
     dialect = _SENDS["/email"]
-    key = request.query.get(f"metadata_{POSTMARK_KEY_FIELD}") or None
+    key = request.query.get(f"metadata_{METADATA_FIELD}") or None
     record = ledger.arrive(key, "lookup")
     try:
         if not state.authorized(request, dialect):
@@ -184,7 +181,7 @@ async def search(request: web.Request, state: SandboxView) -> web.Response:
         matches = [] if key is None else ledger.search(key, state.search_lag_s)
         ledger.settle(record, "found" if matches else "not_found")
         messages = [
-            {"MessageID": message_id, "Metadata": {POSTMARK_KEY_FIELD: held}}
+            {"MessageID": message_id, "Metadata": {METADATA_FIELD: held}}
             for held, message_id in matches[:count]
         ]
         return web.json_response({"TotalCount": len(matches), "Messages": messages})
