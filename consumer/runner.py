@@ -15,7 +15,8 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from mailbus.consumer.adapter import Provider
 from mailbus.consumer.content import TemplatedProvider
@@ -44,8 +45,22 @@ __all__ = ["lease_seconds", "run_consumer", "slot_wait_seconds", "window_margin_
 
 log = logging.getLogger("mailbus.consumer")
 
-# MAILBUS_PROVIDER's value -> the named provider it sends through (mailbus.providers)
-Senders = Mapping[str, Callable[[Settings], Provider]]
+
+
+class NamedSender(Protocol):
+    """A named provider as the consumer sees it (mailbus.providers.room.NamedProvider)."""
+
+    def provider(self, settings: Settings) -> Provider:
+        """The provider it sends through."""
+        ...
+
+    def url(self, settings: Settings) -> str:
+        """Where it is reached, as the breaker's health reports name it."""
+        ...
+
+
+# MAILBUS_PROVIDER's value -> the named provider (mailbus.providers.registry.senders)
+Senders = Mapping[str, NamedSender]
 
 
 def slot_wait_seconds(settings: Settings) -> float:
@@ -242,12 +257,10 @@ def _process_provider(
     if chosen is not None:
         priority, url, api_key = chosen
         return priority, _templated(settings, _http_provider(settings, url, api_key)), url
-    url = settings.smtp_url if settings.provider == "smtp" else settings.provider_url
-    if settings.provider == "ses":
-        url = settings.ses_endpoint_url or f"ses:{settings.ses_region or 'default'}"
-    primary = _primary_provider(settings, senders)
-    primary = _templated(settings, primary, dict(settings.provider_templates))
-    return None, primary, url
+    named = senders.get(settings.provider)
+    url = settings.provider_url if named is None else named.url(settings)
+    primary = _primary_provider(settings, named)
+    return None, _templated(settings, primary, dict(settings.provider_templates)), url
 
 
 def _templated(
@@ -261,12 +274,10 @@ def _templated(
     return TemplatedProvider(provider, store, references)
 
 
-def _primary_provider(settings: Settings, senders: Senders) -> Provider:
-    """MAILBUS_PROVIDER: the HTTP API (default) or a named provider, from ``senders``
-    (:func:`mailbus.providers.registry.senders`)."""
-    sender = senders.get(settings.provider)
-    if sender is not None:
-        return sender(settings)
+def _primary_provider(settings: Settings, named: NamedSender | None) -> Provider:
+    """MAILBUS_PROVIDER: the HTTP API (default) or the named provider it names."""
+    if named is not None:
+        return named.provider(settings)
     return _http_provider(
         settings,
         settings.provider_url,

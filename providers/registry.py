@@ -13,10 +13,9 @@ import functools
 import importlib
 import pkgutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import mailbus.providers
-from mailbus.consumer.adapter import Provider
 from mailbus.feedback.native.routes import Clock, NativeReceiver
 from mailbus.kernel.settings import Settings
 from mailbus.providers.room import NamedProvider
@@ -39,10 +38,10 @@ def named() -> Mapping[str, NamedProvider]:
     return found
 
 
-def senders() -> dict[str, Callable[[Settings], Provider]]:
-    """MAILBUS_PROVIDER's value -> the provider it sends through (the consumer's own
-    ``http`` dialect is not among them)."""
-    return {name: entry.provider for name, entry in named().items()}
+def senders() -> Mapping[str, NamedProvider]:
+    """MAILBUS_PROVIDER's value -> the named provider the consumer sends through (the
+    consumer's own ``http`` dialect is not among them)."""
+    return named()
 
 
 def receivers(settings: Settings, clock: Clock = time.time) -> list[NativeReceiver]:

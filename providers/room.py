@@ -43,10 +43,16 @@ class NamedProvider:
     conformance: str = "tests/integration/test_provider_conformance.py"
     receiver: Callable[[Settings, Clock], NativeReceiver | None] | None = None
     sandbox: Imitation | None = None
+    # where it is reached, as health reports name it; None: MAILBUS_PROVIDER_URL
+    address: Callable[[Settings], str] | None = None
 
     @property
     def folder(self) -> Path:
         return Path(__file__).parent / self.name
+
+    def url(self, settings: Settings) -> str:
+        """Where MAILBUS_PROVIDER=<name> reaches it."""
+        return settings.provider_url if self.address is None else self.address(settings)
 
     def provider(self, settings: Settings) -> Provider:
         """The provider MAILBUS_PROVIDER=<name> sends through."""

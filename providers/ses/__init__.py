@@ -29,4 +29,5 @@ PROVIDER = NamedProvider(
     conformance="tests/integration/test_ses_provider.py",  # against moto's SES
     receiver=webhook.receiver,
     sandbox=IMITATION,
+    address=lambda settings: settings.ses_endpoint_url or f"ses:{settings.ses_region or 'default'}",
 )

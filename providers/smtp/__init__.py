@@ -23,4 +23,5 @@ PROVIDER = NamedProvider(
     capability=SmtpProvider.capability,
     sender=_sender,
     conformance="tests/integration/test_smtp_provider.py",  # against a local SMTP server
+    address=lambda settings: settings.smtp_url,
 )

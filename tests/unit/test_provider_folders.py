@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 import mailbus.providers
+from mailbus.consumer.runner import _process_provider
 from mailbus.kernel.settings import load_settings
-from mailbus.providers.registry import named
+from mailbus.providers.registry import named, senders
 from mailbus.providers.room import NamedProvider
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,3 +60,18 @@ def test_a_provider_is_chosen_by_its_folders_name(name: str) -> None:
     assert settings.provider == name
     provider = named()[name].provider(settings)
     assert provider.capability == named()[name].capability
+
+
+@pytest.mark.parametrize(
+    ("name", "url"),
+    [
+        ("smtp", "smtp://127.0.0.1:2525"),
+        ("ses", "ses:eu-west-1"),
+        ("postmark", "https://api.postmarkapp.com"),
+        ("mailgun", "https://api.mailgun.net"),
+    ],
+)
+def test_the_consumer_reports_where_a_named_provider_is_reached(name: str, url: str) -> None:
+    settings = load_settings({**ENV, "MAILBUS_PROVIDER": name})
+    own, _provider, reported = _process_provider(settings, ["p1"], senders())
+    assert (own, reported) == (None, url)
