@@ -132,11 +132,13 @@ class Imitation:
     """What the sandbox serves of one provider: ``sends``, the dialect of each send
     endpoint by its path; ``lookups``, its look-up routes (``GET``) by path; ``signer``,
     its delivery events' signer when the sandbox's options and environment configure one
-    (``--native-events-to``: :mod:`mailbus.sandbox.emitter`)."""
+    (``--native-events-to``: :mod:`mailbus.sandbox.emitter`); ``options``, the sandbox's
+    command-line options it reads them from, added to the delivery events' group."""
 
     sends: Mapping[str, Dialect]
     lookups: Mapping[str, LookupRoute] = field(default_factory=dict)
     signer: Callable[[argparse.Namespace], Signer | None] | None = None
+    options: Callable[[argparse._ArgumentGroup], None] | None = None
 
 
 def json_reply(

@@ -74,16 +74,9 @@ def add_event_arguments(parser: argparse.ArgumentParser) -> None:
         help="the receiver's webhooks base, e.g. http://127.0.0.1:8026/webhooks: a provider's "
         "events go to URL/<provider>",
     )
-    events.add_argument(
-        "--sendgrid-signing-key", metavar="PEM", help="EC P-256 private key (SendGrid's events)"
-    )
-    events.add_argument(
-        "--ses-signing-key", metavar="PEM", help="RSA private key of SNS's signing certificate"
-    )
-    events.add_argument(
-        "--ses-cert-url", metavar="URL", help="https URL serving that certificate (SigningCertURL)"
-    )
-    events.add_argument("--ses-topic-arn", metavar="ARN", help="the SNS topic SES publishes to")
+    for provider in named().values():  # a provider's own signing options
+        if provider.sandbox is not None and provider.sandbox.options is not None:
+            provider.sandbox.options(events)
     events.add_argument(
         "--events-delay-ms",
         metavar="MS",

@@ -156,4 +156,10 @@ def signer(args: argparse.Namespace) -> SendGridSigner | None:
     return SendGridSigner(key)
 
 
-IMITATION = Imitation({"/v3/mail/send": SendGridDialect()}, signer=signer)
+def options(events: argparse._ArgumentGroup) -> None:
+    events.add_argument(
+        "--sendgrid-signing-key", metavar="PEM", help="EC P-256 private key (SendGrid's events)"
+    )
+
+
+IMITATION = Imitation({"/v3/mail/send": SendGridDialect()}, signer=signer, options=options)

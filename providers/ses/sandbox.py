@@ -118,4 +118,14 @@ def signer(args: argparse.Namespace) -> SesSigner | None:
     return SesSigner(args.ses_topic_arn, args.ses_cert_url, key)
 
 
-IMITATION = Imitation({}, signer=signer)
+def options(events: argparse._ArgumentGroup) -> None:
+    events.add_argument(
+        "--ses-signing-key", metavar="PEM", help="RSA private key of SNS's signing certificate"
+    )
+    events.add_argument(
+        "--ses-cert-url", metavar="URL", help="https URL serving that certificate (SigningCertURL)"
+    )
+    events.add_argument("--ses-topic-arn", metavar="ARN", help="the SNS topic SES publishes to")
+
+
+IMITATION = Imitation({}, signer=signer, options=options)
