@@ -28,13 +28,13 @@ from call_path import sends_per_second
 from harness import serving
 from results import record
 
+from mailbus.consumer.adapter import Provider
 from mailbus.consumer.provider import HttpProvider
-from mailbus.consumer.providers import Provider
-from mailbus.consumer.providers.mailgun import MailgunDialect
-from mailbus.consumer.providers.postmark import PostmarkDialect
-from mailbus.consumer.providers.resend import RESEND_WINDOW_S, ResendDialect
-from mailbus.consumer.providers.sendgrid import SendGridDialect
-from mailbus.consumer.providers.ses import SesProvider
+from mailbus.providers.mailgun.sending import MailgunDialect
+from mailbus.providers.postmark.sending import PostmarkDialect
+from mailbus.providers.resend.sending import RESEND_WINDOW_S, ResendDialect
+from mailbus.providers.sendgrid.sending import SendGridDialect
+from mailbus.providers.ses.sending import SesProvider
 
 API_KEY = "bench-key"
 SENDER = "shop@mg.example.com"

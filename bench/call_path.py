@@ -8,10 +8,10 @@ import asyncio
 import itertools
 import time
 
+from mailbus.consumer.adapter import Provider
 from mailbus.consumer.core.outcome import Outcome
 from mailbus.consumer.core.smtp_outcome import classify_call
 from mailbus.consumer.provider import OutgoingMail
-from mailbus.consumer.providers import Provider
 
 __all__ = ["send_accepted", "sends_per_second"]
 

@@ -129,7 +129,7 @@ SPECS: dict[str, Spec] = {
         ("--seconds", "2"),
         runs_flag=True,
         smoke=("--seconds", "0.5"),
-        measures=("consumer/providers/smtp.py", "bench/smtp_throughput.py"),
+        measures=("providers/smtp/sending.py", "bench/smtp_throughput.py"),
     ),
     "adapters": Spec(
         "Provider adapters' call path",
@@ -142,7 +142,7 @@ SPECS: dict[str, Spec] = {
         ("--seconds", "2"),
         runs_flag=True,
         smoke=("--seconds", "0.5"),
-        measures=("consumer/provider.py", "consumer/providers", "bench/adapter_call_path.py"),
+        measures=("consumer/provider.py", "providers", "bench/adapter_call_path.py"),
     ),
     "campaign_fanout": Spec(
         "Campaign import and fan-out",

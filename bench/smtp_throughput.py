@@ -23,7 +23,7 @@ from call_path import sends_per_second
 from harness import free_port
 from results import record
 
-from mailbus.consumer.providers.smtp import SmtpProvider
+from mailbus.providers.smtp.sending import SmtpProvider
 
 
 async def one_run(url: str, in_flight: int, seconds: float) -> float:

@@ -2,7 +2,7 @@
 by reference, a local template rendered, or today's rendering from the variables
 (docs/providers.md#templates).
 
-:class:`TemplatedProvider` wraps any :class:`~mailbus.consumer.providers.Provider`; its
+:class:`TemplatedProvider` wraps any :class:`~mailbus.consumer.adapter.Provider`; its
 ``prepare`` settles the content and hands the mail on with it
 (:attr:`~mailbus.consumer.provider.OutgoingMail.content`):
 
@@ -28,10 +28,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from mailbus.consumer.adapter import Provider
 from mailbus.consumer.core.capability import Capability
 from mailbus.consumer.core.smtp_outcome import AnyCallResult
 from mailbus.consumer.provider import LookupResult, OutgoingMail
-from mailbus.consumer.providers import Provider
 from mailbus.consumer.templates import ProviderTemplate, Rendered, TemplateProblem, TemplateStore
 from mailbus.kernel.errors import InvalidSendError
 

@@ -12,6 +12,7 @@ import random
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from mailbus.consumer.adapter import Provider
 from mailbus.consumer.core import (
     Decision,
     RetryPolicy,
@@ -29,7 +30,6 @@ from mailbus.consumer.core.capability import (
 from mailbus.consumer.core.decide import doubt_without_lookup, key_in_use, resend_closed
 from mailbus.consumer.gate import ProviderGate
 from mailbus.consumer.provider import LookupResult
-from mailbus.consumer.providers import Provider
 from mailbus.consumer.routing import FALLBACK, Routing
 from mailbus.kernel import metrics
 

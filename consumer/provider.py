@@ -27,7 +27,7 @@ header of that span (docs/guides/tracing.md).
 
 What goes on the wire is the provider's *dialect* (:class:`Dialect`): the sandbox's own
 (:class:`MailbusDialect`, docs/reference/contract.md#email-api) by default, or a named provider's
-(``consumer/providers/``: Resend, ...). The dialect encodes a mail, reads a reply into a
+(``providers/<name>/sending.py``: Resend, ...). The dialect encodes a mail, reads a reply into a
 ``ProviderReply`` (its error bodies and rate-limit headers included) and, if the provider
 has one, does the look-up; the timeouts, the transport and the scrubbing of secrets are
 this module's, shared by every dialect.
@@ -68,16 +68,19 @@ from mailbus.consumer.key_file import KeyFile
 from mailbus.consumer.templates import ProviderTemplate, Rendered
 from mailbus.kernel import tracing
 from mailbus.kernel.errors import ConfigError, InvalidSendError
+from mailbus.kernel.settings import Settings
 from mailbus_client.send_request import mail_headers
 
 __all__ = [
     "Dialect",
+    "Endpoint",
     "HttpProvider",
     "LookupResult",
     "MailbusDialect",
     "OutgoingMail",
     "PreparedMail",
     "WireRequest",
+    "http_provider",
     "message_id_of",
 ]
 
@@ -273,6 +276,32 @@ def json_body(document: Any) -> bytes:
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where an HTTP provider is reached and the key it is called with: MAILBUS_PROVIDER_URL
+    and MAILBUS_PROVIDER_API_KEY(_FILE), a priority's own, or the fallback's; the key is
+    read again from ``key_file`` when that changes."""
+
+    url: str
+    api_key: str
+    key_file: str | None = None
+
+
+def http_provider(
+    settings: Settings, endpoint: Endpoint, dialect: Dialect | None = None
+) -> HttpProvider:
+    """The HTTP adapter at ``endpoint``, speaking ``dialect`` (mailbus's own API: None)."""
+    return HttpProvider(
+        endpoint.url,
+        endpoint.api_key,
+        connect_timeout=settings.connect_timeout,
+        request_timeout=settings.request_timeout,
+        max_connections=settings.max_in_flight,
+        dialect=dialect,
+        key_file=endpoint.key_file,
+    )
 
 
 class HttpProvider:

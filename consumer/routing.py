@@ -5,11 +5,11 @@ and the like)."""
 
 from __future__ import annotations
 
+from mailbus.consumer.adapter import Provider
 from mailbus.consumer.core.breaker import BreakerState
 from mailbus.consumer.core.decide import tried
 from mailbus.consumer.gate import ProviderGate
 from mailbus.consumer.ledger import LoadedSend
-from mailbus.consumer.providers import Provider
 from mailbus_client.policies import PolicyBook
 
 __all__ = ["FALLBACK", "Routing"]

@@ -15,8 +15,10 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
+from mailbus.consumer.adapter import Provider
 from mailbus.consumer.content import TemplatedProvider
 from mailbus.consumer.core import RetryPolicy
 from mailbus.consumer.core.backoff import with_schedule
@@ -25,14 +27,7 @@ from mailbus.consumer.core.recovery import RecoveryPolicy
 from mailbus.consumer.gate import ProviderGate
 from mailbus.consumer.kafka_source import KafkaSource
 from mailbus.consumer.ledger import MessageOrigin, SendLedger
-from mailbus.consumer.provider import Dialect, HttpProvider
-from mailbus.consumer.providers import Provider
-from mailbus.consumer.providers.mailgun import MailgunDialect
-from mailbus.consumer.providers.postmark import PostmarkDialect
-from mailbus.consumer.providers.resend import RESEND_WINDOW_S, ResendDialect
-from mailbus.consumer.providers.sendgrid import SendGridDialect
-from mailbus.consumer.providers.ses import SesProvider
-from mailbus.consumer.providers.smtp import SmtpProvider
+from mailbus.consumer.provider import Endpoint, http_provider
 from mailbus.consumer.rate_limit import GlobalRateLimiter
 from mailbus.consumer.reconciler import Reconciler
 from mailbus.consumer.recovery_pacer import RecoveryPacer
@@ -49,6 +44,22 @@ from mailbus_client.policies import configured_policy_book
 __all__ = ["lease_seconds", "run_consumer", "slot_wait_seconds", "window_margin_seconds"]
 
 log = logging.getLogger("mailbus.consumer")
+
+
+class NamedSender(Protocol):
+    """A named provider as the consumer sees it (mailbus.providers.room.NamedProvider)."""
+
+    def provider(self, settings: Settings, endpoint: Endpoint) -> Provider:
+        """The provider it sends through (an HTTP one at ``endpoint``)."""
+        ...
+
+    def url(self, settings: Settings) -> str:
+        """Where it is reached, as the breaker's health reports name it."""
+        ...
+
+
+# MAILBUS_PROVIDER's value -> the named provider (mailbus.providers.registry.senders)
+Senders = Mapping[str, NamedSender]
 
 
 def slot_wait_seconds(settings: Settings) -> float:
@@ -73,11 +84,12 @@ def lease_seconds(settings: Settings) -> float:
     )
 
 
-def run_consumer(settings: Settings, priorities: Sequence[str]) -> int:
-    return asyncio.run(_serve(settings, priorities))
+def run_consumer(settings: Settings, priorities: Sequence[str], senders: Senders) -> int:
+    """Serve until stopped; ``senders``: the named providers by MAILBUS_PROVIDER's value."""
+    return asyncio.run(_serve(settings, priorities, senders))
 
 
-async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
+async def _serve(settings: Settings, priorities: Sequence[str], senders: Senders) -> int:
     loop = asyncio.get_running_loop()
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -89,7 +101,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         max_age_s=settings.max_age,
         key_prefix=settings.provider_key_prefix,
     )
-    own, provider, provider_url = _process_provider(settings, priorities)
+    own, provider, provider_url = _process_provider(settings, priorities, senders)
     reporter = _HealthReporter(ledger, provider_url)
     recovery = None
     if settings.recovery_rate is not None:
@@ -121,7 +133,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
         ),
         settings.retry_schedule,
     )
-    fallback = _fallback_provider(settings)
+    fallback = _fallback_provider(settings, senders)
     service = DeliveryService(
         ledger,
         provider,
@@ -205,7 +217,7 @@ async def _serve(settings: Settings, priorities: Sequence[str]) -> int:
 
 
 def _process_provider(
-    settings: Settings, priorities: Sequence[str]
+    settings: Settings, priorities: Sequence[str], senders: Senders
 ) -> tuple[str | None, Provider, str]:
     """This process's provider: its priorities' own (MAILBUS_PROVIDER_P0_URL, ...) or the
     default one; with its name in ``email_sends.provider`` (the priority; None for the
@@ -221,33 +233,33 @@ def _process_provider(
     chosen = own.pop()
     if chosen is not None:
         priority, url, api_key, key_file = chosen
-        return priority, _templated(settings, _http_provider(settings, url, api_key, key_file)), url
-    url = settings.smtp_url if settings.provider == "smtp" else settings.provider_url
-    if settings.provider == "ses":
-        url = settings.ses_endpoint_url or f"ses:{settings.ses_region or 'default'}"
-    primary = _provider(
-        settings,
-        settings.provider,
-        settings.provider_url,
-        settings.provider_api_key,
-        settings.provider_api_key_file,
+        return (
+            priority,
+            _templated(settings, http_provider(settings, Endpoint(url, api_key, key_file))),
+            url,
+        )
+    named = senders.get(settings.provider)
+    url = settings.provider_url if named is None else named.url(settings)
+    endpoint = Endpoint(
+        settings.provider_url, settings.provider_api_key, settings.provider_api_key_file
     )
+    primary = _provider(settings, named, endpoint)
     return None, _templated(settings, primary, dict(settings.provider_templates)), url
 
 
-def _fallback_provider(settings: Settings) -> Provider | None:
+def _fallback_provider(settings: Settings, senders: Senders) -> Provider | None:
     """MAILBUS_FALLBACK_PROVIDER, built as MAILBUS_PROVIDER is, with its own URL and key
     (its mail's content from the local templates only); None: no fallback."""
     if settings.fallback_provider is None:
         return None
-    fallback = _provider(
-        settings,
-        settings.fallback_provider,
+    endpoint = Endpoint(
         settings.fallback_provider_url or "",
         settings.fallback_provider_api_key,
         settings.fallback_provider_api_key_file,
     )
-    return _templated(settings, fallback)
+    return _templated(
+        settings, _provider(settings, senders.get(settings.fallback_provider), endpoint)
+    )
 
 
 def _templated(
@@ -261,72 +273,12 @@ def _templated(
     return TemplatedProvider(provider, store, references)
 
 
-def _provider(
-    settings: Settings, kind: str, url: str, api_key: str, key_file: str | None
-) -> Provider:
-    """A provider of ``kind`` (MAILBUS_PROVIDER, MAILBUS_FALLBACK_PROVIDER): the HTTP API,
-    an SMTP server or a named provider; an HTTP one at ``url`` with ``api_key``, read again
-    from ``key_file`` when it changes."""
-    dialect = _named_dialect(settings, kind)
-    if dialect is not None:
-        return HttpProvider(
-            url,
-            api_key,
-            connect_timeout=settings.connect_timeout,
-            request_timeout=settings.request_timeout,
-            max_connections=settings.max_in_flight,
-            dialect=dialect,
-            key_file=key_file,
-        )
-    if kind == "ses":
-        return SesProvider(
-            settings.mail_from,
-            region=settings.ses_region,
-            endpoint_url=settings.ses_endpoint_url,
-            access_key_id=settings.ses_access_key_id,
-            secret_access_key=settings.ses_secret_access_key,
-            configuration_set=settings.ses_configuration_set,
-            connect_timeout=settings.connect_timeout,
-            request_timeout=settings.request_timeout,
-            max_connections=settings.max_in_flight,
-        )
-    if kind == "smtp":
-        return SmtpProvider(
-            settings.smtp_url,
-            settings.smtp_from,
-            password=settings.smtp_password,
-            connect_timeout=settings.connect_timeout,
-            request_timeout=settings.request_timeout,
-            max_connections=settings.max_in_flight,
-            allow_plaintext_auth=settings.smtp_allow_plaintext_auth,
-        )
-    return _http_provider(settings, url, api_key, key_file)
-
-
-def _named_dialect(settings: Settings, kind: str) -> Dialect | None:
-    """The dialect of a named HTTP provider (docs/providers.md); None for http, smtp, ses."""
-    if kind == "postmark":
-        return PostmarkDialect(settings.mail_from)
-    if kind == "resend":
-        return ResendDialect(settings.mail_from, settings.idempotency_window or RESEND_WINDOW_S)
-    if kind == "sendgrid":
-        return SendGridDialect(settings.mail_from)
-    if kind == "mailgun":
-        return MailgunDialect(settings.mail_from, settings.mailgun_domain)
-    return None
-
-
-def _http_provider(
-    settings: Settings, url: str, api_key: str, key_file: str | None = None
-) -> HttpProvider:
-    return HttpProvider(
-        url,
-        api_key,
-        connect_timeout=settings.connect_timeout,
-        request_timeout=settings.request_timeout,
-        max_connections=settings.max_in_flight,
-        key_file=key_file,
-    )
+def _provider(settings: Settings, named: NamedSender | None, endpoint: Endpoint) -> Provider:
+    """MAILBUS_PROVIDER's (or the fallback's) provider: the HTTP API at ``endpoint``
+    (``http``, the default) or the named provider (docs/providers.md)."""
+    if named is None:
+        return http_provider(settings, endpoint)
+    return named.provider(settings, endpoint)
 
 
 class _HealthReporter:

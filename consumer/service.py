@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
+from mailbus.consumer.adapter import Provider
 from mailbus.consumer.core import (
     Decision,
     RetryPolicy,
@@ -55,7 +56,6 @@ from mailbus.consumer.gate import Admission, ProviderGate
 from mailbus.consumer.ledger import Claim, LoadedSend, MessageOrigin, SendLedger, dead_letter_reason
 from mailbus.consumer.outcome_log import log_outcome
 from mailbus.consumer.provider import OutgoingMail
-from mailbus.consumer.providers import Provider
 from mailbus.consumer.routing import FALLBACK, Routing
 from mailbus.consumer.spans import CALL, call_span, process_span, settle_span
 from mailbus.kernel import metrics, tracing

@@ -14,8 +14,9 @@ safe).
 
 Every ``sweep_s`` seconds (10) the receiver applies events that had come before their
 send recorded its ``message_id`` (:meth:`mailbus.feedback.store.EventStore.apply_late_events`)
-and forgets the Mailgun tokens older than twice Mailgun's tolerance (a timestamp may lie
-that far ahead of the clock and still verify).
+and forgets the one-time tokens older than the longest time a native route keeps them
+(Mailgun's: twice its tolerance, as a timestamp may lie that far ahead of the clock and
+still verify).
 
 With ``MAILBUS_UNSUBSCRIBE_SECRET`` set, the receiver also serves campaign unsubscribe
 links (signed with it or with ``MAILBUS_UNSUBSCRIBE_SECRET_PREVIOUS``),
@@ -43,16 +44,9 @@ from typing import Protocol
 from aiohttp import web
 
 from mailbus.feedback.events import DeliveryEvent, InvalidEventError, parse_event
-from mailbus.feedback.native import mailgun_events
-from mailbus.feedback.native.certificates import CertificateSource
 from mailbus.feedback.native.inbound import MAX_DEPTH, too_deep
 from mailbus.feedback.native.routes import (
-    Mailgun,
     NativeReceiver,
-    Postmark,
-    Resend,
-    SendGrid,
-    Ses,
     add_native_routes,
     read_body,
 )
@@ -68,7 +62,6 @@ __all__ = [
     "RunningReceiver",
     "Store",
     "make_app",
-    "native_receivers",
     "run_webhooks",
     "start",
 ]
@@ -76,7 +69,6 @@ __all__ = [
 log = logging.getLogger("mailbus.webhooks")
 
 MAX_BODY = 256 * 1024
-TOKENS_KEPT_S = 2 * mailgun_events.TOLERANCE_S
 _PROVIDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _REFUSED = {
     "missing": "no Mailbus-Signature header",
@@ -219,16 +211,18 @@ async def start(
     except BaseException:
         await runner.cleanup()
         raise
-    sweeping = None if sweep_s is None else asyncio.create_task(_sweep(store, sweep_s))
+    kept_s = max((route.tokens_kept_s for route in native), default=0.0)
+    sweeping = None if sweep_s is None else asyncio.create_task(_sweep(store, sweep_s, kept_s))
     return RunningReceiver(runner, host, runner.addresses[0][1], sweeping)
 
 
-async def _sweep(store: Store, every_s: float) -> None:
+async def _sweep(store: Store, every_s: float, tokens_kept_s: float) -> None:
     while True:
         await asyncio.sleep(every_s)
         try:
             late = await store.apply_late_events()
-            await store.prune_tokens(TOKENS_KEPT_S)
+            if tokens_kept_s:
+                await store.prune_tokens(tokens_kept_s)
         except StorageError as exc:
             log.warning("%s", exc)
             continue
@@ -242,51 +236,15 @@ async def _sweep(store: Store, every_s: float) -> None:
             )
 
 
-def run_webhooks(settings: Settings) -> int:
-    """Serve until SIGTERM/SIGINT; 0 after a clean stop."""
-    if not settings.webhook_secret and not _native_enabled(settings):
+def run_webhooks(settings: Settings, native: Sequence[NativeReceiver]) -> int:
+    """Serve until SIGTERM/SIGINT; 0 after a clean stop. ``native``: the providers' own
+    routes the settings enable (:func:`mailbus.providers.registry.receivers`)."""
+    if not settings.webhook_secret and not native:
         raise ConfigError("MAILBUS_WEBHOOK_SECRET", "must be set (or MAILBUS_WEBHOOK_SECRET_FILE)")
-    return asyncio.run(_serve(settings))
+    return asyncio.run(_serve(settings, native))
 
 
-def _native_enabled(settings: Settings) -> bool:
-    return bool(
-        settings.ses_topic_arns
-        or settings.sendgrid_webhook_key
-        or settings.mailgun_webhook_key
-        or settings.postmark_webhook_auth
-        or settings.resend_webhook_secret
-    )
-
-
-def native_receivers(
-    settings: Settings, clock: Callable[[], float] = time.time
-) -> tuple[list[NativeReceiver], CertificateSource | None]:
-    """The provider routes the settings enable (and the SNS certificate source to close)."""
-    receivers: list[NativeReceiver] = []
-    source = None
-    if settings.ses_topic_arns:
-        source = CertificateSource(settings.ses_cert_hosts, settings.ses_ca_file)
-        receivers.append(Ses(settings.ses_topic_arns, source, clock))
-    if settings.sendgrid_webhook_key:
-        try:
-            receivers.append(SendGrid(settings.sendgrid_webhook_key, clock))
-        except ValueError as exc:
-            raise ConfigError("MAILBUS_SENDGRID_WEBHOOK_KEY", str(exc)) from None
-    if settings.mailgun_webhook_key:
-        receivers.append(Mailgun(settings.mailgun_webhook_key, clock))
-    if settings.postmark_webhook_auth:
-        receivers.append(Postmark(settings.postmark_webhook_auth))
-    if settings.resend_webhook_secret:
-        try:
-            receivers.append(Resend(settings.resend_webhook_secret, clock))
-        except ValueError as exc:
-            raise ConfigError("MAILBUS_RESEND_WEBHOOK_SECRET", str(exc)) from None
-    return receivers, source
-
-
-async def _serve(settings: Settings) -> int:
-    native, certificates = native_receivers(settings)
+async def _serve(settings: Settings, native: Sequence[NativeReceiver]) -> int:
     store = EventStore(
         settings.database_url,
         sent_through=settings.provider,
@@ -328,7 +286,7 @@ async def _serve(settings: Settings) -> int:
             loop.remove_signal_handler(signum)
         await receiver.stop()
         await store.close()
-        if certificates is not None:
-            await certificates.close()
+        for route in native:
+            await route.close()
     log.info("mailbus webhooks stopped")
     return 0

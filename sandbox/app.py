@@ -9,8 +9,9 @@ Provider endpoints (``Authorization: Bearer <api_key>``):
 * ``GET /v1/messages?idempotency_key=K`` -- ``200 {"id": ..., "idempotency_key": K}`` if
   accepted under K, else 404.
 
-Named providers' send endpoints, in their dialects (:mod:`mailbus.sandbox.dialects`), with
-the same faults and ledger: ``POST /emails`` (Resend), ``POST /email`` and ``GET
+Named providers' send endpoints, each provider folder's imitation (``providers/<name>/
+sandbox.py``, found by :mod:`mailbus.providers.registry`) in its dialect, with the same
+faults and ledger: ``POST /emails`` (Resend), ``POST /email`` and ``GET
 /messages/outbound`` (Postmark, ``X-Postmark-Server-Token``), ``POST /v3/mail/send``
 (SendGrid), ``POST /v3/{domain}/messages`` (Mailgun).
 
@@ -50,8 +51,9 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from mailbus.sandbox.account import Account, account_reply, quota_reply, read_account
-from mailbus.sandbox.dialects import DIALECTS, POSTMARK_KEY_FIELD, Dialect
+from mailbus.providers.registry import named
+from mailbus.providers.sandbox_dialect import Dialect, LookupRoute
+from mailbus.sandbox.account import Account, read_account
 from mailbus.sandbox.emitter import EventEmitter
 from mailbus.sandbox.faults import Fault, FaultPlan, FaultSpecError, choose_fault, plan_from_dict
 from mailbus.sandbox.ledger import Ledger, RequestRecord
@@ -59,6 +61,7 @@ from mailbus.sandbox.ledger import Ledger, RequestRecord
 __all__ = ["DEFAULT_API_KEY", "STATE", "SandboxState", "make_app"]
 
 DEFAULT_API_KEY = "sandbox-key"
+OWN = Dialect()  # the sandbox's own API (docs/reference/contract.md#email-api)
 
 
 class SandboxState:
@@ -147,7 +150,7 @@ async def _handle_send(
     ledger = state.ledger
     if not state.authorized(request, dialect):
         ledger.settle(record, "unauthorized")
-        return account_reply(dialect.name)
+        return dialect.refused_key()
     body = await request.read()
     if dialect.key_required and not request.headers.get("Idempotency-Key"):
         ledger.settle(record, "bad_request")
@@ -159,7 +162,7 @@ async def _handle_send(
     record.to = parsed.to
     if state.account.quota_retry_after is not None:
         ledger.settle(record, "quota")
-        return quota_reply(dialect.name, state.account.quota_retry_after)
+        return dialect.quota_spent(state.account.quota_retry_after)
     domain = parsed.to.rpartition("@")[2].lower()
     choice = choose_fault(state.plan, state.rng, domain)
     state.plan = choice.plan
@@ -209,9 +212,9 @@ async def _lookup(request: web.Request) -> web.Response:
     key = request.query.get("idempotency_key") or None
     record = ledger.arrive(key, "lookup")
     try:
-        if not state.authorized(request, DIALECTS["mailbus"]):
+        if not state.authorized(request, OWN):
             ledger.settle(record, "unauthorized")
-            return account_reply("mailbus")
+            return OWN.refused_key()
         if key is None:
             ledger.settle(record, "bad_request")
             return _error(400, "bad_request", "the idempotency_key parameter is required")
@@ -225,31 +228,11 @@ async def _lookup(request: web.Request) -> web.Response:
         ledger.depart()
 
 
-async def _postmark_search(request: web.Request) -> web.Response:
-    """Postmark's outbound message search, by the one metadata field mailbus files a mail
-    under: ``{"TotalCount", "Messages": [{"MessageID", "Metadata", ...}]}``."""
-    state = request.app[STATE]
-    ledger = state.ledger
-    dialect = DIALECTS["postmark"]
-    key = request.query.get(f"metadata_{POSTMARK_KEY_FIELD}") or None
-    record = ledger.arrive(key, "lookup")
-    try:
-        if not state.authorized(request, dialect):
-            ledger.settle(record, "unauthorized")
-            return account_reply(dialect.name)
-        if not (request.query.get("count", "").isdigit() and "offset" in request.query):
-            ledger.settle(record, "bad_request")
-            return dialect.error(422, "bad_request", "count and offset are required")
-        count = int(request.query["count"])
-        matches = [] if key is None else ledger.search(key, state.search_lag_s)
-        ledger.settle(record, "found" if matches else "not_found")
-        messages = [
-            {"MessageID": message_id, "Metadata": {POSTMARK_KEY_FIELD: held}}
-            for held, message_id in matches[:count]
-        ]
-        return web.json_response({"TotalCount": len(matches), "Messages": messages})
-    finally:
-        ledger.depart()
+def _lookup_handler(route: LookupRoute) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def lookup(request: web.Request) -> web.Response:
+        return await route(request, request.app[STATE])
+
+    return lookup
 
 
 _ControlHandler = Callable[[web.Request, SandboxState], Awaitable[web.Response]]
@@ -352,14 +335,15 @@ def make_app(state: SandboxState) -> web.Application:
     """The aiohttp application serving ``state``."""
     app = web.Application()
     app[STATE] = state
-    app.router.add_post("/v1/send", _send_handler(DIALECTS["mailbus"]))
-    app.router.add_post("/emails", _send_handler(DIALECTS["resend"]))
-    app.router.add_post("/v3/mail/send", _send_handler(DIALECTS["sendgrid"]))
-    app.router.add_post("/v3/{domain}/messages", _send_handler(DIALECTS["mailgun"]))
-    app.router.add_post("/email", _send_handler(DIALECTS["postmark"]))
-    app.router.add_post("/email/withTemplate", _send_handler(DIALECTS["postmark-template"]))
+    app.router.add_post("/v1/send", _send_handler(OWN))
     app.router.add_get("/v1/messages", _lookup)
-    app.router.add_get("/messages/outbound", _postmark_search)
+    for provider in named().values():  # each provider folder's imitation
+        if provider.sandbox is None:
+            continue
+        for path, dialect in provider.sandbox.sends.items():
+            app.router.add_post(path, _send_handler(dialect))
+        for path, route in provider.sandbox.lookups.items():
+            app.router.add_get(path, _lookup_handler(route))
     app.router.add_get("/_sandbox/health", _control(_health))
     app.router.add_get("/_sandbox/ledger", _control(_ledger))
     app.router.add_get("/_sandbox/requests", _control(_requests))

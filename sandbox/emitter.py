@@ -4,7 +4,7 @@
 (:mod:`mailbus.sandbox.outcomes`) posted to the receiver after ``delay_ms``, signed with
 ``Mailbus-Signature`` (v2: over the URL's path and the body) under the webhook secret.
 ``--native-events-to URL``: mail a named provider's dialect accepted gets that provider's
-own events instead (:mod:`mailbus.sandbox.native_events`), posted to ``URL/<provider>``
+own events instead (each provider folder's ``sandbox.py``), posted to ``URL/<provider>``
 (the receiver's route, docs/providers.md#delivery-events) and signed that provider's way,
 for each provider whose signing secret or key is given (the receiver's variables:
 ``MAILBUS_RESEND_WEBHOOK_SECRET``, ``MAILBUS_MAILGUN_WEBHOOK_KEY``,
@@ -25,30 +25,19 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from mailbus.kernel.errors import ConfigError
-from mailbus.sandbox.native_events import (
-    MailbusSigner,
-    MailgunSigner,
-    PostmarkSigner,
-    ResendSigner,
-    SendGridSigner,
-    SesSigner,
-    Signer,
-)
+from mailbus.providers.registry import named
+from mailbus.providers.sandbox_events import MailbusSigner, Signer, secret_from_env
 from mailbus.sandbox.outcomes import OutcomePlan, outcome_events, posting_order
 
 __all__ = ["EventEmitter", "Route", "add_event_arguments", "emitter_from_args"]
@@ -85,16 +74,9 @@ def add_event_arguments(parser: argparse.ArgumentParser) -> None:
         help="the receiver's webhooks base, e.g. http://127.0.0.1:8026/webhooks: a provider's "
         "events go to URL/<provider>",
     )
-    events.add_argument(
-        "--sendgrid-signing-key", metavar="PEM", help="EC P-256 private key (SendGrid's events)"
-    )
-    events.add_argument(
-        "--ses-signing-key", metavar="PEM", help="RSA private key of SNS's signing certificate"
-    )
-    events.add_argument(
-        "--ses-cert-url", metavar="URL", help="https URL serving that certificate (SigningCertURL)"
-    )
-    events.add_argument("--ses-topic-arn", metavar="ARN", help="the SNS topic SES publishes to")
+    for provider in named().values():  # a provider's own signing options
+        if provider.sandbox is not None and provider.sandbox.options is not None:
+            provider.sandbox.options(events)
     events.add_argument(
         "--events-delay-ms",
         metavar="MS",
@@ -141,26 +123,6 @@ def _share_arg(text: str) -> float:
     return value
 
 
-def _secret(name: str) -> str:
-    """``$name``, else the content of ``$name_FILE``, stripped; empty when neither."""
-    secret = os.environ.get(name, "").strip()
-    if path := os.environ.get(f"{name}_FILE"):
-        try:
-            secret = Path(path).read_text().strip()
-        except OSError as exc:
-            raise ConfigError(f"{name}_FILE", f"unreadable: {exc.strerror}") from None
-    return secret
-
-
-def _private_key(option: str, path: str) -> Any:
-    try:
-        return load_pem_private_key(Path(path).read_bytes(), password=None)
-    except OSError as exc:
-        raise ConfigError(option, f"unreadable: {exc.strerror}") from None
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(option, f"not an unencrypted PEM private key: {exc}") from None
-
-
 def _http_url(option: str, url: str) -> str:
     if not url.startswith(("http://", "https://")):
         raise ConfigError(option, f"expected an http(s):// URL, got {url!r}")
@@ -168,34 +130,14 @@ def _http_url(option: str, url: str) -> str:
 
 
 def _native_signers(args: argparse.Namespace) -> dict[str, Signer]:
-    """The providers whose signing secret or key is configured, with their signers."""
+    """The providers whose signing secret or key is configured, with their signers (each
+    provider folder's imitation reads its own)."""
     signers: dict[str, Signer] = {}
-    if resend := _secret("MAILBUS_RESEND_WEBHOOK_SECRET"):
-        signers["resend"] = ResendSigner(resend)
-    if mailgun := _secret("MAILBUS_MAILGUN_WEBHOOK_KEY"):
-        signers["mailgun"] = MailgunSigner(mailgun)
-    if postmark := _secret("MAILBUS_POSTMARK_WEBHOOK_AUTH"):
-        user, colon, password = postmark.partition(":")
-        if not colon:
-            raise ConfigError("MAILBUS_POSTMARK_WEBHOOK_AUTH", "expected user:password")
-        signers["postmark"] = PostmarkSigner(user, password)
-    if args.sendgrid_signing_key:
-        key = _private_key("--sendgrid-signing-key", args.sendgrid_signing_key)
-        if not isinstance(key, ec.EllipticCurvePrivateKey):
-            raise ConfigError("--sendgrid-signing-key", "must be an EC (P-256) private key")
-        signers["sendgrid"] = SendGridSigner(key)
-    ses = (args.ses_signing_key, args.ses_cert_url, args.ses_topic_arn)
-    if any(ses):
-        if not all(ses):
-            missing = ("--ses-signing-key", "--ses-cert-url", "--ses-topic-arn")
-            name = next(n for n, v in zip(missing, ses, strict=True) if not v)
-            raise ConfigError(name, "SES events need the signing key, cert URL and topic ARN")
-        key = _private_key("--ses-signing-key", args.ses_signing_key)
-        if not isinstance(key, rsa.RSAPrivateKey):
-            raise ConfigError("--ses-signing-key", "must be an RSA private key")
-        if not args.ses_cert_url.startswith("https://"):
-            raise ConfigError("--ses-cert-url", "SNS certificates are served over https")
-        signers["ses"] = SesSigner(args.ses_topic_arn, args.ses_cert_url, key)
+    for name, provider in named().items():
+        make = None if provider.sandbox is None else provider.sandbox.signer
+        signer = None if make is None else make(args)
+        if signer is not None:
+            signers[name] = signer
     return signers
 
 
@@ -209,7 +151,7 @@ def emitter_from_args(args: argparse.Namespace) -> EventEmitter | None:
     secret = ""
     if url:
         _http_url("--events-to", url)
-        secret = _secret("MAILBUS_WEBHOOK_SECRET")
+        secret = secret_from_env("MAILBUS_WEBHOOK_SECRET")
         if not secret:
             raise ConfigError("MAILBUS_WEBHOOK_SECRET", "--events-to needs the webhook secret")
     native: dict[str, Route] = {}

@@ -1,5 +1,6 @@
-"""``POST /webhooks/{ses,sendgrid,mailgun,postmark,resend}``: each enabled provider's own
-route, an aiohttp adapter over the pure modules of :mod:`mailbus.feedback.native`.
+"""``POST /webhooks/<provider>``: each enabled provider's own route, an aiohttp adapter over
+the :class:`NativeReceiver` each provider folder gives (``providers/<name>/webhook.py``,
+found through :mod:`mailbus.providers.registry`).
 
 In this order, nothing changing until the last step (docs/guides/delivery-events.md#limits):
 the raw body is read up to the provider's limit (``max_body``, from its documented batch
@@ -25,32 +26,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Protocol
 
 from aiohttp import web
-from svix.webhooks import Webhook
 
 from mailbus.feedback.events import DeliveryEvent, InvalidEventError
-from mailbus.feedback.native import mailgun_events, postmark_events, resend_events, sns
-from mailbus.feedback.native.certificates import CertificateSource, FetchError
 from mailbus.feedback.native.inbound import MAX_DEPTH, Inbound, too_deep
-from mailbus.feedback.native.sendgrid_events import Verifier
-from mailbus.feedback.native.sendgrid_events import parse as parse_sendgrid
 from mailbus.feedback.signature import Verdict
 from mailbus.feedback.store import Recorded
 from mailbus.kernel import metrics
-from mailbus.kernel.errors import StorageError
+from mailbus.kernel.errors import MailbusError, StorageError
 
 __all__ = [
-    "Mailgun",
+    "MIB",
+    "BodySigned",
+    "Clock",
     "NativeReceiver",
-    "Postmark",
-    "Resend",
-    "SendGrid",
-    "Ses",
+    "Unreachable",
     "add_native_routes",
     "read_body",
 ]
@@ -63,9 +56,18 @@ Clock = Callable[[], float]
 KIB, MIB = 1024, 1024 * 1024
 
 
+class Unreachable(MailbusError):
+    """What a receiver needs to verify or confirm could not be reached (an SNS signing
+    certificate, a subscription URL): 503, and the provider retries."""
+
+
 class NativeReceiver(Protocol):
+    """One provider's webhook route: ``name`` is its path, ``/webhooks/<name>``."""
+
     name: str
     max_body: int  # bytes
+    # how long its tokens are remembered (see ``token``); 0: it has none
+    tokens_kept_s: float
 
     async def verify(self, headers: Mapping[str, str], body: bytes) -> Verdict: ...
 
@@ -76,6 +78,10 @@ class NativeReceiver(Protocol):
 
     async def parse(self, headers: Mapping[str, str], body: bytes) -> Inbound: ...
 
+    async def close(self) -> None:
+        """Release what it holds (an SNS certificate source's HTTP session)."""
+        ...
+
 
 class _Recorder(Protocol):
     async def record(self, provider: str, event: DeliveryEvent) -> Recorded: ...
@@ -83,107 +89,16 @@ class _Recorder(Protocol):
     async def remember_token(self, provider: str, token: str, digest: bytes) -> bool: ...
 
 
-class _BodySigned:
+class BodySigned:
     """A provider whose signature covers the body: no token to remember."""
+
+    tokens_kept_s = 0.0
 
     def token(self, body: bytes) -> tuple[str, bytes] | None:
         return None
 
-
-class Mailgun:
-    name = "mailgun"
-    max_body = 1 * MIB  # one event per post
-
-    def __init__(self, key: str, clock: Clock = time.time) -> None:
-        self._key, self._clock = key, clock
-
-    async def verify(self, headers: Mapping[str, str], body: bytes) -> Verdict:
-        return mailgun_events.verify(body, self._key, self._clock())
-
-    def token(self, body: bytes) -> tuple[str, bytes] | None:
-        return mailgun_events.token(body)
-
-    async def parse(self, headers: Mapping[str, str], body: bytes) -> Inbound:
-        return mailgun_events.parse(body)
-
-
-class Resend(_BodySigned):
-    name = "resend"
-    max_body = 1 * MIB  # one event per post
-
-    def __init__(self, secret: str, clock: Clock = time.time) -> None:
-        try:
-            self._hook = Webhook(secret)
-        except Exception as exc:  # svix refuses an empty or non-base64 secret, untyped
-            raise ValueError(f"not a Svix signing secret: {exc}") from None
-        self._clock = clock
-
-    async def verify(self, headers: Mapping[str, str], body: bytes) -> Verdict:
-        return resend_events.verify(headers, body, self._hook, self._clock())
-
-    async def parse(self, headers: Mapping[str, str], body: bytes) -> Inbound:
-        return resend_events.parse(headers, body)
-
-
-class SendGrid(_BodySigned):
-    name = "sendgrid"
-    max_body = 8 * MIB  # up to MAX_EVENTS (10,000) events of well under 1 KiB each
-
-    def __init__(self, public_key: str, clock: Clock = time.time) -> None:
-        self._verifier, self._clock = Verifier(public_key), clock
-
-    async def verify(self, headers: Mapping[str, str], body: bytes) -> Verdict:
-        return self._verifier.verify(headers, body, self._clock())
-
-    async def parse(self, headers: Mapping[str, str], body: bytes) -> Inbound:
-        return parse_sendgrid(body)
-
-
-class Postmark(_BodySigned):
-    name = "postmark"
-    # one record; a bounce may carry the message's content (Postmark takes up to 10 MB)
-    max_body = 16 * MIB
-
-    def __init__(self, credentials: str) -> None:
-        self._credentials = credentials
-
-    async def verify(self, headers: Mapping[str, str], body: bytes) -> Verdict:
-        return postmark_events.verify(headers.get("Authorization"), self._credentials)
-
-    async def parse(self, headers: Mapping[str, str], body: bytes) -> Inbound:
-        return postmark_events.parse(body)
-
-
-class Ses(_BodySigned):
-    """SES through SNS: only the ``topic_arns`` given; certificates from ``source``."""
-
-    name = "ses"
-    max_body = 1 * MIB  # an SNS message is at most 256 KiB, escaped once more in JSON
-
-    def __init__(
-        self, topic_arns: frozenset[str], source: CertificateSource, clock: Clock = time.time
-    ) -> None:
-        self._topics, self._source, self._clock = topic_arns, source, clock
-
-    async def verify(self, headers: Mapping[str, str], body: bytes) -> Verdict:
-        message = sns.envelope(body)
-        if message is None:
-            return Verdict(False, "malformed")
-        if message.get("TopicArn") not in self._topics:
-            return Verdict(False, "topic")
-        url = message.get("SigningCertURL", "")
-        if not sns.allowed_url(url, self._source.hosts):
-            return Verdict(False, "cert_url")
-        pem = await self._source.certificate(url)  # FetchError: 503
-        return sns.check_signature(message, pem, datetime.fromtimestamp(self._clock(), UTC))
-
-    async def parse(self, headers: Mapping[str, str], body: bytes) -> Inbound:
-        message = sns.envelope(body)
-        assert message is not None  # verified before
-        inbound = sns.parse(message)
-        if inbound.subscribe_url is not None:
-            await self._source.confirm(inbound.subscribe_url)
-        return inbound
+    async def close(self) -> None:
+        return None
 
 
 def add_native_routes(
@@ -209,7 +124,7 @@ def _handler(
             return _answer(400, error=f"body: nests deeper than {MAX_DEPTH} levels")
         try:
             verdict = await receiver.verify(request.headers, body)
-        except FetchError as exc:
+        except Unreachable as exc:
             log.warning("webhook from %s not verified: %s", name, exc)
             return _answer(503, {"Retry-After": "5"}, error="signing certificate unavailable")
         if not verdict.ok:
@@ -230,7 +145,7 @@ def _handler(
         except InvalidEventError as exc:
             metrics.observe_webhook_rejected("invalid")
             return _answer(400, error=str(exc))
-        except FetchError as exc:
+        except Unreachable as exc:
             log.warning("subscription for %s not confirmed: %s", name, exc)
             return _answer(503, {"Retry-After": "5"}, error="subscription not confirmed")
         if inbound.subscribe_url is not None:

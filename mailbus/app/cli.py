@@ -235,9 +235,10 @@ def _relay(settings: Settings, _args: argparse.Namespace) -> int:
 
 def _consume(settings: Settings, args: argparse.Namespace) -> int:
     from mailbus.consumer.runner import run_consumer
+    from mailbus.providers.registry import senders
 
     _check_kafka(settings)
-    return run_consumer(settings, args.priority)
+    return run_consumer(settings, args.priority, senders())
 
 
 def _intake(settings: Settings, _args: argparse.Namespace) -> int:
@@ -374,8 +375,9 @@ def _retention(settings: Settings, args: argparse.Namespace) -> int:
 
 def _webhooks(settings: Settings, _args: argparse.Namespace) -> int:
     from mailbus.feedback.server import run_webhooks
+    from mailbus.providers.registry import receivers
 
-    return run_webhooks(settings)
+    return run_webhooks(settings, receivers(settings))
 
 
 def _console(settings: Settings, args: argparse.Namespace) -> int:

@@ -23,15 +23,13 @@ from smtp_server import free_port
 from sns_support import CERT_PATH, make_pki, serving_certificate
 
 from mailbus.kernel.settings import Settings
+from mailbus.providers.mailgun.sandbox import MailgunSigner
+from mailbus.providers.postmark.sandbox import PostmarkSigner
+from mailbus.providers.resend.sandbox import ResendSigner
+from mailbus.providers.sandbox_events import Signer
+from mailbus.providers.sendgrid.sandbox import SendGridSigner
+from mailbus.providers.ses.sandbox import SesSigner
 from mailbus.sandbox.emitter import EventEmitter, Route
-from mailbus.sandbox.native_events import (
-    MailgunSigner,
-    PostmarkSigner,
-    ResendSigner,
-    SendGridSigner,
-    SesSigner,
-    Signer,
-)
 from mailbus.sandbox.outcomes import OutcomePlan
 from mailbus.sandbox.server import start_in_thread
 

@@ -16,7 +16,7 @@ from relay_runner import wait_until
 from services import run_mailbus
 from smtp_server import smtp_server
 
-from mailbus.consumer.providers.smtp import message_id_for
+from mailbus.providers.smtp.sending import message_id_for
 
 SANDBOX = {
     "sendgrid": {"MAILBUS_PROVIDER": "sendgrid", "MAILBUS_MAIL_FROM": "shop@example.com"},

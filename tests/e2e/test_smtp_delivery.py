@@ -12,7 +12,7 @@ from conftest import Stack
 from relay_runner import wait_until
 from smtp_server import SmtpRecorder, smtp_server
 
-from mailbus.consumer.providers.smtp import message_id_for
+from mailbus.providers.smtp.sending import message_id_for
 
 SENDER_DOMAIN = "shop.example"
 

@@ -20,7 +20,7 @@ from relay_runner import wait_until
 from services import REPO
 from smtp_server import SmtpRecorder, free_port, smtp_server
 
-from mailbus.consumer.providers.smtp import message_id_for
+from mailbus.providers.smtp.sending import message_id_for
 
 SENDER_DOMAIN = "shop.example"
 PASSWORD = "s3cret"

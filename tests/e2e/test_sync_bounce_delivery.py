@@ -14,7 +14,7 @@ from smtp_server import smtp_server
 from transport_security import login_as
 
 from mailbus.app.migrate import apply_roles
-from mailbus.consumer.providers.smtp import message_id_for
+from mailbus.providers.smtp.sending import message_id_for
 
 pytestmark = pytest.mark.stack
 SENDER_DOMAIN = "shop.example"

@@ -1,5 +1,5 @@
 """Providers' own delivery events end to end: the real receiver on a loopback port, each
-request signed by the sandbox's provider_signing (written from the providers' documents),
+request signed by the providers' sandbox imitations (written from the providers' documents),
 verified by mailbus with the providers' libraries, recorded in the test's own PostgreSQL.
 SES: SNS certificates and the subscription handshake over https from a local server whose
 CA is pinned (MAILBUS_SES_CA_FILE)."""
@@ -27,18 +27,23 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from sns_support import Pki, make_pki
 
-from mailbus.feedback.native import mailgun_events, resend_events, sendgrid_events
-from mailbus.feedback.native.certificates import CertificateSource
-from mailbus.feedback.native.routes import Mailgun, NativeReceiver, Postmark, Resend, SendGrid, Ses
+from mailbus.feedback.native.routes import NativeReceiver
 from mailbus.feedback.server import start
 from mailbus.feedback.store import EventStore
-from mailbus.sandbox.provider_signing import (
-    basic_authorization,
-    mailgun_signature,
-    sendgrid_headers,
-    sns_signed,
-    svix_headers,
-)
+from mailbus.providers.mailgun import events as mailgun_events
+from mailbus.providers.mailgun.sandbox import mailgun_signature
+from mailbus.providers.mailgun.webhook import Mailgun
+from mailbus.providers.postmark.sandbox import basic_authorization
+from mailbus.providers.postmark.webhook import Postmark
+from mailbus.providers.resend import events as resend_events
+from mailbus.providers.resend.sandbox import svix_headers
+from mailbus.providers.resend.webhook import Resend
+from mailbus.providers.sendgrid import events as sendgrid_events
+from mailbus.providers.sendgrid.sandbox import sendgrid_headers
+from mailbus.providers.sendgrid.webhook import SendGrid
+from mailbus.providers.ses.certificates import CertificateSource
+from mailbus.providers.ses.sandbox import sns_signed
+from mailbus.providers.ses.webhook import Ses
 
 ADDRESS = "Ana@Example.com"
 T0 = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)

@@ -30,11 +30,17 @@ from test_native_webhooks import (
     seed,
 )
 
-from mailbus.feedback.native.routes import Mailgun, NativeReceiver, Postmark, Resend, SendGrid
+from mailbus.feedback.native.routes import NativeReceiver
 from mailbus.feedback.server import start
 from mailbus.feedback.signature import signature_header
 from mailbus.feedback.store import EventStore
-from mailbus.sandbox.provider_signing import mailgun_signature, sendgrid_headers, svix_headers
+from mailbus.providers.mailgun.sandbox import mailgun_signature
+from mailbus.providers.mailgun.webhook import Mailgun
+from mailbus.providers.postmark.webhook import Postmark
+from mailbus.providers.resend.sandbox import svix_headers
+from mailbus.providers.resend.webhook import Resend
+from mailbus.providers.sendgrid.sandbox import sendgrid_headers
+from mailbus.providers.sendgrid.webhook import SendGrid
 
 SECRET = "mailbus-signature-secret-0123"
 

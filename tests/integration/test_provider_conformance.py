@@ -1,7 +1,8 @@
 """One conformance suite every provider adapter passes, against its sandbox dialect.
 
 Watermill's way (docs/architecture.md#providers-as-adapters): the same cases, parametrized
-over every HTTP dialect -- accepted, 4xx, 5xx, 429 with Retry-After, a timeout after
+over every HTTP dialect (the own API's and each provider folder's, found by
+mailbus.providers.registry) -- accepted, 4xx, 5xx, 429 with Retry-After, a timeout after
 acceptance, a malformed 2xx, and the way doubt is settled (a look-up, a resend under the
 same key, or -- a provider with neither -- not at all: the one mail stays the one mail,
 at most once), a revoked key and a spent quota (the provider's documented replies, each
@@ -13,6 +14,7 @@ services needed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
@@ -29,12 +31,10 @@ from mailbus.consumer.provider import (
     MailbusDialect,
     OutgoingMail,
 )
-from mailbus.consumer.providers.mailgun import MailgunDialect
-from mailbus.consumer.providers.postmark import PostmarkDialect
-from mailbus.consumer.providers.resend import ResendDialect
-from mailbus.consumer.providers.sendgrid import SendGridDialect
 from mailbus.consumer.templates import ProviderTemplate, Rendered
 from mailbus.kernel.provider_key import provider_key
+from mailbus.kernel.settings import load_settings
+from mailbus.providers.registry import named
 from mailbus.sandbox.app import SandboxState
 from mailbus.sandbox.faults import build_plan
 from mailbus.sandbox.server import ThreadedSandbox, start_in_thread
@@ -43,12 +43,14 @@ API_KEY = "conformance-key-0123456789"
 MAIL = OutgoingMail(
     "order-7-confirmation", "ana@example.com", "order_confirmation", {"subject": "Order 7"}
 )
-ADAPTERS: dict[str, Callable[[], Dialect]] = {
-    "http": MailbusDialect,
-    "resend": lambda: ResendDialect("shop@example.com"),
-    "sendgrid": lambda: SendGridDialect("shop@example.com"),
-    "mailgun": lambda: MailgunDialect("shop@mg.example.com", "mg.example.com"),
-    "postmark": lambda: PostmarkDialect("shop@example.com"),
+# the own API's dialect and every provider folder's (mailbus.providers.registry)
+SETTINGS = replace(
+    load_settings({}), mail_from="shop@mg.example.com", mailgun_domain="mg.example.com"
+)
+ADAPTERS: dict[str, Callable[[], Dialect]] = {"http": MailbusDialect} | {
+    name: functools.partial(entry.dialect, SETTINGS)
+    for name, entry in named().items()
+    if entry.dialect is not None
 }
 _T = TypeVar("_T")
 

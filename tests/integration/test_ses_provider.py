@@ -15,7 +15,7 @@ from mailbus.consumer.core.outcome import SENDER as SENDER_STATE
 from mailbus.consumer.core.outcome import Outcome
 from mailbus.consumer.core.smtp_outcome import classify_call
 from mailbus.consumer.provider import OutgoingMail
-from mailbus.consumer.providers.ses import SesProvider
+from mailbus.providers.ses.sending import SesProvider
 
 SENDER = "shop@example.com"
 MAIL = OutgoingMail("order-9-confirmation", "ana@example.com", "order", {"subject": "Order 9"})

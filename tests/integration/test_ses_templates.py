@@ -19,8 +19,8 @@ from moto_ses import CREDENTIALS, REGION, MotoSes, moto_ses
 from mailbus.consumer.content import TemplatedProvider
 from mailbus.consumer.core import RetryPolicy
 from mailbus.consumer.ledger import SendLedger
-from mailbus.consumer.providers.ses import SesProvider
 from mailbus.consumer.templates import TemplateStore
+from mailbus.providers.ses.sending import SesProvider
 
 SENDER = "shop@example.com"
 

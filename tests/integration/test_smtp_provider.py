@@ -13,7 +13,7 @@ from mailbus.consumer.core.domains import domain_throttled
 from mailbus.consumer.core.outcome import Outcome, TransportFailure
 from mailbus.consumer.core.smtp_outcome import SmtpDown, SmtpReply, classify_call
 from mailbus.consumer.provider import OutgoingMail
-from mailbus.consumer.providers.smtp import SmtpProvider, message_id_for
+from mailbus.providers.smtp.sending import SmtpProvider, message_id_for
 
 
 @pytest.fixture

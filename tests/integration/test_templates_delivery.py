@@ -19,8 +19,8 @@ from smtp_server import SmtpRecorder, smtp_server
 from mailbus.consumer.content import TemplatedProvider
 from mailbus.consumer.core import RetryPolicy
 from mailbus.consumer.ledger import SendLedger
-from mailbus.consumer.providers.smtp import SmtpProvider, message_id_for
 from mailbus.consumer.templates import TemplateStore
+from mailbus.providers.smtp.sending import SmtpProvider, message_id_for
 
 
 @pytest.fixture

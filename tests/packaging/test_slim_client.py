@@ -28,7 +28,16 @@ PSYCOPG_OWN = {"psycopg", "psycopg-binary", "typing-extensions", "tzdata"}
 VENV_OWN = {"pip", "setuptools"}
 FORBIDDEN = {"confluent-kafka", "aiohttp", "prometheus-client", "faust-streaming", "httpx"}
 # The rooms: top-level folders of the checkout, installed as mailbus.<room>.
-SERVICE_PACKAGES = ("relay", "consumer", "schemas", "sandbox", "feedback", "intake", "campaigns")
+SERVICE_PACKAGES = (
+    "relay",
+    "consumer",
+    "schemas",
+    "sandbox",
+    "feedback",
+    "intake",
+    "campaigns",
+    "providers",
+)
 
 # Prints {distribution: [its top-level modules]} as the venv's RECORD files say.
 LIST_DISTRIBUTIONS = """
@@ -181,9 +190,11 @@ def test_the_wheel_installs_one_top_level_module(service_wheel: Path) -> None:
     assert in_checkout <= packages  # a package missing from pyproject's list fails here
     assert {"mailbus.kernel", "mailbus.app"} <= packages
     assert not any(name.startswith(("mailbus_client/", "client/")) for name in names)
-    metadata = zipfile.ZipFile(service_wheel).read(
-        next(name for name in names if name.endswith(".dist-info/METADATA"))
-    ).decode()
+    metadata = (
+        zipfile.ZipFile(service_wheel)
+        .read(next(name for name in names if name.endswith(".dist-info/METADATA")))
+        .decode()
+    )
     assert "Requires-Dist: mailbus-client" in metadata
 
 

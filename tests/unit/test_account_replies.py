@@ -27,11 +27,11 @@ from mailbus.consumer.core.outcome import (
 from mailbus.consumer.core.states import Status
 from mailbus.consumer.gate import Admission, ProviderGate
 from mailbus.consumer.provider import Dialect, MailbusDialect
-from mailbus.consumer.providers.mailgun import MailgunDialect
-from mailbus.consumer.providers.postmark import PostmarkDialect
-from mailbus.consumer.providers.resend import ResendDialect
-from mailbus.consumer.providers.sendgrid import SendGridDialect
-from mailbus.consumer.providers.ses import ses_error_result
+from mailbus.providers.mailgun.sending import MailgunDialect
+from mailbus.providers.postmark.sending import PostmarkDialect
+from mailbus.providers.resend.sending import ResendDialect
+from mailbus.providers.sendgrid.sending import SendGridDialect
+from mailbus.providers.ses.sending import ses_error_result
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 DIALECTS: dict[str, Dialect] = {

@@ -20,16 +20,18 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 from mailbus.feedback.events import DeliveryEvent
-from mailbus.feedback.native import sns
 from mailbus.feedback.native.inbound import Inbound
-from mailbus.feedback.native.routes import Mailgun, NativeReceiver, Postmark, Resend, SendGrid
-from mailbus.sandbox.provider_signing import (
-    basic_authorization,
-    mailgun_signature,
-    sendgrid_headers,
-    sns_signed,
-    svix_headers,
-)
+from mailbus.feedback.native.routes import NativeReceiver
+from mailbus.providers.mailgun.sandbox import mailgun_signature
+from mailbus.providers.mailgun.webhook import Mailgun
+from mailbus.providers.postmark.sandbox import basic_authorization
+from mailbus.providers.postmark.webhook import Postmark
+from mailbus.providers.resend.sandbox import svix_headers
+from mailbus.providers.resend.webhook import Resend
+from mailbus.providers.sendgrid.sandbox import sendgrid_headers
+from mailbus.providers.sendgrid.webhook import SendGrid
+from mailbus.providers.ses import events as sns
+from mailbus.providers.ses.sandbox import sns_signed
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "webhooks"
 CASES = json.loads((FIXTURES / "cases.json").read_text())

@@ -20,6 +20,7 @@ from mailbus.consumer.routing import FALLBACK, Routing
 from mailbus.consumer.runner import _fallback_provider
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.settings import load_settings
+from mailbus.providers.registry import senders
 from mailbus_client.policies import configured_policy_book
 
 NOW = datetime(2026, 12, 6, 14, 0, tzinfo=UTC)
@@ -102,7 +103,7 @@ def test_the_fallback_is_sent_under_its_own_capability(
     env: dict[str, str], key_window_s: float | str | None, look_up: bool
 ) -> None:
     settings = load_settings({"MAILBUS_MAIL_FROM": "shop@example.com", **env})
-    fallback = _fallback_provider(settings)
+    fallback = _fallback_provider(settings, senders())
     assert fallback is not None
     capability = fallback.capability
     window = "none" if capability.key is None else capability.key.window_s

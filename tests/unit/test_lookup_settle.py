@@ -21,11 +21,11 @@ from mailbus.consumer.core.capability import (
 from mailbus.consumer.core.decide import Decision, after_lookup, confirm_final, key_in_use
 from mailbus.consumer.core.outcome import Outcome, ProviderReply, classify
 from mailbus.consumer.provider import MailbusDialect
-from mailbus.consumer.providers.postmark import PostmarkDialect
-from mailbus.consumer.providers.resend import ResendDialect
 from mailbus.consumer.runner import window_margin_seconds
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.settings import load_settings
+from mailbus.providers.postmark.sending import PostmarkDialect
+from mailbus.providers.resend.sending import ResendDialect
 
 T0 = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 POLICY = RetryPolicy(max_attempts=5, base_s=2.0, cap_s=300.0, late_accept_s=30.0)

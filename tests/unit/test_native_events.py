@@ -21,19 +21,23 @@ from cryptography.x509.oid import NameOID
 from svix.webhooks import Webhook
 
 from mailbus.feedback.events import DeliveryEvent
-from mailbus.feedback.native import mailgun_events, resend_events, sendgrid_events, sns
-from mailbus.feedback.native.routes import Mailgun, NativeReceiver, Postmark, Resend, SendGrid
+from mailbus.feedback.native.routes import NativeReceiver
 from mailbus.kernel.errors import ConfigError
+from mailbus.providers.mailgun import events as mailgun_events
+from mailbus.providers.mailgun.sandbox import MailgunSigner
+from mailbus.providers.mailgun.webhook import Mailgun
+from mailbus.providers.postmark.sandbox import PostmarkSigner
+from mailbus.providers.postmark.webhook import Postmark
+from mailbus.providers.resend import events as resend_events
+from mailbus.providers.resend.sandbox import ResendSigner, svix_headers
+from mailbus.providers.resend.webhook import Resend
+from mailbus.providers.sandbox_events import Signer
+from mailbus.providers.sendgrid import events as sendgrid_events
+from mailbus.providers.sendgrid.sandbox import SendGridSigner
+from mailbus.providers.sendgrid.webhook import SendGrid
+from mailbus.providers.ses import events as sns
+from mailbus.providers.ses.sandbox import SesSigner
 from mailbus.sandbox.emitter import emitter_from_args
-from mailbus.sandbox.native_events import (
-    MailgunSigner,
-    PostmarkSigner,
-    ResendSigner,
-    SendGridSigner,
-    SesSigner,
-    Signer,
-)
-from mailbus.sandbox.provider_signing import svix_headers
 from mailbus.sandbox.server import add_arguments
 
 
@@ -179,7 +183,7 @@ def test_ses_events_are_sns_notifications_signed_by_the_certificates_key() -> No
 
 
 def test_the_sandboxs_svix_signature_is_the_svix_librarys_own() -> None:
-    """provider_signing writes Svix's scheme from its document; the library agrees."""
+    """Resend's imitation writes Svix's scheme from its document; the library agrees."""
     signed_at = now()
     body = json.dumps({"type": "email.delivered"}).encode()
     ours = svix_headers(RESEND_SECRET, "msg_x", signed_at, body)["svix-signature"]

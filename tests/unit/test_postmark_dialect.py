@@ -10,7 +10,7 @@ import pytest
 
 from mailbus.consumer.core.outcome import Outcome, classify
 from mailbus.consumer.provider import LookupResult, OutgoingMail
-from mailbus.consumer.providers.postmark import PostmarkDialect, metadata_value
+from mailbus.providers.postmark.sending import PostmarkDialect, metadata_value
 
 NOW = datetime(2026, 12, 3, tzinfo=UTC)
 POSTMARK = PostmarkDialect("shop@example.com")

@@ -13,6 +13,7 @@ from mailbus.consumer.provider import HttpProvider, OutgoingMail
 from mailbus.consumer.runner import _process_provider
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.settings import load_settings
+from mailbus.providers.registry import senders
 
 P0 = {
     "MAILBUS_PROVIDER_P0_URL": "https://transactional.example",
@@ -34,19 +35,19 @@ def test_a_key_without_a_url_names_the_url() -> None:
 
 
 def test_a_p0_process_calls_the_p0_provider_under_the_name_p0() -> None:
-    name, provider, url = _process_provider(load_settings(P0), ["p0"])
+    name, provider, url = _process_provider(load_settings(P0), ["p0"], senders())
     assert (name, url) == ("p0", "https://transactional.example")
     assert isinstance(provider, HttpProvider)
 
 
 def test_other_priorities_keep_the_default_provider() -> None:
-    name, _provider, url = _process_provider(load_settings(P0), ["p1", "p2"])
+    name, _provider, url = _process_provider(load_settings(P0), ["p1", "p2"], senders())
     assert (name, url) == (None, "http://127.0.0.1:8025")
 
 
 def test_a_process_never_mixes_two_providers() -> None:
     with pytest.raises(ConfigError) as error:
-        _process_provider(load_settings(P0), ["p0", "p1"])
+        _process_provider(load_settings(P0), ["p0", "p1"], senders())
     assert "MAILBUS_PROVIDER_P0_URL" in str(error.value)
 
 
@@ -57,7 +58,7 @@ def test_a_priority_providers_key_file_is_read_again_when_it_changes(tmp_path: P
     path.write_text("p0-old-key\n")
     env = {"MAILBUS_PROVIDER_P0_URL": P0["MAILBUS_PROVIDER_P0_URL"]}
     settings = load_settings({**env, "MAILBUS_PROVIDER_P0_API_KEY_FILE": str(path)})
-    _name, provider, _url = _process_provider(settings, ["p0"])
+    _name, provider, _url = _process_provider(settings, ["p0"], senders())
     mail = OutgoingMail("order-7", "ana@example.com", "order", {})
 
     def sent_key() -> str:

@@ -12,14 +12,14 @@ import json
 import pytest
 
 from mailbus.consumer.provider import MailbusDialect, OutgoingMail
-from mailbus.consumer.providers.mailgun import MailgunDialect
-from mailbus.consumer.providers.postmark import PostmarkDialect
-from mailbus.consumer.providers.resend import ResendDialect
-from mailbus.consumer.providers.sendgrid import SendGridDialect
-from mailbus.consumer.providers.ses import SesProvider, key_tag
-from mailbus.consumer.providers.smtp import SmtpProvider
 from mailbus.kernel.errors import InvalidSendError
 from mailbus.kernel.provider_key import provider_key
+from mailbus.providers.mailgun.sending import MailgunDialect
+from mailbus.providers.postmark.sending import PostmarkDialect
+from mailbus.providers.resend.sending import ResendDialect
+from mailbus.providers.sendgrid.sending import SendGridDialect
+from mailbus.providers.ses.sending import SesProvider, key_tag
+from mailbus.providers.smtp.sending import SmtpProvider
 
 KEY = provider_key("stg:", "order-7", 2)  # "stg:order-7~2"
 MAIL = OutgoingMail(KEY, "ana@example.com", "welcome", {"subject": "Hi"})

@@ -19,16 +19,17 @@ from botocore.validate import validate_parameters
 from mailbus.consumer.content import TemplatedProvider
 from mailbus.consumer.core.capability import Capability
 from mailbus.consumer.provider import HttpProvider, MailbusDialect, OutgoingMail
-from mailbus.consumer.providers.mailgun import MailgunDialect
-from mailbus.consumer.providers.postmark import PostmarkDialect
-from mailbus.consumer.providers.resend import ResendDialect
-from mailbus.consumer.providers.sendgrid import SendGridDialect
-from mailbus.consumer.providers.ses import SesProvider
-from mailbus.consumer.providers.smtp import SmtpProvider
 from mailbus.consumer.runner import _process_provider
 from mailbus.consumer.templates import ProviderTemplate, Rendered, TemplateStore
 from mailbus.kernel.errors import ConfigError, InvalidSendError
 from mailbus.kernel.settings import load_settings, parse_provider_templates
+from mailbus.providers.mailgun.sending import MailgunDialect
+from mailbus.providers.postmark.sending import PostmarkDialect
+from mailbus.providers.registry import senders
+from mailbus.providers.resend.sending import ResendDialect
+from mailbus.providers.sendgrid.sending import SendGridDialect
+from mailbus.providers.ses.sending import SesProvider
+from mailbus.providers.smtp.sending import SmtpProvider
 
 REPO = Path(__file__).resolve().parents[2]
 VARIABLES = {"order_id": "A-7", "headers": {"X-Campaign": "c1"}}
@@ -261,7 +262,7 @@ def test_a_malformed_mapping_exits_2_with_one_line() -> None:
 def test_the_consumer_wires_templates_only_when_configured(tmp_path: Path) -> None:
     """No template setting: the provider itself, content as before; a directory: every
     provider of the process renders; a mapping: the primary provider sends by reference."""
-    _name, plain, _url = _process_provider(load_settings({}), ["p1"])
+    _name, plain, _url = _process_provider(load_settings({}), ["p1"], senders())
     assert isinstance(plain, HttpProvider)
     env = {
         "MAILBUS_PROVIDER": "postmark",
@@ -269,7 +270,7 @@ def test_the_consumer_wires_templates_only_when_configured(tmp_path: Path) -> No
         "MAILBUS_PROVIDER_TEMPLATES": "order_confirmation=order-v2",
         "MAILBUS_TEMPLATES_DIR": str(tmp_path),
     }
-    _name, templated, _url = _process_provider(load_settings(env), ["p1"])
+    _name, templated, _url = _process_provider(load_settings(env), ["p1"], senders())
     assert isinstance(templated, TemplatedProvider)
     assert templated.content(MAIL) == ProviderTemplate("order-v2")
     with pytest.raises(InvalidSendError, match="template_missing: password_reset"):

@@ -9,8 +9,8 @@ import pytest
 
 from mailbus.consumer.core.outcome import Outcome, classify
 from mailbus.consumer.provider import OutgoingMail
-from mailbus.consumer.providers.resend import ResendDialect
 from mailbus.kernel.errors import InvalidSendError
+from mailbus.providers.resend.sending import ResendDialect
 
 NOW = datetime(2026, 12, 3, tzinfo=UTC)
 RESEND = ResendDialect("shop@example.com")

@@ -18,10 +18,10 @@ from mailbus.consumer.core.capability import (
 )
 from mailbus.consumer.core.outcome import Outcome, classify
 from mailbus.consumer.provider import OutgoingMail
-from mailbus.consumer.providers.mailgun import MailgunDialect
-from mailbus.consumer.providers.sendgrid import SendGridDialect
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.settings import load_settings
+from mailbus.providers.mailgun.sending import MailgunDialect
+from mailbus.providers.sendgrid.sending import SendGridDialect
 
 NOW = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
 SENDGRID = SendGridDialect("shop@example.com")

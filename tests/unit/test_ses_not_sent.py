@@ -23,7 +23,7 @@ from urllib3.exceptions import SSLError as Urllib3SSL
 
 from mailbus.consumer.core.outcome import Outcome, TransportFailure, classify
 from mailbus.consumer.provider import OutgoingMail
-from mailbus.consumer.providers.ses import SesProvider
+from mailbus.providers.ses.sending import SesProvider
 
 MAIL = OutgoingMail("order-7", "ana@example.com", "order", {"subject": "Hi"})
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mailbus.consumer.core.outcome import Outcome, classify
-from mailbus.consumer.providers.ses import ses_error_result
+from mailbus.providers.ses.sending import ses_error_result
 
 
 @pytest.mark.parametrize(

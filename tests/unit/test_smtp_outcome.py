@@ -14,10 +14,10 @@ from mailbus.consumer.core.outcome import Outcome, ProviderReply, TransportFailu
 from mailbus.consumer.core.smtp_outcome import SmtpReply, classify_call, classify_smtp, queue_id
 from mailbus.consumer.core.states import Status
 from mailbus.consumer.provider import OutgoingMail
-from mailbus.consumer.providers.smtp import SmtpProvider, SmtpTarget, message_id_for
 from mailbus.kernel.durations import parse_schedule
 from mailbus.kernel.errors import ConfigError, InvalidSendError
 from mailbus.kernel.settings import load_settings
+from mailbus.providers.smtp.sending import SmtpProvider, SmtpTarget, message_id_for
 
 OURS = "<0123@mailbus>"
 

@@ -16,9 +16,9 @@ from mailbus.consumer.core.outcome import Classification, Outcome
 from mailbus.consumer.core.smtp_outcome import SmtpDown, SmtpReply, classify_smtp
 from mailbus.consumer.core.states import Status
 from mailbus.consumer.gate import Admission, ProviderGate
-from mailbus.consumer.providers.smtp import SmtpProvider, SmtpTarget
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.settings import load_settings
+from mailbus.providers.smtp.sending import SmtpProvider, SmtpTarget
 
 NOW = datetime(2026, 12, 3, 8, 0, tzinfo=UTC)
 POLICY = RetryPolicy(max_attempts=3, base_s=2.0, cap_s=300.0)

@@ -14,8 +14,8 @@ from mailbus.consumer.core.decide import SendView, after_call
 from mailbus.consumer.core.outcome import classify
 from mailbus.consumer.core.smtp_outcome import SmtpReply, classify_smtp
 from mailbus.consumer.core.states import Status
-from mailbus.consumer.providers.mailgun import MailgunDialect
-from mailbus.consumer.providers.sendgrid import SendGridDialect
+from mailbus.providers.mailgun.sending import MailgunDialect
+from mailbus.providers.sendgrid.sending import SendGridDialect
 
 NOW = datetime(2026, 12, 3, tzinfo=UTC)
 ROW = SendView(1, "k", "ana@example.com", "t", "p1", Status.SENDING, 1)

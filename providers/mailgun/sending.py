@@ -4,7 +4,7 @@
 ``multipart/form-data`` body (``from``, ``to``, ``subject``, ``text``, ``html``, ``h:<header>``
 for a mail header, ``v:<name>`` for a custom variable); ``200 {"id": "<...>", "message":
 "Queued. Thank you."}`` (https://documentation.mailgun.com/docs/mailgun/api-reference/send/mailgun/messages).
-The id is stored without its angle brackets, the form ``feedback/native/mailgun_events``
+The id is stored without its angle brackets, the form ``providers/mailgun/events``
 matches (docs/providers.md#delivery-events). The base URL is the region's:
 ``https://api.mailgun.net`` (US) or ``https://api.eu.mailgun.net`` (EU)
 (https://documentation.mailgun.com/docs/mailgun/api-reference/api-overview).
@@ -48,8 +48,8 @@ from datetime import datetime
 from mailbus.consumer.core.capability import Capability
 from mailbus.consumer.core.outcome import ACCOUNT, SENDER, ProviderReply, parse_retry_after
 from mailbus.consumer.provider import LookupResult, OutgoingMail, WireRequest, valid_id
-from mailbus.consumer.providers.smtp import mail_parts
 from mailbus.kernel.errors import ConfigError
+from mailbus.providers.smtp.sending import mail_parts
 from mailbus_client.send_request import mail_headers
 
 __all__ = ["DEDUPE_VARIABLE", "MAILGUN_REGIONS", "MailgunDialect", "message_of"]

@@ -3,7 +3,7 @@
 ``POST {base}/email`` with ``X-Postmark-Server-Token: <server token>``; ``200 {"To",
 "SubmittedAt", "MessageID", "ErrorCode": 0, "Message": "OK"}``
 (https://postmarkapp.com/developer/api/email-api). ``MessageID`` is what Postmark's
-webhooks carry back (:mod:`mailbus.feedback.native.postmark_events`), so it is the id stored.
+webhooks carry back (:mod:`mailbus.providers.postmark.events`), so it is the id stored.
 
 Postmark has no idempotency key, but it keeps what mailbus sends with a mail as custom
 ``Metadata`` and finds it again: ``GET {base}/messages/outbound?count=..&offset=0&
@@ -46,8 +46,8 @@ from typing import Any
 from mailbus.consumer.core.capability import Capability
 from mailbus.consumer.core.outcome import ACCOUNT, SENDER, ProviderReply, parse_retry_after
 from mailbus.consumer.provider import LookupResult, OutgoingMail, WireRequest, json_body, valid_id
-from mailbus.consumer.providers.smtp import mail_parts, template_data
 from mailbus.consumer.templates import ProviderTemplate
+from mailbus.providers.smtp.sending import mail_parts, template_data
 from mailbus_client.send_request import mail_headers
 
 __all__ = ["METADATA_FIELD", "PostmarkDialect", "metadata_value"]

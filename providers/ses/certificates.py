@@ -1,8 +1,9 @@
 """The HTTP side of SNS: fetching signing certificates (cached) and confirming a
 subscription by visiting its ``SubscribeURL``, only ever over https to an allowed host
-(:func:`mailbus.feedback.native.sns.allowed_url`). TLS trusts the system's CAs, or only the CA file
+(:func:`mailbus.providers.ses.events.allowed_url`). TLS trusts the system's CAs, or only the CA file
 given (``MAILBUS_SES_CA_FILE``: a pinned CA, as the tests use). aiohttp errors become
-:class:`mailbus.kernel.errors.StorageError`-like :class:`FetchError` values for the route."""
+:class:`FetchError` values, which the route answers with 503
+(:class:`mailbus.feedback.native.routes.Unreachable`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import ssl
 
 import aiohttp
 
-from mailbus.feedback.native.sns import allowed_url
-from mailbus.kernel.errors import MailbusError
+from mailbus.feedback.native.routes import Unreachable
+from mailbus.providers.ses.events import allowed_url
 
 __all__ = ["CertificateSource", "FetchError"]
 
@@ -19,7 +20,7 @@ MAX_CERTIFICATE = 64 * 1024
 _CACHED = 64
 
 
-class FetchError(MailbusError):
+class FetchError(Unreachable):
     """A certificate or a subscription URL that could not be reached or was refused."""
 
 

@@ -3,7 +3,7 @@ its own (one per in-flight call), off the event loop.
 
 ``SendEmail`` (``POST /v2/email/outbound-emails``) answers ``{"MessageId"}``
 (https://docs.aws.amazon.com/ses/latest/APIReference-V2/API_SendEmail.html); that id is
-what SES puts in ``mail.messageId`` of its SNS events (:mod:`mailbus.feedback.native.sns`),
+what SES puts in ``mail.messageId`` of its SNS events (:mod:`mailbus.providers.ses.events`),
 so it is the id stored.
 
 SES has neither an idempotency key nor a look-up of a sent mail by something mailbus
@@ -102,9 +102,9 @@ from mailbus.consumer.core.outcome import (
     clip_reason,
 )
 from mailbus.consumer.provider import LookupResult, OutgoingMail, json_body, valid_id
-from mailbus.consumer.providers.smtp import mail_parts, template_data
 from mailbus.consumer.templates import ProviderTemplate
 from mailbus.kernel.errors import ConfigError, InvalidSendError
+from mailbus.providers.smtp.sending import mail_parts, template_data
 from mailbus_client.send_request import mail_headers
 
 __all__ = ["KEY_TAG", "SesPrepared", "SesProvider", "key_tag", "ses_error_result"]

@@ -24,7 +24,7 @@ sender identity's (``SENDER``; https://resend.com/docs/knowledge-base/403-error-
 passed", or the next month) are a sending quota (``QUOTA``), while ``rate_limit_exceeded``
 stays an ordinary 429. The
 subject, text and html come from a local template or the row's variables
-(:func:`~mailbus.consumer.providers.smtp.mail_parts`).
+(:func:`~mailbus.providers.smtp.sending.mail_parts`).
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ from mailbus.consumer.provider import (
     json_body,
     message_id_of,
 )
-from mailbus.consumer.providers.smtp import mail_parts
 from mailbus.kernel.errors import InvalidSendError
+from mailbus.providers.smtp.sending import mail_parts
 from mailbus_client.send_request import mail_headers
 
 __all__ = ["RESEND_WINDOW_S", "ResendDialect"]

@@ -6,7 +6,7 @@ A provider encodes a mail before any row is claimed (:meth:`Provider.prepare`, r
 (:meth:`Provider.send`, a result value, never an exception for a network problem), looks a
 dedupe key up (:meth:`Provider.lookup`) and closes (:meth:`Provider.aclose`). The HTTP
 adapter is :class:`mailbus.consumer.provider.HttpProvider`, the SMTP one
-:class:`mailbus.consumer.providers.smtp.SmtpProvider`; :func:`mailbus.consumer.core.classify_call`
+:class:`mailbus.providers.smtp.sending.SmtpProvider`; :func:`mailbus.consumer.core.classify_call`
 classifies either's result.
 """
 

@@ -1,5 +1,5 @@
 """Amazon SES events through Amazon SNS: the SNS message signature, and the SES event in
-its ``Message``, pure (the certificate is fetched by :mod:`mailbus.feedback.native.certificates`).
+its ``Message``, pure (the certificate is fetched by :mod:`mailbus.providers.ses.certificates`).
 
 SNS (https://docs.aws.amazon.com/sns/latest/dg/sns-verify-signature-of-message.html and
 https://docs.aws.amazon.com/sns/latest/dg/http-subscription-confirmation-json.html): the

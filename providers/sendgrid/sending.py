@@ -4,7 +4,7 @@
 ``personalizations``, ``from``, ``subject`` and ``content``; ``202 Accepted`` with an empty
 body and the message id in the ``X-Message-Id`` header
 (https://www.twilio.com/docs/sendgrid/api-reference/mail-send/mail-send). That id is what
-the Event Webhook's ``sg_message_id`` starts with, which ``feedback/native/sendgrid_events``
+the Event Webhook's ``sg_message_id`` starts with, which ``providers/sendgrid/events``
 matches (docs/providers.md#delivery-events).
 
 **What it offers against doubt: neither.** Mail Send takes no idempotency key (the request
@@ -54,8 +54,8 @@ from mailbus.consumer.core.outcome import (
     parse_retry_after,
 )
 from mailbus.consumer.provider import LookupResult, OutgoingMail, WireRequest, json_body, valid_id
-from mailbus.consumer.providers.smtp import mail_parts, template_data
 from mailbus.consumer.templates import ProviderTemplate
+from mailbus.providers.smtp.sending import mail_parts, template_data
 from mailbus_client.send_request import mail_headers
 
 __all__ = ["DEDUPE_ARG", "SendGridDialect"]

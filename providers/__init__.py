@@ -1,0 +1,1 @@
+"""The providers, one folder each: everything mailbus knows about one provider."""

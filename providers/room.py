@@ -1,0 +1,63 @@
+"""What one provider folder gives the rooms: :class:`NamedProvider`, defined in its
+``__init__.py`` as ``PROVIDER`` and found by :mod:`mailbus.providers.registry`.
+
+A folder ``providers/<name>/`` holds everything mailbus knows about that provider
+(docs/guides/adding-a-provider.md): ``sending.py`` (its dialect or adapter, with its
+:class:`~mailbus.consumer.core.capability.Capability`), ``events.py`` and ``webhook.py``
+(its delivery events and their route), ``sandbox.py`` (the sandbox's imitation of it) and,
+where the provider publishes one, ``published/`` (its machine-readable API description,
+with its licence).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mailbus.consumer.adapter import Provider
+from mailbus.consumer.core.capability import Capability
+from mailbus.consumer.provider import Dialect, Endpoint, http_provider
+from mailbus.feedback.native.routes import Clock, NativeReceiver
+from mailbus.kernel.settings import Settings
+from mailbus.providers.sandbox_dialect import Imitation
+
+__all__ = ["NamedProvider"]
+
+
+@dataclass(frozen=True)
+class NamedProvider:
+    """One provider: ``name`` is its MAILBUS_PROVIDER value and its folder's name.
+
+    ``dialect`` builds its HTTP dialect (sent through :class:`HttpProvider`; run by the
+    conformance suite against the sandbox); a provider that is no HTTP API (SES through
+    its SDK, SMTP) has ``sender`` instead, and ``conformance`` names the test module that
+    runs it against its emulator. ``receiver`` builds its webhook route when the settings
+    enable one (None: the provider has no webhooks); ``sandbox`` is what the sandbox serves
+    of it (every HTTP dialect has one: the conformance suite runs against it)."""
+
+    name: str
+    capability: Capability  # as documented; MAILBUS_IDEMPOTENCY_WINDOW may shorten a window
+    dialect: Callable[[Settings], Dialect] | None = None
+    sender: Callable[[Settings], Provider] | None = None
+    conformance: str = "tests/integration/test_provider_conformance.py"
+    receiver: Callable[[Settings, Clock], NativeReceiver | None] | None = None
+    sandbox: Imitation | None = None
+    # where it is reached, as health reports name it; None: MAILBUS_PROVIDER_URL
+    address: Callable[[Settings], str] | None = None
+
+    @property
+    def folder(self) -> Path:
+        return Path(__file__).parent / self.name
+
+    def url(self, settings: Settings) -> str:
+        """Where MAILBUS_PROVIDER=<name> reaches it."""
+        return settings.provider_url if self.address is None else self.address(settings)
+
+    def provider(self, settings: Settings, endpoint: Endpoint) -> Provider:
+        """The provider it sends through: an HTTP dialect at ``endpoint`` (MAILBUS_PROVIDER's
+        or MAILBUS_FALLBACK_PROVIDER's), or its own sender, configured by its own settings."""
+        if self.sender is not None:
+            return self.sender(settings)
+        assert self.dialect is not None, f"{self.name}: neither a dialect nor a sender"
+        return http_provider(settings, endpoint, self.dialect(settings))
