@@ -31,7 +31,6 @@ from mailbus.consumer.providers.mailgun import MailgunDialect
 from mailbus.consumer.providers.postmark import PostmarkDialect
 from mailbus.consumer.providers.resend import RESEND_WINDOW_S, ResendDialect
 from mailbus.consumer.providers.sendgrid import SendGridDialect
-from mailbus.consumer.providers.ses import SesProvider
 from mailbus.consumer.providers.smtp import SmtpProvider
 from mailbus.consumer.rate_limit import GlobalRateLimiter
 from mailbus.consumer.reconciler import Reconciler
@@ -276,6 +275,8 @@ def _primary_provider(settings: Settings) -> Provider:
             key_file=settings.provider_api_key_file,
         )
     if settings.provider == "ses":
+        from mailbus.consumer.providers.ses import SesProvider  # boto3: the [ses] extra
+
         return SesProvider(
             settings.mail_from,
             region=settings.ses_region,

@@ -74,23 +74,6 @@ from dataclasses import dataclass
 from email.utils import parseaddr
 from typing import Any
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-    ConnectTimeoutError,
-    CredentialRetrievalError,
-    EndpointConnectionError,
-    NoCredentialsError,
-    ParamValidationError,
-    PartialCredentialsError,
-    ProxyConnectionError,
-    SSLError,
-    SSOError,
-    TokenRetrievalError,
-)
-
 from mailbus.consumer.core.capability import Capability
 from mailbus.consumer.core.outcome import (
     ACCOUNT,
@@ -105,7 +88,26 @@ from mailbus.consumer.provider import LookupResult, OutgoingMail, json_body, val
 from mailbus.consumer.providers.smtp import mail_parts, template_data
 from mailbus.consumer.templates import ProviderTemplate
 from mailbus.kernel.errors import ConfigError, InvalidSendError
+from mailbus.kernel.extras import extra
 from mailbus_client.send_request import mail_headers
+
+with extra("ses"):
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import (
+        BotoCoreError,
+        ClientError,
+        ConnectTimeoutError,
+        CredentialRetrievalError,
+        EndpointConnectionError,
+        NoCredentialsError,
+        ParamValidationError,
+        PartialCredentialsError,
+        ProxyConnectionError,
+        SSLError,
+        SSOError,
+        TokenRetrievalError,
+    )
 
 __all__ = ["KEY_TAG", "SesPrepared", "SesProvider", "key_tag", "ses_error_result"]
 

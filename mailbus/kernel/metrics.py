@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import os
+import platform
 import threading
 from http.server import ThreadingHTTPServer
 from typing import Any
@@ -31,6 +32,7 @@ from prometheus_client.exposition import MetricsHandler
 from prometheus_client.registry import Collector
 
 from mailbus.kernel import health
+from mailbus.kernel.version import installed_version
 
 __all__ = [
     "BREAKER_STATES",
@@ -228,7 +230,13 @@ WEBHOOK_SETTLED = Counter(
     " provider's own event carrying their dedupe key, by provider.",
     ["provider"],
 )
+BUILD_INFO = Gauge(
+    "mailbus_build_info",
+    "Always 1: the running build, by mailbus's installed version and the Python it runs on.",
+    ["version", "python"],
+)
 
+BUILD_INFO.labels(installed_version(), platform.python_version()).set(1)
 for _type in ("delivered", "deferred", "bounced", "complained", "dropped"):
     for _result in ("stored", "duplicate", "unmatched"):
         WEBHOOK_EVENTS.labels(_type, _result)
