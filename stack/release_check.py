@@ -7,7 +7,8 @@
    tag (docs/releasing.md); ``twine check --strict`` their metadata.
 2. A fresh venv installs the two wheels (the runtime pinned by constraints.txt) and nothing
    of the checkout; from outside the checkout:
-   - ``mailbus --version`` names the wheels' version, ``mailbus --help`` runs;
+   - ``mailbus --version`` names the wheels' version, ``mailbus --help`` runs, and
+     ``mailbus sandbox`` exits 2 (the sandbox is no part of a release);
    - ``mailbus migrate --skip-topics`` then ``mailbus status --json`` on a scratch database
      of MAILBUS_DATABASE_URL's server (dropped afterwards);
    - the slim client enqueues a row there, and ``status`` counts it.
@@ -92,6 +93,11 @@ def smoke(out: Path, server: Path, client: Path) -> None:
     if shown != f"mailbus {version_of(server)}":
         raise Failed(f"mailbus --version said {shown!r}, the wheel is {version_of(server)}")
     run(mailbus, "--help", env=env, cwd=venv)
+    sandbox = subprocess.run(
+        [mailbus, "sandbox"], env=env, cwd=venv, capture_output=True, text=True, check=False
+    )
+    if sandbox.returncode != 2 or "not part of a release" not in sandbox.stderr:
+        raise Failed(f"mailbus sandbox in a release: exit {sandbox.returncode}, {sandbox.stderr}")
     url, name = scratch_database()
     try:
         env["MAILBUS_DATABASE_URL"] = url
