@@ -2,7 +2,7 @@
 # engine exists (docs/releasing.md#the-image). .dockerignore keeps the stack, tests, caches
 # and .git out of the context.
 #
-#   docker build --build-arg MAILBUS_VERSION="$(python -m setuptools_scm)" -t mailbus:<v> .
+#   docker build --build-arg RELEASE_VERSION="$(python -m setuptools_scm)" -t mailbus:<v> .
 #   docker build --target sandbox -t mailbus-sandbox:<v> .   # tests and the demo only
 #
 # Base pinned by digest: python:3.11.14-slim-trixie (Debian 13), the multi-arch index digest
@@ -21,12 +21,12 @@ FROM ${PYTHON_IMAGE} AS build
 ARG EXTRAS="all"
 # The release's version: the context has no .git for setuptools-scm to read, so without it
 # the image says the fallback, 0.1.dev0 (docs/releasing.md).
-ARG MAILBUS_VERSION=""
+ARG RELEASE_VERSION=""
 ENV PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY . .
 RUN python -m venv /opt/mailbus \
-    && env ${MAILBUS_VERSION:+SETUPTOOLS_SCM_PRETEND_VERSION=$MAILBUS_VERSION} \
+    && env ${RELEASE_VERSION:+SETUPTOOLS_SCM_PRETEND_VERSION=$RELEASE_VERSION} \
         /opt/mailbus/bin/pip install --no-cache-dir -c constraints.txt \
         ./client ".${EXTRAS:+[$EXTRAS]}" \
     && /opt/mailbus/bin/pip check

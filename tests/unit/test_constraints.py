@@ -87,4 +87,4 @@ def test_the_image_runs_as_a_numeric_non_root_user_and_ships_no_sandbox() -> Non
     instructions = [line for line in runtime.splitlines() if not line.startswith("#")]
     assert "USER 10001:10001" in instructions
     assert not any("sandbox" in line for line in instructions)
-    assert "SETUPTOOLS_SCM_PRETEND_VERSION=$MAILBUS_VERSION" in dockerfile
+    assert "SETUPTOOLS_SCM_PRETEND_VERSION=$RELEASE_VERSION" in dockerfile
