@@ -9,11 +9,11 @@ DOCS_SITE := NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
 export MAILBUS_DATABASE_URL ?= postgresql://mailbus:mailbus@127.0.0.1:5432/mailbus
 export MAILBUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:9092
 
-.PHONY: install constraints stack-up stack-down stack-status demo test test-unit test-client checks lint validate bench bench-report docs docs-site
+.PHONY: install constraints stack-up stack-down stack-status demo test test-unit test-client release-check checks lint validate bench bench-report docs docs-site
 
 install:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -c constraints.txt \
-		-e ./client -e '.[test,bench]'
+		-e ./client -e '.[all,test,bench]'
 	@# Debian's Chromium for the console's browser test (Playwright drives it; no download)
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
@@ -50,6 +50,13 @@ test: install
 	$(PYTHON) -m pytest -n 3 --dist loadfile -m "not serial"
 	$(PYTHON) -m pytest -m serial
 	$(MAKE) --no-print-directory test-client
+	$(MAKE) --no-print-directory release-check
+
+## Both distributions built (sdist and wheel, versioned by the git tag), twine-checked,
+## installed into a fresh venv and run: --version, --help, migrate and status on a scratch
+## database, the slim client's enqueue (stack/release_check.py, docs/releasing.md).
+release-check: stack-up
+	$(PYTHON) stack/release_check.py
 
 ## The slim client's own tests (client/tests) on the newest Python here, in a venv of just
 ## the client, psycopg and pytest; $(PYTHON) runs them too, in the suite above.
@@ -94,5 +101,5 @@ bench: install stack-up
 ## Every benchmark and the peers (PgQueuer, Debezium) → docs/benchmarks.md and its charts.
 ## BENCH_REPORT_ARGS: e.g. --quick, --runs 5, --only relay,debezium, --lock FILE.
 bench-report: stack-up
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e ./client -e '.[test,bench]'
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -e ./client -e '.[all,test,bench]'
 	$(PYTHON) bench/report.py $(BENCH_REPORT_ARGS)

@@ -20,10 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from argon2 import PasswordHasher
-from argon2.exceptions import InvalidHashError, VerificationError
-
 from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.extras import extra
+
+with extra("console"):
+    from argon2 import PasswordHasher
+    from argon2.exceptions import InvalidHashError, VerificationError
 
 __all__ = [
     "ROLES",

@@ -27,11 +27,9 @@ import logging
 import ssl
 from typing import Any
 
-import faust
-from mode import CrashingSupervisor
-
 from mailbus.kernel import health
 from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.extras import extra
 from mailbus.kernel.kafka_security import KafkaSecurity, kafka_client_config
 from mailbus.kernel.metrics import observe_intake_lag
 from mailbus.kernel.settings import Settings
@@ -46,6 +44,10 @@ from .events import EventReader
 from .mappings import load_mappings
 from .rows import RowWriter
 from .service import Incoming, IntakeService, PreparedBatch
+
+with extra("intake"):
+    import faust
+    from mode import CrashingSupervisor
 
 __all__ = ["broker_credentials", "build_app", "run_intake"]
 

@@ -60,4 +60,3 @@ def key_window_s(name: str) -> float | None:
     entry = named().get(name)
     key = None if entry is None else entry.capability.key
     return None if key is None else key.window_s
-

@@ -141,9 +141,7 @@ class Imitation:
     options: Callable[[argparse._ArgumentGroup], None] | None = None
 
 
-def json_reply(
-    status: int, body: object, headers: dict[str, str] | None = None
-) -> web.Response:
+def json_reply(status: int, body: object, headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(
         status=status, text=json.dumps(body), content_type="application/json", headers=headers
     )

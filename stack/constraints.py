@@ -4,8 +4,8 @@
     python stack/constraints.py --check   # make test: exit 1 when they drifted apart
 
 The file pins every runtime dependency of mailbus and mailbus-client (pyproject.toml and
-client/pyproject.toml, ``[project] dependencies``, and the optional runtime extra
-``[tracing]``, which the tests install too), with everything they pull in, at the
+client/pyproject.toml, ``[project] dependencies``, and the optional runtime extras
+:data:`PINNED_EXTRAS`, which the tests install too), with everything they pull in, at the
 versions installed here (``make install`` installs from pyproject with this file as
 constraints). Its first line is a digest of the two dependency lists: a dependency added,
 removed or re-ranged in pyproject without ``--write`` fails the check, and so does a pin
@@ -29,7 +29,9 @@ __all__ = ["PINNED_EXTRAS", "dependencies", "digest", "pins", "render"]
 REPO = Path(__file__).resolve().parents[1]
 CONSTRAINTS = REPO / "constraints.txt"
 _LOCAL = {"mailbus", "mailbus-client"}  # built from this repository, never pinned
-PINNED_EXTRAS = ("tracing",)  # runtime features an image may install: mailbus[tracing]
+# runtime features an image may install (mailbus[all] is the providers', intake's and
+# console's; docs/installation.md#extras)
+PINNED_EXTRAS = ("tracing", "ses", "sendgrid", "resend", "intake", "console")
 
 
 def dependencies() -> list[str]:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -21,6 +21,7 @@ from mailbus.kernel.settings_doc import epilog as settings_epilog
 from mailbus.kernel.signals import stop_on_signals
 from mailbus.kernel.tracers import configured_tracer
 from mailbus.kernel.unknown_settings import check_names
+from mailbus.kernel.version import installed_version
 
 if TYPE_CHECKING:
     from mailbus.app.migrate_waits import LockWait
@@ -97,13 +98,6 @@ def _configure_logging() -> None:
             "MAILBUS_LOG_LEVEL", f"expected DEBUG, INFO, WARNING or ERROR, got {level!r}"
         )
     configure_logging(level)
-
-
-def _version() -> str:
-    try:
-        return f"mailbus {metadata.version('mailbus')}"
-    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
-        return "mailbus (not installed)"
 
 
 def _check_kafka(settings: Settings) -> None:
@@ -265,6 +259,14 @@ def _sandbox(_settings: Settings, args: argparse.Namespace) -> int:
     return sandbox_main(args)
 
 
+def _no_sandbox(_settings: Settings, _args: argparse.Namespace) -> int:
+    raise ConfigError(
+        "mailbus sandbox",
+        "not part of a release: run it from a checkout or the image's sandbox target"
+        " (docs/installation.md#the-sandbox)",
+    )
+
+
 def _status(settings: Settings, args: argparse.Namespace) -> int:
     from mailbus.app.status import print_status
 
@@ -411,6 +413,21 @@ def _suppress(settings: Settings, args: argparse.Namespace) -> int:
     return suppressions.run_import(settings, args.file, args.reason, args.source or "import")
 
 
+def _add_sandbox_command(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """The fake provider of the tests and the demo: in a checkout, not in the wheel."""
+    text = "run the fault-injectable sandbox email API (a checkout only)"
+    if importlib.util.find_spec("mailbus.sandbox") is None:
+        absent = command("sandbox", _no_sandbox, text)
+        absent.add_argument("options", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        absent.set_defaults(checks_schema=False)
+        return
+    from mailbus.sandbox.server import add_arguments as add_sandbox_arguments
+
+    sandbox = command("sandbox", _sandbox, text)
+    sandbox.set_defaults(checks_schema=False)
+    add_sandbox_arguments(sandbox)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = _Parser(
         prog="mailbus",
@@ -418,7 +435,7 @@ def _build_parser() -> argparse.ArgumentParser:
         epilog=settings_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--version", action="version", version=f"mailbus {installed_version()}")
     parser.add_argument(
         "--env-file",
         help="read KEY=VALUE settings from this .env-style file first (the environment wins)",
@@ -491,11 +508,7 @@ def _build_parser() -> argparse.ArgumentParser:
     from mailbus.campaigns.commands import add_campaign_commands
 
     add_campaign_commands(commands)
-    sandbox = command("sandbox", _sandbox, "run the fault-injectable sandbox email API")
-    sandbox.set_defaults(checks_schema=False)
-    from mailbus.sandbox.server import add_arguments as add_sandbox_arguments
-
-    add_sandbox_arguments(sandbox)
+    _add_sandbox_command(command)
     text = "print a shell completion script (bash or zsh)"
     completion = commands.add_parser(
         "completion",

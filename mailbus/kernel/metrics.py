@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import os
+import platform
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from prometheus_client.registry import Collector
 
 from mailbus.kernel import health
 from mailbus.kernel.tracecontext import TraceContext
+from mailbus.kernel.version import installed_version
 
 __all__ = [
     "BREAKER_STATES",
@@ -261,7 +263,13 @@ WEBHOOK_SETTLED = Counter(
     " provider's own event carrying their dedupe key, by provider.",
     ["provider"],
 )
+BUILD_INFO = Gauge(
+    "mailbus_build_info",
+    "Always 1: the running build, by mailbus's installed version and the Python it runs on.",
+    ["version", "python"],
+)
 
+BUILD_INFO.labels(installed_version(), platform.python_version()).set(1)
 for _type in ("delivered", "deferred", "bounced", "complained", "dropped"):
     for _result in ("stored", "duplicate", "unmatched"):
         WEBHOOK_EVENTS.labels(_type, _result)

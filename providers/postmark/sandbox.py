@@ -103,6 +103,7 @@ class PostmarkDialect(Dialect):
         message = "Not allowed to send: your account has run out of credits."
         return json_reply(422, {"ErrorCode": 405, "Message": message})
 
+
 class PostmarkTemplateDialect(PostmarkDialect):
     """``POST /email/withTemplate``: the mail by a template kept at Postmark."""
 

@@ -30,13 +30,15 @@ import hmac
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from svix.webhooks import Webhook, WebhookVerificationError
-
 from mailbus.feedback.events import InvalidEventError, make_event
 from mailbus.feedback.native.inbound import Inbound, json_document
 from mailbus.feedback.signature import Verdict
+from mailbus.kernel.extras import extra
 
-__all__ = ["TOLERANCE_S", "parse", "verify"]
+with extra("resend"):
+    from svix.webhooks import Webhook, WebhookVerificationError
+
+__all__ = ["TOLERANCE_S", "parse", "signing_hook", "verify"]
 
 TOLERANCE_S = 300  # svix's own, fixed in the library
 _TYPES = {
@@ -50,8 +52,16 @@ _TYPES = {
 _SOFT = frozenset({"Transient", "Undetermined"})
 
 
+def signing_hook(secret: str) -> Webhook:
+    """The verifier of one Svix signing secret; ValueError for one Svix refuses."""
+    try:
+        return Webhook(secret)
+    except Exception as exc:  # svix refuses an empty or non-base64 secret, untyped
+        raise ValueError(f"not a Svix signing secret: {exc}") from None
+
+
 def verify(headers: Mapping[str, str], body: bytes, hook: Webhook, now: float) -> Verdict:
-    """``hook`` is ``svix.webhooks.Webhook(secret)``, built once (it checks the secret)."""
+    """``hook`` is :func:`signing_hook`'s, built once."""
     msg_id, stamp, signatures = (
         headers.get(f"svix-{name}", "") for name in ("id", "timestamp", "signature")
     )

@@ -84,6 +84,7 @@ class ResendDialect(Dialect):
         body = {"statusCode": 429, "name": "daily_quota_exceeded", "message": message}
         return json_reply(429, body, {"retry-after": str(retry_after)})
 
+
 _RESEND_NAMES = {  # the sandbox's error codes as Resend names them
     "unauthorized": "restricted_api_key",
     "bad_request": "validation_error",

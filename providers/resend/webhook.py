@@ -6,14 +6,11 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from svix.webhooks import Webhook
-
 from mailbus.feedback.native.inbound import Inbound
 from mailbus.feedback.native.routes import MIB, BodySigned, Clock
 from mailbus.feedback.signature import Verdict
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.settings import Settings
-from mailbus.providers.resend import events as resend_events
 
 __all__ = ["Resend", "receiver"]
 
@@ -23,17 +20,17 @@ class Resend(BodySigned):
     max_body = 1 * MIB  # one event per post
 
     def __init__(self, secret: str, clock: Clock = time.time) -> None:
-        try:
-            self._hook = Webhook(secret)
-        except Exception as exc:  # svix refuses an empty or non-base64 secret, untyped
-            raise ValueError(f"not a Svix signing secret: {exc}") from None
+        from mailbus.providers.resend import events  # svix: the [resend] extra
+
+        self._events = events
+        self._hook = events.signing_hook(secret)
         self._clock = clock
 
     async def verify(self, headers: Mapping[str, str], body: bytes) -> Verdict:
-        return resend_events.verify(headers, body, self._hook, self._clock())
+        return self._events.verify(headers, body, self._hook, self._clock())
 
     async def parse(self, headers: Mapping[str, str], body: bytes) -> Inbound:
-        return resend_events.parse(headers, body)
+        return self._events.parse(headers, body)
 
 
 def receiver(settings: Settings, clock: Clock) -> Resend | None:

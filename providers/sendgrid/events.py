@@ -1,5 +1,5 @@
-"""SendGrid's signed Event Webhook, verified with the ``sendgrid`` library's own
-``EventWebhook`` helper, and its batches of events, pure.
+"""SendGrid's signed Event Webhook, its ECDSA signature checked with ``cryptography``
+(no SDK), and its batches of events, pure.
 
 Signing (https://www.twilio.com/docs/sendgrid/for-developers/tracking-events/getting-started-event-webhook-security-features):
 ECDSA P-256 with SHA-256 over ``timestamp + raw body``; the base64 DER signature in
@@ -31,11 +31,15 @@ message is ``sg_message_id`` cut before its ``.filter``/``.recvd-`` suffix, whic
 
 from __future__ import annotations
 
+import base64
 import binascii
 import re
 from collections.abc import Mapping
 
-from sendgrid.helpers.eventwebhook import EventWebhook, EventWebhookHeader
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import load_der_public_key
 
 from mailbus.feedback.events import DeliveryEvent, InvalidEventError, make_event
 from mailbus.feedback.native.inbound import Inbound, json_document, unix_instant
@@ -44,6 +48,8 @@ from mailbus.feedback.signature import Verdict, timely
 __all__ = ["MAX_EVENTS", "TOLERANCE_S", "Verifier", "parse"]
 
 TOLERANCE_S = 25 * 3600
+SIGNATURE = "X-Twilio-Email-Event-Webhook-Signature"  # base64 DER ECDSA, P-256 and SHA-256
+TIMESTAMP = "X-Twilio-Email-Event-Webhook-Timestamp"  # signed: the timestamp, then the body
 DEDUPE_ARG = "dedupe_key"  # the custom_args the adapter sends; SendGrid adds it to each event
 MAX_EVENTS = 10_000
 _DROPS = {
@@ -59,20 +65,26 @@ class Verifier:
 
     def __init__(self, public_key: str) -> None:
         try:
-            self._helper = EventWebhook(public_key)
-        except (ValueError, TypeError) as exc:
+            key = load_der_public_key(base64.b64decode(public_key, validate=True))
+        except (ValueError, binascii.Error, UnsupportedAlgorithm) as exc:
             raise ValueError(f"not a SendGrid verification key: {exc}") from None
+        if not isinstance(key, ec.EllipticCurvePublicKey):
+            raise ValueError("not a SendGrid verification key: not an elliptic-curve key")
+        self._key = key
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> Verdict:
-        signature = headers.get(EventWebhookHeader.SIGNATURE)
-        stamp = headers.get(EventWebhookHeader.TIMESTAMP)
+        signature = headers.get(SIGNATURE)
+        stamp = headers.get(TIMESTAMP)
         if not signature or not stamp:
             return Verdict(False, "missing")
         try:
-            valid = self._helper.verify_signature(body.decode(), signature, stamp)
-        except (ValueError, binascii.Error, UnicodeDecodeError):
+            der = base64.b64decode(signature, validate=True)
+            signed = stamp.encode() + body
+        except (ValueError, binascii.Error):
             return Verdict(False, "malformed")
-        if not valid:
+        try:
+            self._key.verify(der, signed, ec.ECDSA(hashes.SHA256()))
+        except InvalidSignature:
             return Verdict(False, "mismatch")
         return timely(stamp, now, TOLERANCE_S)
 

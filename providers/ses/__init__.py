@@ -1,14 +1,17 @@
 """Amazon SES v2 through the AWS SDK (docs/providers.md): neither key nor look-up; events
 through SNS."""
 
+from mailbus.consumer.adapter import Provider
 from mailbus.kernel.settings import Settings
 from mailbus.providers.room import NamedProvider
 from mailbus.providers.ses import webhook
+from mailbus.providers.ses.capability import CAPABILITY
 from mailbus.providers.ses.sandbox import IMITATION
-from mailbus.providers.ses.sending import SesProvider
 
 
-def _sender(settings: Settings) -> SesProvider:
+def _sender(settings: Settings) -> Provider:
+    from mailbus.providers.ses.sending import SesProvider  # boto3: the [ses] extra
+
     return SesProvider(
         settings.mail_from,
         region=settings.ses_region,
@@ -24,7 +27,7 @@ def _sender(settings: Settings) -> SesProvider:
 
 PROVIDER = NamedProvider(
     name="ses",
-    capability=SesProvider.capability,
+    capability=CAPABILITY,
     sender=_sender,
     conformance="tests/integration/test_ses_provider.py",  # against moto's SES
     receiver=webhook.receiver,

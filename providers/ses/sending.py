@@ -74,24 +74,6 @@ from dataclasses import dataclass
 from email.utils import parseaddr
 from typing import Any
 
-import boto3
-from botocore.config import Config
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-    ConnectTimeoutError,
-    CredentialRetrievalError,
-    EndpointConnectionError,
-    NoCredentialsError,
-    ParamValidationError,
-    PartialCredentialsError,
-    ProxyConnectionError,
-    SSLError,
-    SSOError,
-    TokenRetrievalError,
-)
-
-from mailbus.consumer.core.capability import Capability
 from mailbus.consumer.core.outcome import (
     ACCOUNT,
     QUOTA,
@@ -104,8 +86,28 @@ from mailbus.consumer.core.outcome import (
 from mailbus.consumer.provider import LookupResult, OutgoingMail, json_body, valid_id
 from mailbus.consumer.templates import ProviderTemplate
 from mailbus.kernel.errors import ConfigError, InvalidSendError
+from mailbus.kernel.extras import extra
+from mailbus.providers.ses.capability import CAPABILITY
 from mailbus.providers.smtp.sending import mail_parts, template_data
 from mailbus_client.send_request import mail_headers
+
+with extra("ses"):
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import (
+        BotoCoreError,
+        ClientError,
+        ConnectTimeoutError,
+        CredentialRetrievalError,
+        EndpointConnectionError,
+        NoCredentialsError,
+        ParamValidationError,
+        PartialCredentialsError,
+        ProxyConnectionError,
+        SSLError,
+        SSOError,
+        TokenRetrievalError,
+    )
 
 __all__ = ["KEY_TAG", "SesPrepared", "SesProvider", "key_tag", "ses_error_result"]
 
@@ -241,7 +243,7 @@ class SesProvider:
     """Sends through SES v2 in ``region`` as ``sender``; credentials from the access key
     pair if given, else the SDK's default chain; ``endpoint_url`` for tests (moto)."""
 
-    capability = Capability(source="https://docs.aws.amazon.com/ses/latest/APIReference-V2/")
+    capability = CAPABILITY
 
     def __init__(
         self,

@@ -41,8 +41,10 @@ from mailbus.kernel.topics import create_topics
 pytestmark = pytest.mark.stack
 
 COMPOSE: dict[str, Any] = yaml.safe_load((REPO / "docker-compose.yml").read_text())
-OURS = {
-    n: s for n, s in COMPOSE["services"].items() if str(s.get("image", "")).startswith("mailbus:")
+OURS = {  # the image's default target, and its sandbox target
+    n: s
+    for n, s in COMPOSE["services"].items()
+    if str(s.get("image", "")).startswith(("mailbus:", "mailbus-sandbox:"))
 }
 ONE_SHOT = {n for n, s in OURS.items() if "healthcheck" not in s}
 # a scheduled job (retention, labelled so): healthy once a pass ended with exit 0

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from services import REPO
 
 pytestmark = pytest.mark.stack
@@ -27,17 +29,19 @@ pytestmark = pytest.mark.stack
 PSYCOPG_OWN = {"psycopg", "psycopg-binary", "typing-extensions", "tzdata"}
 VENV_OWN = {"pip", "setuptools"}
 FORBIDDEN = {"confluent-kafka", "aiohttp", "prometheus-client", "faust-streaming", "httpx"}
-# The rooms: top-level folders of the checkout, installed as mailbus.<room>.
+# The rooms: top-level folders of the checkout, installed as mailbus.<room>; the sandbox
+# stays in the checkout (docs/installation.md#the-sandbox).
 SERVICE_PACKAGES = (
-    "relay",
-    "consumer",
-    "schemas",
-    "sandbox",
-    "feedback",
-    "intake",
-    "campaigns",
-    "providers",
+    "relay", "consumer", "schemas", "feedback", "intake", "campaigns", "providers",
 )
+# What only an extra brings (docs/installation.md#extras), never the core install.
+EXTRAS = {
+    "ses": {"boto3"},
+    "sendgrid": set(),
+    "resend": {"svix"},
+    "intake": {"faust-streaming"},
+    "console": {"argon2-cffi"},
+}
 
 # Prints {distribution: [its top-level modules]} as the venv's RECORD files say.
 LIST_DISTRIBUTIONS = """
@@ -196,6 +200,37 @@ def test_the_wheel_installs_one_top_level_module(service_wheel: Path) -> None:
         .decode()
     )
     assert "Requires-Dist: mailbus-client" in metadata
+    assert not any(name.startswith("mailbus/sandbox/") for name in names)
+
+
+def _requirements(service_wheel: Path) -> list[Requirement]:
+    archive = zipfile.ZipFile(service_wheel)
+    text = archive.read(
+        next(name for name in archive.namelist() if name.endswith(".dist-info/METADATA"))
+    ).decode()
+    return [
+        Requirement(line.removeprefix("Requires-Dist: "))
+        for line in text.splitlines()
+        if line.startswith("Requires-Dist: ")
+    ]
+
+
+def test_the_core_install_leaves_the_extras_out(service_wheel: Path) -> None:
+    requirements = _requirements(service_wheel)
+    core = {canonicalize_name(r.name) for r in requirements if r.marker is None}
+    assert "mailbus-client" in core and "cryptography" in core
+    assert not core & set().union(*EXTRAS.values(), {"sendgrid"})  # SendGrid: cryptography
+    for extra, needs in EXTRAS.items():
+        brought = {
+            canonicalize_name(r.name)
+            for r in requirements
+            if r.marker is not None and r.marker.evaluate({"extra": extra})
+        }
+        assert brought == needs, extra
+    [everything] = [
+        r for r in requirements if r.marker is not None and r.marker.evaluate({"extra": "all"})
+    ]
+    assert (everything.name, everything.extras) == ("mailbus", set(EXTRAS))  # mailbus[all]
 
 
 def test_both_distributions_in_one_venv(
