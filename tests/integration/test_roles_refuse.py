@@ -5,6 +5,7 @@ dead letter or an audit row — is refused with `permission denied` (issue 35)."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -187,6 +188,12 @@ MUST_NOT: dict[str, list[str]] = {
         "SELECT template, dedupe_key FROM email_sends",
         REDIRECT,
         RESEND,
+        # a pending mail dropped or an accepted one sent again (the consumer republishes a
+        # pending row published long ago): settle_from_events goes through its function
+        "UPDATE email_sends SET status = 'accepted' WHERE status = 'pending'",
+        "UPDATE email_sends SET status = 'expired' WHERE status = 'pending'",
+        "UPDATE email_sends SET status = 'pending', next_try_at = NULL WHERE status = 'accepted'",
+        "UPDATE email_sends SET message_id = 'm-x' WHERE status = 'accepted'",
         "UPDATE email_sends SET payload_json = '{}'",
         "UPDATE delivery_events SET type = 'delivered'",
         "DELETE FROM delivery_events",
@@ -367,3 +374,28 @@ def test_a_plain_migrate_narrows_the_console_on_campaigns_as_the_grants_do(seede
         assert ("rate_per_min", "UPDATE") in privileges(conn)
         conn.execute(narrowing.sql.encode())
         assert privileges(conn) == granted
+
+
+def test_webhooks_settle_a_send_only_through_their_function(seeded: str) -> None:
+    settle = FEEDBACK["settle_from_events"]
+    with psycopg.connect(seeded) as conn:  # an unknown SendGrid send beside the pending one
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template, status, provider)"
+            " VALUES ('unknown-k', 'u@x.org', 't', 'unknown', 'sendgrid')"
+        )
+    events = [
+        {"provider": "sendgrid", "dedupe_key": key, "key": key, "message_id": f"sg-{key}"}
+        for key in ("pending", "settled", "unknown-k")
+    ]
+    with login_as(seeded, "mailbus_webhooks") as url, psycopg.connect(url) as conn:
+        done = conn.execute(settle, {"settle": json.dumps(events), "through": "{}"}).fetchall()
+    assert done == [("unknown-k",)]
+    with psycopg.connect(seeded) as conn:
+        rows = conn.execute(
+            "SELECT dedupe_key, status, message_id FROM email_sends ORDER BY id"
+        ).fetchall()
+    assert rows == [
+        ("pending", "pending", None),
+        ("settled", "accepted", "m-1"),
+        ("unknown-k", "accepted", "sg-unknown-k"),
+    ]

@@ -1,0 +1,44 @@
+-- Roles that hold, narrower still (docs/guides/security.md#least-privilege):
+--
+-- 1. mailbus_webhooks settles a send from its provider's own event through
+--    mailbus_settle_from_events alone (feedback/events.sql settle_from_events), and so
+--    loses its UPDATE on email_sends' status, message_id, next_try_at, last_error and
+--    updated_at. With them the internet-facing login could set any send to any status: a
+--    pending mail `accepted` (never sent) or `expired`, an accepted one `pending` again
+--    (the consumer republishes a pending row published long ago: sent twice). The function
+--    makes only the move the event proves, to accepted, of a send left unknown or pending
+--    after a call, with no message id, whose provider key the event carries, under
+--    record_events' provider rule.
+--
+-- SECURITY DEFINER runs it as the tables' owner; the pinned search_path keeps a caller's
+-- temporary objects out of it. Lock level: CREATE FUNCTION, GRANT and REVOKE take no lock
+-- on a table; writers never wait for this file.
+CREATE OR REPLACE FUNCTION mailbus_settle_from_events(settle jsonb, through jsonb)
+    RETURNS SETOF text
+    LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    UPDATE email_sends s
+    SET status = 'accepted', message_id = b.message_id, next_try_at = NULL, last_error = NULL,
+        updated_at = now()
+    FROM jsonb_to_recordset(settle) AS b (provider text, dedupe_key text, key text, message_id text)
+    WHERE s.dedupe_key = ANY(ARRAY(SELECT x.dedupe_key
+                                   FROM jsonb_to_recordset(settle) AS x (dedupe_key text)))
+      AND s.dedupe_key = b.dedupe_key AND coalesce(s.provider_key, s.dedupe_key) = b.key
+      AND (s.status = 'unknown' OR (s.status = 'pending' AND s.attempts > 0))
+      AND s.message_id IS NULL
+      AND (coalesce(through ->> coalesce(s.provider, ''), s.provider) IS NULL
+           OR coalesce(through ->> coalesce(s.provider, ''), s.provider) = b.provider)
+    RETURNING coalesce(s.provider_key, s.dedupe_key)
+$$;
+-- A function is executable by PUBLIC unless revoked.
+REVOKE ALL ON FUNCTION mailbus_settle_from_events(jsonb, jsonb) FROM PUBLIC;
+
+-- Granted (and the old grants revoked) here too when the role exists; grants.sql carries
+-- the same and is what `mailbus migrate --roles` applies.
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'mailbus_webhooks') THEN
+        REVOKE UPDATE (status, message_id, next_try_at, last_error, updated_at)
+            ON email_sends FROM mailbus_webhooks;
+        GRANT EXECUTE ON FUNCTION mailbus_settle_from_events(jsonb, jsonb) TO mailbus_webhooks;
+    END IF;
+END $$;
