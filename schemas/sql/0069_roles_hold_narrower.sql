@@ -10,9 +10,16 @@
 --    after a call, with no message id, whose provider key the event carries, under
 --    record_events' provider rule.
 --
--- SECURITY DEFINER runs it as the tables' owner; the pinned search_path keeps a caller's
--- temporary objects out of it. Lock level: CREATE FUNCTION, GRANT and REVOKE take no lock
--- on a table; writers never wait for this file.
+-- 2. A suppression of all mail (a hard bounce, a manual entry) is narrowed to bulk mail only
+--    (its reason changed to a complaint's or an unsubscribe's, migration 0019) only by a
+--    role that may remove it (the operator's, the console's): the webhooks and consumer
+--    roles need UPDATE on reason and source to widen an entry, never to narrow one, which
+--    would send password resets to a bouncing address again.
+--
+-- mailbus_settle_from_events is SECURITY DEFINER (it runs as the tables' owner); its pinned
+-- search_path keeps a caller's temporary objects out of it. Lock level: CREATE FUNCTION, GRANT and REVOKE take no lock
+-- on a table; CREATE TRIGGER holds email_suppressions' SHARE ROW EXCLUSIVE lock for an
+-- instant (no row is read), taken with migrate's lock timeout.
 CREATE OR REPLACE FUNCTION mailbus_settle_from_events(settle jsonb, through jsonb)
     RETURNS SETOF text
     LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
@@ -31,6 +38,19 @@ CREATE OR REPLACE FUNCTION mailbus_settle_from_events(settle jsonb, through json
 $$;
 -- A function is executable by PUBLIC unless revoked.
 REVOKE ALL ON FUNCTION mailbus_settle_from_events(jsonb, jsonb) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION mailbus_suppression_kept() RETURNS trigger
+    LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
+BEGIN
+    IF NOT has_table_privilege(current_user, 'email_suppressions', 'DELETE') THEN
+        RAISE EXCEPTION 'only a role that may remove a suppression may narrow it to bulk mail'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE OR REPLACE TRIGGER email_suppressions_kept AFTER UPDATE ON email_suppressions
+    FOR EACH ROW WHEN (OLD.scope = 'all' AND NEW.scope <> 'all')
+    EXECUTE FUNCTION mailbus_suppression_kept();
 
 -- Granted (and the old grants revoked) here too when the role exists; grants.sql carries
 -- the same and is what `mailbus migrate --roles` applies.

@@ -33,6 +33,14 @@ FEEDBACK = load_queries("mailbus.feedback", "events.sql")
 UNSUBSCRIBE = load_queries("mailbus.feedback", "unsubscribe.sql")["unsubscribe"]
 LETTERS = load_queries("mailbus.consumer", "dead_letters.sql")
 
+# a hard bounce's suppression (all mail) narrowed to bulk mail only: a password reset
+# goes to the bouncing address again; only a role that may remove a suppression may
+NARROW = "UPDATE email_suppressions SET reason = 'unsubscribed' WHERE address = 'hb@x.org'"
+NARROW_ON_CONFLICT = (
+    "INSERT INTO email_suppressions (address, reason, source) VALUES ('hb@x.org', 'complaint',"
+    " 'x') ON CONFLICT (address) DO UPDATE SET reason = EXCLUDED.reason"
+)
+
 # What each role's process runs (a named query of its .sql file where it takes simple
 # parameters), then what it must never run.
 MUST: dict[str, list[tuple[str, dict[str, Any]]]] = {
@@ -66,6 +74,7 @@ MUST: dict[str, list[tuple[str, dict[str, Any]]]] = {
             },
         ),
         (UNSUBSCRIBE, {"address": "U@x.org", "source": "campaign:1"}),
+        ("UPDATE email_suppressions SET reason = 'hard_bounce' WHERE address = 'u@x.org'", {}),
     ],
     "mailbus_relay": [
         (RELAY["claim_due"], {"limit": 10}),
@@ -121,6 +130,7 @@ MUST: dict[str, list[tuple[str, dict[str, Any]]]] = {
         ("UPDATE email_sends SET status = 'unknown' WHERE dedupe_key = 'settled'", {}),
         (SEND_ADMIN["resolve_accepted"], {"key": "settled", "message_id": "m-3"}),
         (SEND_ADMIN["send_by_key"], {"key": "pending"}),
+        (NARROW, {}),  # it may remove the entry as well
     ],
     "mailbus_console": [  # a campaign created from an upload, imported, then moved
         (CAMPAIGNS["campaign_named"], {"name": "c"}),
@@ -198,6 +208,8 @@ MUST_NOT: dict[str, list[str]] = {
         "UPDATE delivery_events SET type = 'delivered'",
         "DELETE FROM delivery_events",
         "SELECT * FROM email_dead_letters",
+        NARROW,
+        NARROW_ON_CONFLICT,
         FORGE_LETTER,
         FORGE_AUDIT,
     ],
@@ -222,6 +234,8 @@ MUST_NOT: dict[str, list[str]] = {
         "UPDATE email_sends SET expires_at = NULL, campaign_id = NULL",
         "UPDATE email_sends SET delivery_status = 'delivered'",
         "DELETE FROM email_dead_letters",
+        NARROW,
+        NARROW_ON_CONFLICT,
         FORGE_AUDIT,
     ],
     "mailbus_intake": [
@@ -298,6 +312,10 @@ def seeded(database_url: str) -> Iterator[str]:
         conn.execute(
             "INSERT INTO delivery_events (provider, event_id, type, message_id, occurred_at,"
             " matched) VALUES ('p', 'e-1', 'delivered', 'm-1', now(), false)"
+        )
+        conn.execute(
+            "INSERT INTO email_suppressions (address, reason, source)"
+            " VALUES ('hb@x.org', 'hard_bounce', 'test')"
         )
         conn.execute(
             "INSERT INTO campaigns (name, template, state, rate_per_min)"
