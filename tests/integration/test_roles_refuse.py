@@ -417,3 +417,22 @@ def test_webhooks_settle_a_send_only_through_their_function(seeded: str) -> None
         ("settled", "accepted", "m-1"),
         ("unknown-k", "accepted", "sg-unknown-k"),
     ]
+
+
+def test_a_send_resolution_is_stamped_with_its_login_and_time_by_the_database(
+    seeded: str,
+) -> None:
+    with login_as(seeded, "mailbus_operator") as url, psycopg.connect(url) as conn:
+        login = conn.execute("SELECT session_user").fetchone()
+        conn.execute(  # another name and a time of its choosing: the database's own win
+            "INSERT INTO email_send_resolutions (send_id, action, from_status, resolved_by, at,"
+            " db_user) VALUES (2, 'accepted', 'unknown', 'ana', '2000-01-01', 'ana')"
+        )
+        conn.execute(CLIENT["cancel_send"], {"key": "pending", "by": "bob"})
+    with psycopg.connect(seeded) as conn:
+        rows = conn.execute(
+            "SELECT resolved_by, db_user, at > now() - interval '1 minute'"
+            " FROM email_send_resolutions ORDER BY id"
+        ).fetchall()
+    assert login is not None
+    assert rows == [("ana", login[0], True), ("bob", login[0], True)]
