@@ -16,17 +16,19 @@
 --    roles need UPDATE on reason and source to widen an entry, never to narrow one, which
 --    would send password resets to a bouncing address again.
 --
--- 3. email_send_resolutions (the audit of `send resolve` and `send cancel`) says which
---    database login wrote each row, and when, as console_audit does (0052): db_user and at
---    are set by the trigger below from session_user and now(), whatever the INSERT says
---    (an operator's login could write any name at any time), and no row is ever updated.
---    resolved_by stays the name the command gives. Rows written before have no db_user.
+-- 3. email_send_resolutions (the audit of `send resolve` and `send cancel`) and
+--    email_replays (of `dlq replay` and the console's replays) say which database login
+--    wrote each row, and when, as console_audit does (0052): db_user and at are set by the
+--    trigger below from session_user and now(), whatever the INSERT says (an operator's or
+--    the console's login could write any name at any time), and no row is ever updated.
+--    resolved_by and replayed_by stay the name the command gives. Rows written before have
+--    no db_user.
 --
 -- mailbus_settle_from_events is SECURITY DEFINER (it runs as the tables' owner); its pinned
 -- search_path keeps a caller's temporary objects out of it. Lock level: CREATE FUNCTION, GRANT and REVOKE take no lock
 -- on a table; CREATE TRIGGER holds its table's SHARE ROW EXCLUSIVE lock and ADD COLUMN
--- (nullable, no default: the catalog only) email_send_resolutions' ACCESS EXCLUSIVE lock
--- for an instant (no row is read), each taken with migrate's lock timeout.
+-- (nullable, no default: the catalog only) its table's ACCESS EXCLUSIVE lock for an
+-- instant (no row is read), each taken with migrate's lock timeout.
 CREATE OR REPLACE FUNCTION mailbus_settle_from_events(settle jsonb, through jsonb)
     RETURNS SETOF text
     LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
@@ -60,11 +62,12 @@ CREATE OR REPLACE TRIGGER email_suppressions_kept AFTER UPDATE ON email_suppress
     EXECUTE FUNCTION mailbus_suppression_kept();
 
 ALTER TABLE email_send_resolutions ADD COLUMN IF NOT EXISTS db_user text;
-CREATE OR REPLACE FUNCTION mailbus_resolution_stamped() RETURNS trigger
+ALTER TABLE email_replays ADD COLUMN IF NOT EXISTS db_user text;
+CREATE OR REPLACE FUNCTION mailbus_audit_row_stamped() RETURNS trigger
     LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
 BEGIN
     IF TG_OP = 'UPDATE' THEN
-        RAISE EXCEPTION 'email_send_resolutions is append-only'
+        RAISE EXCEPTION '% is append-only', TG_TABLE_NAME
             USING ERRCODE = 'insufficient_privilege';
     END IF;
     NEW.db_user := session_user;
@@ -73,7 +76,10 @@ BEGIN
 END $$;
 CREATE OR REPLACE TRIGGER email_send_resolutions_stamped
     BEFORE INSERT OR UPDATE ON email_send_resolutions
-    FOR EACH ROW EXECUTE FUNCTION mailbus_resolution_stamped();
+    FOR EACH ROW EXECUTE FUNCTION mailbus_audit_row_stamped();
+CREATE OR REPLACE TRIGGER email_replays_stamped
+    BEFORE INSERT OR UPDATE ON email_replays
+    FOR EACH ROW EXECUTE FUNCTION mailbus_audit_row_stamped();
 
 -- Granted (and the old grants revoked) here too when the role exists; grants.sql carries
 -- the same and is what `mailbus migrate --roles` applies.

@@ -419,6 +419,25 @@ def test_webhooks_settle_a_send_only_through_their_function(seeded: str) -> None
     ]
 
 
+def test_a_replay_is_stamped_with_its_login_and_time_by_the_database(seeded: str) -> None:
+    with psycopg.connect(seeded) as conn:
+        conn.execute(
+            "INSERT INTO email_dead_letters (send_id, reason, attempts) VALUES (2, 'rejected', 1)"
+        )
+    with login_as(seeded, "mailbus_console") as url, psycopg.connect(url) as conn:
+        login = conn.execute("SELECT session_user").fetchone()
+        conn.execute(
+            "INSERT INTO email_replays (dead_letter_id, send_id, replayed_by, reason, at,"
+            " db_user) VALUES (2, 2, 'ana', 'forged', '2000-01-01', 'ana')"
+        )
+    with psycopg.connect(seeded) as conn:
+        rows = conn.execute(
+            "SELECT replayed_by, db_user, at > now() - interval '1 minute' FROM email_replays"
+        ).fetchall()
+    assert login is not None
+    assert rows == [("ana", login[0], True)]
+
+
 def test_a_send_resolution_is_stamped_with_its_login_and_time_by_the_database(
     seeded: str,
 ) -> None:
