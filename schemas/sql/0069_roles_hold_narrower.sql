@@ -24,6 +24,15 @@
 --    resolved_by and replayed_by stay the name the command gives. Rows written before have
 --    no db_user.
 --
+-- 4. A campaign's end is the database's clock: retention deletes an ended campaign's
+--    recipients, then the campaign, once coalesce(ended_at, updated_at) is past their
+--    windows (0062), and the relay (its pacer), the operator and the console may update
+--    those columns. A leaked relay login setting a running campaign `finished` 400 days
+--    ago had its audience deleted by the next hourly run. For a role that may not delete
+--    a campaign, the trigger below sets ended_at to now() when the state becomes finished
+--    or cancelled (and keeps it otherwise) and updated_at to now(), as every statement of
+--    ours writes them anyway.
+--
 -- mailbus_settle_from_events is SECURITY DEFINER (it runs as the tables' owner); its pinned
 -- search_path keeps a caller's temporary objects out of it. Lock level: CREATE FUNCTION, GRANT and REVOKE take no lock
 -- on a table; CREATE TRIGGER holds its table's SHARE ROW EXCLUSIVE lock and ADD COLUMN
@@ -80,6 +89,26 @@ CREATE OR REPLACE TRIGGER email_send_resolutions_stamped
 CREATE OR REPLACE TRIGGER email_replays_stamped
     BEFORE INSERT OR UPDATE ON email_replays
     FOR EACH ROW EXECUTE FUNCTION mailbus_audit_row_stamped();
+
+CREATE OR REPLACE FUNCTION mailbus_campaign_times_stamped() RETURNS trigger
+    LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
+BEGIN
+    IF has_table_privilege(current_user, 'campaigns', 'DELETE') THEN
+        RETURN NEW;
+    END IF;
+    NEW.updated_at := now();
+    IF NEW.state IN ('finished', 'cancelled')
+       AND (TG_OP = 'INSERT' OR OLD.state IS DISTINCT FROM NEW.state) THEN
+        NEW.ended_at := now();
+    ELSIF TG_OP = 'UPDATE' THEN
+        NEW.ended_at := OLD.ended_at;
+    ELSE
+        NEW.ended_at := NULL;
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE OR REPLACE TRIGGER campaigns_times_stamped BEFORE INSERT OR UPDATE ON campaigns
+    FOR EACH ROW EXECUTE FUNCTION mailbus_campaign_times_stamped();
 
 -- Granted (and the old grants revoked) here too when the role exists; grants.sql carries
 -- the same and is what `mailbus migrate --roles` applies.

@@ -455,3 +455,27 @@ def test_a_send_resolution_is_stamped_with_its_login_and_time_by_the_database(
         ).fetchall()
     assert login is not None
     assert rows == [("ana", login[0], True), ("bob", login[0], True)]
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        "UPDATE campaigns SET state = 'finished', ended_at = now() - interval '400 days'",
+        "UPDATE campaigns SET state = 'finished', ended_at = NULL,"
+        " updated_at = now() - interval '400 days'",
+    ],
+)
+def test_the_relay_cannot_date_a_campaigns_end_for_retention(seeded: str, forged: str) -> None:
+    # a leaked relay login ends the running campaign 400 days ago: the next retention run
+    # would delete its audience (its window for recipients is at least a day)
+    with login_as(seeded, "mailbus_relay") as url, psycopg.connect(url) as conn:
+        conn.execute(forged + " WHERE id = 1")
+    with login_as(seeded, "mailbus_retention") as url, psycopg.connect(url) as conn:
+        for what in ("campaign recipients", "campaigns"):
+            conn.execute("SELECT mailbus_prune_history(%s, 86400, 100)", (what,))
+    with psycopg.connect(seeded) as conn:
+        left = conn.execute(
+            "SELECT (SELECT count(*) FROM campaign_recipients), ended_at > now() - interval '1 minute'"
+            " FROM campaigns"
+        ).fetchall()
+    assert left == [(1, True)]  # ended now, by the database's clock: nothing is past a window
