@@ -475,7 +475,7 @@ def test_the_relay_cannot_date_a_campaigns_end_for_retention(seeded: str, forged
             conn.execute("SELECT mailbus_prune_history(%s, 86400, 100)", (what,))
     with psycopg.connect(seeded) as conn:
         left = conn.execute(
-            "SELECT (SELECT count(*) FROM campaign_recipients), ended_at > now() - interval '1 minute'"
-            " FROM campaigns"
+            "SELECT (SELECT count(*) FROM campaign_recipients),"
+            " ended_at > now() - interval '1 minute' FROM campaigns"
         ).fetchall()
     assert left == [(1, True)]  # ended now, by the database's clock: nothing is past a window
