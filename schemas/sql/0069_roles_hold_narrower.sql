@@ -33,11 +33,12 @@
 --    or cancelled (and keeps it otherwise) and updated_at to now(), as every statement of
 --    ours writes them anyway.
 --
--- mailbus_settle_from_events is SECURITY DEFINER (it runs as the tables' owner); its pinned
--- search_path keeps a caller's temporary objects out of it. Lock level: CREATE FUNCTION, GRANT and REVOKE take no lock
--- on a table; CREATE TRIGGER holds its table's SHARE ROW EXCLUSIVE lock and ADD COLUMN
--- (nullable, no default: the catalog only) its table's ACCESS EXCLUSIVE lock for an
--- instant (no row is read), each taken with migrate's lock timeout.
+-- mailbus_settle_from_events is SECURITY DEFINER (it runs as the tables' owner); its
+-- pinned search_path keeps a caller's temporary objects out of it. Lock level: CREATE
+-- FUNCTION, GRANT and REVOKE take no lock on a table; CREATE TRIGGER holds its table's
+-- SHARE ROW EXCLUSIVE lock and ADD COLUMN (nullable, no default: the catalog only) its
+-- table's ACCESS EXCLUSIVE lock for an instant (no row is read), each taken with migrate's
+-- lock timeout.
 CREATE OR REPLACE FUNCTION mailbus_settle_from_events(settle jsonb, through jsonb)
     RETURNS SETOF text
     LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
