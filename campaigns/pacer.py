@@ -68,6 +68,9 @@ IMPORT_WAIT_S = 0.1  # a tick that handed out every recipient imported so far wa
 # long for the import's next part, not a whole tick
 PACER_COMPONENT = "campaign-pacer"  # its readiness in /readyz (mailbus.kernel.health)
 PACER_RETRY_AFTER_ERROR_S = 60.0
+# a pacer that has not come round its loop for this long (hung on a lock or a black-holed
+# database) is not ready, as a relay lane is not
+PACER_HEARTBEAT_S = 60.0
 log = logging.getLogger("mailbus.campaigns")
 
 
@@ -357,14 +360,24 @@ def _pace_until_stopped(pacer: Pacer, stop: threading.Event) -> None:
     P0/P1 mail keeps flowing. The error is logged with its traceback and /readyz turns 503
     (a rollout of a broken version stalls); the pacer tries again every
     ``PACER_RETRY_AFTER_ERROR_S``, which is slow enough not to flood the log and heals
-    the case of code deployed before its migration."""
-    while not stop.is_set():
-        try:
-            pacer.run(stop, on_tick=lambda _results: health.mark(PACER_COMPONENT, True))
-        except StorageError as exc:
-            health.mark(PACER_COMPONENT, False, str(exc))
-            log.exception(
-                "campaign pacer stopped, campaigns are not paced; trying again in %.0fs",
-                PACER_RETRY_AFTER_ERROR_S,
-            )
-            stop.wait(PACER_RETRY_AFTER_ERROR_S)
+    the case of code deployed before its migration. Each round beats its heartbeat, and
+    anything else that ends the thread makes it unready at once."""
+    heartbeat_s = max(PACER_HEARTBEAT_S, 3 * pacer.tick_s)
+
+    def beat(_results: list[TickResult]) -> None:
+        health.mark(PACER_COMPONENT, True, heartbeat_s=heartbeat_s)
+
+    try:
+        while not stop.is_set():
+            try:
+                pacer.run(stop, on_tick=beat)
+            except StorageError as exc:
+                health.mark(PACER_COMPONENT, False, str(exc))
+                log.exception(
+                    "campaign pacer stopped, campaigns are not paced; trying again in %.0fs",
+                    PACER_RETRY_AFTER_ERROR_S,
+                )
+                stop.wait(PACER_RETRY_AFTER_ERROR_S)
+    except BaseException as exc:
+        health.mark(PACER_COMPONENT, False, f"stopped: {type(exc).__name__}: {exc}")
+        raise

@@ -40,7 +40,7 @@ WHERE send_id = %(send_id)s
 ORDER BY at, id
 
 -- name: replays_of_letter
-SELECT at, replayed_by, reason, send_id
+SELECT at, replayed_by, db_user, reason, send_id
 FROM email_replays
 WHERE dead_letter_id = %(id)s
 ORDER BY at, id

@@ -28,7 +28,7 @@ SELECT id, created_at, reason, status_code, attempts, error, replayed_at
 FROM email_dead_letters WHERE send_id = %(send_id)s ORDER BY id
 
 -- name: resolutions
-SELECT action, from_status, message_id, resolved_by, at
+SELECT action, from_status, message_id, resolved_by, db_user, at
 FROM email_send_resolutions WHERE send_id = %(send_id)s ORDER BY id
 
 -- name: resolve_accepted

@@ -193,22 +193,11 @@ WHERE ctid = ANY(ARRAY(SELECT ctid FROM webhook_tokens
 -- `pending` after a call (a resend scheduled at least once, a retry): it is not sent again.
 -- A send still `sending` is not touched (its call is in flight): its event is kept
 -- (delivery_events.provider_key) and the sweep comes back with it (kept_settlements).
--- Found through the dedupe key's unique index. Runs just before record_events, which then
--- applies the events to them (or apply_late_events, after the sweep). Returns the keys
--- settled.
-UPDATE email_sends s
-SET status = 'accepted', message_id = b.message_id, next_try_at = NULL, last_error = NULL,
-    updated_at = now()
-FROM jsonb_to_recordset(%(settle)s::jsonb)
-     AS b (provider text, dedupe_key text, key text, message_id text)
-WHERE s.dedupe_key = ANY(ARRAY(SELECT x.dedupe_key
-                               FROM jsonb_to_recordset(%(settle)s::jsonb) AS x (dedupe_key text)))
-  AND s.dedupe_key = b.dedupe_key AND coalesce(s.provider_key, s.dedupe_key) = b.key
-  AND (s.status = 'unknown' OR (s.status = 'pending' AND s.attempts > 0))
-  AND s.message_id IS NULL
-  AND (coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider) IS NULL
-       OR coalesce(%(through)s::jsonb ->> coalesce(s.provider, ''), s.provider) = b.provider)
-RETURNING coalesce(s.provider_key, s.dedupe_key)
+-- Found through the dedupe key's unique index. Through mailbus_settle_from_events
+-- (migration 0069), which makes only that move: the webhooks role may change no send's
+-- status itself. Runs just before record_events, which then applies the events to them
+-- (or apply_late_events, after the sweep). Returns the keys settled.
+SELECT mailbus_settle_from_events(%(settle)s::jsonb, %(through)s::jsonb)
 
 -- name: kept_settlements
 -- Events kept to settle their send once it can be (settle_from_events): stored unmatched

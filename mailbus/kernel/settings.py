@@ -287,10 +287,10 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         campaign_import_part=reader.integer(
             "MAILBUS_CAMPAIGN_IMPORT_PART", Settings.campaign_import_part, 1, 10**7
         ),
-        reputation_bounce_rate=reader.number(
+        reputation_bounce_rate=reader.share(
             "MAILBUS_REPUTATION_BOUNCE_RATE", Settings.reputation_bounce_rate
         ),
-        reputation_complaint_rate=reader.number(
+        reputation_complaint_rate=reader.share(
             "MAILBUS_REPUTATION_COMPLAINT_RATE", Settings.reputation_complaint_rate
         ),
         reputation_window=reader.number("MAILBUS_REPUTATION_WINDOW", Settings.reputation_window),
@@ -707,6 +707,13 @@ class _Reader:
             raise ConfigError(name, f"expected a number, got {raw!r}") from None
         if not value > 0 or value == float("inf"):
             raise ConfigError(name, f"must be a positive number, got {raw!r}")
+        return value
+
+    def share(self, name: str, default: float) -> float:
+        """A share of a whole, above 0 and at most 1 (``0.05``: 5%)."""
+        value = self.number(name, default)
+        if value > 1:
+            raise ConfigError(name, f"must be a share of at most 1 (0.05 for 5%), got {value:g}")
         return value
 
     def optional_number(self, name: str) -> float | None:

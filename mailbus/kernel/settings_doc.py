@@ -482,14 +482,15 @@ SETTINGS: tuple[Setting, ...] = (
     _s(
         "REPUTATION_BOUNCE_RATE",
         "0.05",
-        "hard bounces per accepted mail (in the window) at which the reputation guard pauses"
-        " a campaign: SES reviews an account at 5%",
+        "hard bounces per accepted mail (in the window, a share of at most 1) at which the"
+        " reputation guard pauses a campaign: SES reviews an account at 5%",
         {"relay"},
     ),
     _s(
         "REPUTATION_COMPLAINT_RATE",
         "0.001",
-        "complaints per accepted mail at which the guard pauses a campaign: SES reviews at 0.1%",
+        "complaints per accepted mail (a share of at most 1) at which the guard pauses a"
+        " campaign: SES reviews at 0.1%",
         {"relay"},
     ),
     _s(

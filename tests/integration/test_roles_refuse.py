@@ -5,6 +5,7 @@ dead letter or an audit row — is refused with `permission denied` (issue 35)."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +32,14 @@ CLIENT = load_queries("mailbus_client", "queries.sql")
 FEEDBACK = load_queries("mailbus.feedback", "events.sql")
 UNSUBSCRIBE = load_queries("mailbus.feedback", "unsubscribe.sql")["unsubscribe"]
 LETTERS = load_queries("mailbus.consumer", "dead_letters.sql")
+
+# a hard bounce's suppression (all mail) narrowed to bulk mail only: a password reset
+# goes to the bouncing address again; only a role that may remove a suppression may
+NARROW = "UPDATE email_suppressions SET reason = 'unsubscribed' WHERE address = 'hb@x.org'"
+NARROW_ON_CONFLICT = (
+    "INSERT INTO email_suppressions (address, reason, source) VALUES ('hb@x.org', 'complaint',"
+    " 'x') ON CONFLICT (address) DO UPDATE SET reason = EXCLUDED.reason"
+)
 
 # What each role's process runs (a named query of its .sql file where it takes simple
 # parameters), then what it must never run.
@@ -65,6 +74,7 @@ MUST: dict[str, list[tuple[str, dict[str, Any]]]] = {
             },
         ),
         (UNSUBSCRIBE, {"address": "U@x.org", "source": "campaign:1"}),
+        ("UPDATE email_suppressions SET reason = 'hard_bounce' WHERE address = 'u@x.org'", {}),
     ],
     "mailbus_relay": [
         (RELAY["claim_due"], {"limit": 10}),
@@ -120,6 +130,7 @@ MUST: dict[str, list[tuple[str, dict[str, Any]]]] = {
         ("UPDATE email_sends SET status = 'unknown' WHERE dedupe_key = 'settled'", {}),
         (SEND_ADMIN["resolve_accepted"], {"key": "settled", "message_id": "m-3"}),
         (SEND_ADMIN["send_by_key"], {"key": "pending"}),
+        (NARROW, {}),  # it may remove the entry as well
     ],
     "mailbus_console": [  # a campaign created from an upload, imported, then moved
         (CAMPAIGNS["campaign_named"], {"name": "c"}),
@@ -187,10 +198,18 @@ MUST_NOT: dict[str, list[str]] = {
         "SELECT template, dedupe_key FROM email_sends",
         REDIRECT,
         RESEND,
+        # a pending mail dropped or an accepted one sent again (the consumer republishes a
+        # pending row published long ago): settle_from_events goes through its function
+        "UPDATE email_sends SET status = 'accepted' WHERE status = 'pending'",
+        "UPDATE email_sends SET status = 'expired' WHERE status = 'pending'",
+        "UPDATE email_sends SET status = 'pending', next_try_at = NULL WHERE status = 'accepted'",
+        "UPDATE email_sends SET message_id = 'm-x' WHERE status = 'accepted'",
         "UPDATE email_sends SET payload_json = '{}'",
         "UPDATE delivery_events SET type = 'delivered'",
         "DELETE FROM delivery_events",
         "SELECT * FROM email_dead_letters",
+        NARROW,
+        NARROW_ON_CONFLICT,
         FORGE_LETTER,
         FORGE_AUDIT,
     ],
@@ -215,6 +234,8 @@ MUST_NOT: dict[str, list[str]] = {
         "UPDATE email_sends SET expires_at = NULL, campaign_id = NULL",
         "UPDATE email_sends SET delivery_status = 'delivered'",
         "DELETE FROM email_dead_letters",
+        NARROW,
+        NARROW_ON_CONFLICT,
         FORGE_AUDIT,
     ],
     "mailbus_intake": [
@@ -293,6 +314,10 @@ def seeded(database_url: str) -> Iterator[str]:
             " matched) VALUES ('p', 'e-1', 'delivered', 'm-1', now(), false)"
         )
         conn.execute(
+            "INSERT INTO email_suppressions (address, reason, source)"
+            " VALUES ('hb@x.org', 'hard_bounce', 'test')"
+        )
+        conn.execute(
             "INSERT INTO campaigns (name, template, state, rate_per_min)"
             " VALUES ('c', 't', 'running', 60)"
         )
@@ -367,3 +392,90 @@ def test_a_plain_migrate_narrows_the_console_on_campaigns_as_the_grants_do(seede
         assert ("rate_per_min", "UPDATE") in privileges(conn)
         conn.execute(narrowing.sql.encode())
         assert privileges(conn) == granted
+
+
+def test_webhooks_settle_a_send_only_through_their_function(seeded: str) -> None:
+    settle = FEEDBACK["settle_from_events"]
+    with psycopg.connect(seeded) as conn:  # an unknown SendGrid send beside the pending one
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template, status, provider)"
+            " VALUES ('unknown-k', 'u@x.org', 't', 'unknown', 'sendgrid')"
+        )
+    events = [
+        {"provider": "sendgrid", "dedupe_key": key, "key": key, "message_id": f"sg-{key}"}
+        for key in ("pending", "settled", "unknown-k")
+    ]
+    with login_as(seeded, "mailbus_webhooks") as url, psycopg.connect(url) as conn:
+        done = conn.execute(settle, {"settle": json.dumps(events), "through": "{}"}).fetchall()
+    assert done == [("unknown-k",)]
+    with psycopg.connect(seeded) as conn:
+        rows = conn.execute(
+            "SELECT dedupe_key, status, message_id FROM email_sends ORDER BY id"
+        ).fetchall()
+    assert rows == [
+        ("pending", "pending", None),
+        ("settled", "accepted", "m-1"),
+        ("unknown-k", "accepted", "sg-unknown-k"),
+    ]
+
+
+def test_a_replay_is_stamped_with_its_login_and_time_by_the_database(seeded: str) -> None:
+    with psycopg.connect(seeded) as conn:
+        conn.execute(
+            "INSERT INTO email_dead_letters (send_id, reason, attempts) VALUES (2, 'rejected', 1)"
+        )
+    with login_as(seeded, "mailbus_console") as url, psycopg.connect(url) as conn:
+        login = conn.execute("SELECT session_user").fetchone()
+        conn.execute(
+            "INSERT INTO email_replays (dead_letter_id, send_id, replayed_by, reason, at,"
+            " db_user) VALUES (2, 2, 'ana', 'forged', '2000-01-01', 'ana')"
+        )
+    with psycopg.connect(seeded) as conn:
+        rows = conn.execute(
+            "SELECT replayed_by, db_user, at > now() - interval '1 minute' FROM email_replays"
+        ).fetchall()
+    assert login is not None
+    assert rows == [("ana", login[0], True)]
+
+
+def test_a_send_resolution_is_stamped_with_its_login_and_time_by_the_database(
+    seeded: str,
+) -> None:
+    with login_as(seeded, "mailbus_operator") as url, psycopg.connect(url) as conn:
+        login = conn.execute("SELECT session_user").fetchone()
+        conn.execute(  # another name and a time of its choosing: the database's own win
+            "INSERT INTO email_send_resolutions (send_id, action, from_status, resolved_by, at,"
+            " db_user) VALUES (2, 'accepted', 'unknown', 'ana', '2000-01-01', 'ana')"
+        )
+        conn.execute(CLIENT["cancel_send"], {"key": "pending", "by": "bob"})
+    with psycopg.connect(seeded) as conn:
+        rows = conn.execute(
+            "SELECT resolved_by, db_user, at > now() - interval '1 minute'"
+            " FROM email_send_resolutions ORDER BY id"
+        ).fetchall()
+    assert login is not None
+    assert rows == [("ana", login[0], True), ("bob", login[0], True)]
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        "UPDATE campaigns SET state = 'finished', ended_at = now() - interval '400 days'",
+        "UPDATE campaigns SET state = 'finished', ended_at = NULL,"
+        " updated_at = now() - interval '400 days'",
+    ],
+)
+def test_the_relay_cannot_date_a_campaigns_end_for_retention(seeded: str, forged: str) -> None:
+    # a leaked relay login ends the running campaign 400 days ago: the next retention run
+    # would delete its audience (its window for recipients is at least a day)
+    with login_as(seeded, "mailbus_relay") as url, psycopg.connect(url) as conn:
+        conn.execute(forged + " WHERE id = 1")
+    with login_as(seeded, "mailbus_retention") as url, psycopg.connect(url) as conn:
+        for what in ("campaign recipients", "campaigns"):
+            conn.execute("SELECT mailbus_prune_history(%s, 86400, 100)", (what,))
+    with psycopg.connect(seeded) as conn:
+        left = conn.execute(
+            "SELECT (SELECT count(*) FROM campaign_recipients),"
+            " ended_at > now() - interval '1 minute' FROM campaigns"
+        ).fetchall()
+    assert left == [(1, True)]  # ended now, by the database's clock: nothing is past a window

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from mailbus.campaigns.reputation import Pause, Rates, Thresholds, decide, judge
+from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.settings import load_settings
 
 SES = Thresholds(bounce_rate=0.05, complaint_rate=0.001, min_sends=500)
 
@@ -67,3 +69,14 @@ def test_configured_thresholds_apply() -> None:
     strict = Thresholds(bounce_rate=0.02, complaint_rate=0.0005, min_sends=10)
     assert judge(rates(100, 2), strict) is not None
     assert judge(rates(100, 2), SES) is None
+
+
+@pytest.mark.parametrize(
+    "name", ["MAILBUS_REPUTATION_BOUNCE_RATE", "MAILBUS_REPUTATION_COMPLAINT_RATE"]
+)
+@pytest.mark.parametrize("value", ["5", "1.5"])
+def test_a_rate_above_one_is_refused_not_a_guard_that_never_pauses(name: str, value: str) -> None:
+    # "5" meant as 5%: no share of accepted mail reaches it, so the guard would never pause
+    with pytest.raises(ConfigError, match=name):
+        load_settings({name: value})
+    assert getattr(load_settings({name: "1"}), name.removeprefix("MAILBUS_").lower()) == 1.0

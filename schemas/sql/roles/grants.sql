@@ -147,9 +147,10 @@ GRANT SELECT (id, message_id, to_address, delivery_status, last_event_at, provid
 -- ... and settles an `unknown` send (or a `pending` one after a call) of a provider with
 -- neither key nor look-up from that provider's own event carrying the send's key
 -- (settle_from_events: accepted, with the event's message id, as `mailbus send resolve
--- --accepted` would).
-GRANT UPDATE (status, message_id, next_try_at, last_error, updated_at)
-    ON email_sends TO mailbus_webhooks;
+-- --accepted` would) through mailbus_settle_from_events (migration 0069), the only move on
+-- a send's status it may make.
+REVOKE ALL ON FUNCTION mailbus_settle_from_events(jsonb, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION mailbus_settle_from_events(jsonb, jsonb) TO mailbus_webhooks;
 GRANT SELECT, INSERT ON email_suppressions TO mailbus_webhooks;
 -- ... and widens an unsubscribe's or a complaint's entry to all mail after a hard bounce.
 GRANT UPDATE (reason, source) ON email_suppressions TO mailbus_webhooks;
