@@ -4,7 +4,7 @@ docs/guides/tracing.md); OpenTelemetry is imported only then."""
 
 from __future__ import annotations
 
-from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.extras import extra
 from mailbus.kernel.tracing import NOOP, Tracer
 
 __all__ = ["configured_tracer"]
@@ -14,10 +14,6 @@ def configured_tracer(exporter: str | None, service: str) -> Tracer:
     """Spans of ``service`` (``mailbus-relay``, ``mailbus-consumer``...) to ``exporter``."""
     if exporter is None:
         return NOOP
-    try:
-        from mailbus.kernel import otel  # the extra mailbus[tracing]
-    except ImportError:
-        raise ConfigError(
-            "MAILBUS_OTEL_EXPORTER", "needs OpenTelemetry: install mailbus with the extra [tracing]"
-        ) from None
+    with extra("tracing"):
+        from mailbus.kernel import otel
     return otel.exporting_tracer(exporter, service)
