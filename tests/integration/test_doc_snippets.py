@@ -167,9 +167,13 @@ def _mailbus(words: list[str], scratch: Scratch) -> None:
     assignments = [w for w in words[: words.index("mailbus")] if "=" in w]
     argv = words[words.index("mailbus") + 1 :]
     try:
-        args = parser().parse_args(argv)
+        with redirect_stdout(io.StringIO()):
+            args = parser().parse_args(argv)
     except UsageError as exc:
         pytest.fail(f"`mailbus {shlex.join(argv)}`: {exc}")
+    except SystemExit as done:  # --version, --help: printed and ended
+        assert done.code == 0, f"`mailbus {shlex.join(argv)}` exit {done.code}"
+        return
     path = tuple(w for w in argv if not w.startswith("-"))[: 2 if args.command != "status" else 1]
     reads = path in READS or READS_WITH.get(path, "\0") in argv
     if assignments or not reads:

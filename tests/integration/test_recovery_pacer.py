@@ -54,6 +54,9 @@ def test_p0_sends_take_the_tokens_while_they_wait(database_url: str) -> None:
         p0, p1 = (RecoveryPacer(database_url, "http://provider", POLICY) for _ in range(2))
         order: list[str] = []
         try:
+            # both connected before the race: P0's connect on a loaded machine must not
+            # read as P1 taking the tokens ahead of it
+            await p0.start()
             await p1.start()
 
             async def send(pacer: RecoveryPacer, name: str, count: int) -> None:

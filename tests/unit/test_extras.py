@@ -101,17 +101,3 @@ def test_a_command_without_its_extra_exits_2_naming_it() -> None:
         "mailbus: configuration error: mailbus[console]: argon2 is not installed:"
         " pip install 'mailbus[console]'"
     )
-
-
-def test_an_exporter_without_the_tracing_extra_names_it() -> None:
-    code = """
-from mailbus.kernel.extras import MissingExtra
-from mailbus.kernel.tracers import configured_tracer
-try:
-    configured_tracer("console", "mailbus-relay")
-except MissingExtra as exc:
-    print(exc.extra, exc.module, sep="|")
-"""
-    done = _python(code)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "tracing|opentelemetry"

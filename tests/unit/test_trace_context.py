@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.extras import MissingExtra
 from mailbus.kernel.logs import JsonFormatter
 from mailbus.kernel.metrics import observe_accepted
 from mailbus.kernel.settings import load_settings
@@ -219,5 +220,5 @@ def test_an_exporter_without_opentelemetry_installed_is_bad_configuration(
     monkeypatch.delattr(sys.modules["mailbus.kernel"], "otel")
     with pytest.raises(ConfigError) as raised:
         configured_tracer("otlp", "mailbus-consumer")
-    assert raised.value.setting == "MAILBUS_OTEL_EXPORTER"
-    assert "[tracing]" in raised.value.problem
+    assert isinstance(raised.value, MissingExtra) and raised.value.extra == "tracing"
+    assert "pip install 'mailbus[tracing]'" in raised.value.problem
