@@ -16,9 +16,10 @@ from mailbus.consumer.core.breaker import BreakerState
 from mailbus.consumer.core.decide import SendView
 from mailbus.consumer.core.states import Status
 from mailbus.consumer.ledger import LoadedSend
-from mailbus.consumer.routing import FALLBACK, Routing
+from mailbus.consumer.routing import Routing
 from mailbus.consumer.runner import _fallback_provider
 from mailbus.kernel.errors import ConfigError
+from mailbus.kernel.send_routes import FALLBACK
 from mailbus.kernel.settings import load_settings
 from mailbus.providers.registry import senders
 from mailbus_client.policies import configured_policy_book
@@ -31,7 +32,7 @@ SECOND: Any = object()
 
 def routing(breaker: BreakerState) -> Routing:
     gate: Any = SimpleNamespace(breaker=SimpleNamespace(state=breaker))
-    return Routing(PRIMARY, None, SECOND, configured_policy_book(), gate)
+    return Routing(PRIMARY, None, SECOND, configured_policy_book(), gate, "postmark")
 
 
 def loaded(view: SendView, provider: str | None = None) -> LoadedSend:
@@ -39,7 +40,7 @@ def loaded(view: SendView, provider: str | None = None) -> LoadedSend:
 
 
 def test_a_first_try_of_fallback_mail_goes_to_the_fallback_while_the_primary_is_down() -> None:
-    assert routing(BreakerState.OPEN).route(loaded(ALERT)) == FALLBACK
+    assert routing(BreakerState.OPEN).route(loaded(ALERT)) == "fallback:postmark"
     assert routing(BreakerState.CLOSED).route(loaded(ALERT)) is None
     order = replace(ALERT, template="order_confirmation")  # its policy waits
     assert routing(BreakerState.OPEN).route(loaded(order)) is None
@@ -65,7 +66,18 @@ def test_a_mail_claimed_by_the_primary_is_never_offered_to_the_fallback(
 
 def test_a_mail_claimed_by_the_fallback_stays_there_when_the_primary_recovers() -> None:
     row = replace(ALERT, attempts=0, first_tried_at=NOW)  # e.g. the fallback's quota refused it
-    assert routing(BreakerState.CLOSED).route(loaded(row, FALLBACK)) == FALLBACK
+    taken = routing(BreakerState.CLOSED).route(loaded(row, "fallback:postmark"))
+    assert taken == "fallback:postmark"
+
+
+def test_a_mail_another_kind_of_fallback_took_has_no_provider_here() -> None:
+    """Consumers restarted with MAILBUS_FALLBACK_PROVIDER=postmark: a mail a SendGrid
+    fallback took is neither looked up nor sent at Postmark; one recorded before the kind
+    was (``fallback``) is the configured fallback's."""
+    row = replace(ALERT, attempts=1, first_tried_at=NOW, in_doubt_since=NOW)
+    here = routing(BreakerState.CLOSED)
+    assert here.provider_for(here.route(loaded(row, "fallback:sendgrid"))) is None
+    assert here.provider_for(here.route(loaded(row, FALLBACK))) is SECOND
 
 
 SES = {
