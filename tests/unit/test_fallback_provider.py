@@ -5,6 +5,7 @@ accepted by two: its route is fixed by its first claim (docs/providers.md#the-fa
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from types import SimpleNamespace
@@ -12,15 +13,16 @@ from typing import Any
 
 import pytest
 
+from mailbus.consumer.adapter import Provider
 from mailbus.consumer.core.breaker import BreakerState
 from mailbus.consumer.core.decide import SendView
 from mailbus.consumer.core.states import Status
 from mailbus.consumer.ledger import LoadedSend
 from mailbus.consumer.routing import Routing
-from mailbus.consumer.runner import _fallback_provider
+from mailbus.consumer.runner import _fallback_provider, _process_provider
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.send_routes import FALLBACK
-from mailbus.kernel.settings import load_settings
+from mailbus.kernel.settings import Settings, load_settings
 from mailbus.providers.registry import senders
 from mailbus_client.policies import configured_policy_book
 
@@ -149,3 +151,24 @@ def test_a_fallback_that_cannot_work_is_refused_at_start(env: dict[str, str], se
     with pytest.raises(ConfigError) as error:
         load_settings(env)
     assert setting in str(error.value)
+
+
+BUILT_AS: dict[str, Callable[[Settings], Provider | None]] = {
+    "MAILBUS_PROVIDER": lambda settings: _process_provider(settings, ["p1"], senders())[1],
+    "MAILBUS_FALLBACK_PROVIDER": lambda settings: _fallback_provider(settings, senders()),
+}
+
+
+@pytest.mark.parametrize("role", list(BUILT_AS))
+def test_a_key_window_longer_than_the_providers_own_is_refused(role: str) -> None:
+    """Resend keeps a key 24 h: a MAILBUS_IDEMPOTENCY_WINDOW of two days would resend a
+    mail in doubt on day two under a key Resend forgot, a second mail. The setting may
+    only shorten a window (a test's); a longer one exits 2 naming it."""
+    env = {role: "resend", "MAILBUS_MAIL_FROM": "shop@example.com"}
+    with pytest.raises(ConfigError) as error:
+        BUILT_AS[role](load_settings({**env, "MAILBUS_IDEMPOTENCY_WINDOW": "172800"}))
+    assert "MAILBUS_IDEMPOTENCY_WINDOW" in str(error.value)
+    sender = BUILT_AS[role](load_settings({**env, "MAILBUS_IDEMPOTENCY_WINDOW": "60"}))
+    assert sender is not None and sender.capability.key is not None
+    assert sender.capability.key.window_s == 60.0  # a test's short window stands
+    asyncio.run(sender.aclose())
