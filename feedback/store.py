@@ -165,7 +165,13 @@ class EventStore:
         try:
             async with self._pool.connection(timeout=10) as conn:
                 kept = await conn.execute(self._queries["kept_settlements"])
-                await self._settle(conn, [self._settlement(*row) for row in await kept.fetchall()])
+                settle = [
+                    self._settlement(provider, key, message_id)
+                    for provider, key, message_id in await kept.fetchall()
+                    # kept under an earlier MAILBUS_PROVIDER_KEY_PREFIX: no send of ours now
+                    if parse_provider_key(self._key_prefix, key) is not None
+                ]
+                await self._settle(conn, settle)
                 cursor = await conn.execute(
                     self._queries["apply_late_events"],
                     {"ranks": list(STATUS_RANK), **self._matching},
