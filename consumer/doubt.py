@@ -30,7 +30,7 @@ from mailbus.consumer.core.capability import (
 from mailbus.consumer.core.decide import doubt_without_lookup, key_in_use, resend_closed
 from mailbus.consumer.gate import ProviderGate
 from mailbus.consumer.provider import LookupResult
-from mailbus.consumer.routing import FALLBACK, Routing
+from mailbus.consumer.routing import Routing
 from mailbus.kernel import metrics
 
 __all__ = ["Doubt"]
@@ -146,7 +146,7 @@ class Doubt:
         if not capability.look_up:  # nothing to ask: at least once takes no answer as "no"
             blind = self.at_least_once and capability.key is None
             return LookupResult(None, not blind, "no look-up at this provider")
-        if route != FALLBACK:
+        if not self.routing.is_fallback(route):
             await self.gate.before_request()
         metrics.observe_lookup()
         return await provider.lookup(key)

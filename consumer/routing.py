@@ -1,7 +1,11 @@
 """Which provider takes a mail's call: the row's own once claimed, the fallback for a first
 attempt whose policy allows it while the primary's breaker is not closed, else this
 process's provider (the default one, or its priority's own: ``MAILBUS_PROVIDER_P0_URL``
-and the like)."""
+and the like).
+
+The fallback's calls are recorded under its kind (``fallback:postmark``,
+mailbus/kernel/send_routes.py): a row in doubt at one fallback is never looked up or sent at
+another that a restart with another MAILBUS_FALLBACK_PROVIDER put in its place."""
 
 from __future__ import annotations
 
@@ -10,11 +14,10 @@ from mailbus.consumer.core.breaker import BreakerState
 from mailbus.consumer.core.decide import tried
 from mailbus.consumer.gate import ProviderGate
 from mailbus.consumer.ledger import LoadedSend
+from mailbus.kernel.send_routes import FALLBACK, fallback_route
 from mailbus_client.policies import PolicyBook
 
-__all__ = ["FALLBACK", "Routing"]
-
-FALLBACK = "fallback"  # email_sends.provider of a call taken by the fallback provider
+__all__ = ["Routing"]
 
 
 class Routing:
@@ -25,10 +28,12 @@ class Routing:
         fallback: Provider | None,
         policies: PolicyBook,
         gate: ProviderGate,
+        fallback_kind: str = "http",
     ) -> None:
         self.primary = provider
         self.provider_name = provider_name  # email_sends.provider of its calls; None: default
         self.fallback = fallback
+        self.fallback_route = fallback_route(fallback_kind)
         self.policies = policies
         self.gate = gate
 
@@ -46,12 +51,18 @@ class Routing:
             and self.fallback is not None
             and self.gate.breaker.state is not BreakerState.CLOSED
         ):
-            return FALLBACK
+            return self.fallback_route
         return self.provider_name
+
+    def is_fallback(self, route: str | None) -> bool:
+        """Whether ``route`` is this process's fallback: its own kind, or the bare
+        ``fallback`` of the calls recorded before the kind was."""
+        return self.fallback is not None and route in (self.fallback_route, FALLBACK)
 
     def provider_for(self, route: str | None) -> Provider | None:
         """The provider for ``route``; None when this process has no such provider (the
-        fallback or another priority's provider, not configured here)."""
-        if route == FALLBACK:
+        fallback, or a fallback of another kind, or another priority's provider, not
+        configured here)."""
+        if self.is_fallback(route):
             return self.fallback
         return self.primary if route == self.provider_name else None

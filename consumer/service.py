@@ -56,7 +56,7 @@ from mailbus.consumer.gate import Admission, ProviderGate
 from mailbus.consumer.ledger import Claim, LoadedSend, MessageOrigin, SendLedger, dead_letter_reason
 from mailbus.consumer.outcome_log import log_outcome
 from mailbus.consumer.provider import OutgoingMail
-from mailbus.consumer.routing import FALLBACK, Routing
+from mailbus.consumer.routing import Routing
 from mailbus.consumer.spans import CALL, call_span, process_span, settle_span
 from mailbus.kernel import metrics, tracing
 from mailbus.kernel.errors import CodecError, InvalidSendError, StorageError
@@ -111,7 +111,7 @@ class DeliveryService:
         tracer: Tracer = NOOP,
     ) -> None:
         self.ledger = ledger
-        self.routing = Routing(provider, provider_name, fallback, policies, gate)
+        self.routing = Routing(provider, provider_name, fallback, policies, gate, fallback_kind)
         self.policies = policies
         self.gate = gate
         self.policy = policy
@@ -268,7 +268,7 @@ class DeliveryService:
         while True:
             admission = (
                 None
-                if route == FALLBACK
+                if self.routing.is_fallback(route)
                 else await self.gate.admit_send(unhurried, p0=row.priority == "p0")
             )
             try:
@@ -417,7 +417,8 @@ class DeliveryService:
             metrics.observe_server_failure(result.server_stage)
         if admission is not None:
             self.gate.settle(admission, result, latency_s, recipient_domain(row.to_address))
-        source = f"sync:{self.fallback_kind if route == FALLBACK else self.provider_kind}"
+        kind = self.fallback_kind if self.routing.is_fallback(route) else self.provider_kind
+        source = f"sync:{kind}"
         decision = after_call(row, result, self.clock(), self.policy, self.rand, source)
         # any earlier call (in doubt, or resolved --not-sent by an operator) may hold the key
         if view.attempts > 0 and key_conflict(provider.capability, result):

@@ -12,8 +12,9 @@ duplicate without reaching the statement, exactly as if it had come a moment lat
 
 An event matches only the sends of its provider (``events.sql``): ``sent_through`` is the
 named provider the default provider's sends (``email_sends.provider`` NULL) went through,
-``MAILBUS_PROVIDER``, and ``fallback_through`` the one the fallback's sends (``fallback``)
-went through, ``MAILBUS_FALLBACK_PROVIDER``; None when it names none.
+``MAILBUS_PROVIDER``; a fallback's sends (``fallback:<kind>``) went through the kind they
+record, and ``fallback_through`` is the one the sends recorded before the kind was
+(``fallback``) went through, ``MAILBUS_FALLBACK_PROVIDER``; None when it names none.
 
 A send a provider without a key or a look-up left ``unknown`` (or ``pending`` after a
 call) is settled by that provider's own event when the event carries the send's dedupe key
@@ -51,6 +52,7 @@ from mailbus.feedback.events import NAMED_PROVIDERS, STATUS_RANK, DeliveryEvent
 from mailbus.kernel.coalescer import Coalescer
 from mailbus.kernel.errors import StorageError
 from mailbus.kernel.provider_key import parse_provider_key
+from mailbus.kernel.send_routes import FALLBACK, fallback_route
 from mailbus.kernel.tracecontext import TraceContext, parse
 from mailbus.kernel.tracing import NOOP, Tracer
 from mailbus_client.sqlfiles import load_queries
@@ -116,9 +118,11 @@ class EventStore:
         self._batches: Coalescer[tuple[str, DeliveryEvent], Recorded] = Coalescer(
             self._record_batch, max_batch=max_batch
         )
-        # email_sends.provider of a route: "" for NULL, the default; "fallback" as the
-        # consumer records the fallback's calls (consumer/routing.py)
-        routes = {"": sent_through, "fallback": fallback_through}
+        # email_sends.provider of a route (mailbus/kernel/send_routes.py): "" for NULL, the
+        # default; "fallback:<kind>" the fallback of that kind, whichever this receiver names;
+        # the bare "fallback" of calls recorded before the kind was, MAILBUS_FALLBACK_PROVIDER's
+        routes = {"": sent_through, FALLBACK: fallback_through}
+        routes.update({fallback_route(kind): kind for kind in NAMED_PROVIDERS})
         through = {route: kind for route, kind in routes.items() if kind in NAMED_PROVIDERS}
         self._matching = {"through": json.dumps(through), "named": list(NAMED_PROVIDERS)}
 
@@ -161,7 +165,13 @@ class EventStore:
         try:
             async with self._pool.connection(timeout=10) as conn:
                 kept = await conn.execute(self._queries["kept_settlements"])
-                await self._settle(conn, [self._settlement(*row) for row in await kept.fetchall()])
+                settle = [
+                    self._settlement(provider, key, message_id)
+                    for provider, key, message_id in await kept.fetchall()
+                    # kept under an earlier MAILBUS_PROVIDER_KEY_PREFIX: no send of ours now
+                    if parse_provider_key(self._key_prefix, key) is not None
+                ]
+                await self._settle(conn, settle)
                 cursor = await conn.execute(
                     self._queries["apply_late_events"],
                     {"ranks": list(STATUS_RANK), **self._matching},

@@ -19,6 +19,7 @@ from mailbus.consumer.adapter import Provider
 from mailbus.consumer.core.capability import Capability
 from mailbus.consumer.provider import Dialect, Endpoint, http_provider
 from mailbus.feedback.native.routes import Clock, NativeReceiver
+from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.settings import Settings
 from mailbus.providers.sandbox_dialect import Imitation
 
@@ -56,7 +57,18 @@ class NamedProvider:
 
     def provider(self, settings: Settings, endpoint: Endpoint) -> Provider:
         """The provider it sends through: an HTTP dialect at ``endpoint`` (MAILBUS_PROVIDER's
-        or MAILBUS_FALLBACK_PROVIDER's), or its own sender, configured by its own settings."""
+        or MAILBUS_FALLBACK_PROVIDER's), or its own sender, configured by its own settings.
+        MAILBUS_IDEMPOTENCY_WINDOW may shorten its key's documented window, never lengthen
+        it: a resend past the provider's window would go out under a key it forgot."""
+        key = self.capability.key
+        window = settings.idempotency_window
+        longest = None if key is None else key.window_s
+        if window is not None and longest is not None and window > longest:
+            raise ConfigError(
+                "MAILBUS_IDEMPOTENCY_WINDOW",
+                f"{self.name} keeps a key {longest:g} s: a window may only be shorter,"
+                f" got {window:g}",
+            )
         if self.sender is not None:
             return self.sender(settings)
         assert self.dialect is not None, f"{self.name}: neither a dialect nor a sender"

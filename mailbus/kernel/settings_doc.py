@@ -203,7 +203,8 @@ SETTINGS: tuple[Setting, ...] = (
     _s(
         "IDEMPOTENCY_WINDOW",
         "the provider's",
-        "seconds a named provider keeps an idempotency key (resend: 86400); for tests",
+        "seconds a named provider keeps an idempotency key (resend: 86400; only shorter);"
+        " for tests",
         {"consume"},
     ),
     _s(

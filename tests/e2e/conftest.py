@@ -187,8 +187,9 @@ class Stack:
             assert key not in held, f"{key} accepted by two providers"
             held[key] = ("fallback", message_id)
         rows = self.query(
-            "SELECT coalesce(provider_key, dedupe_key), status, message_id, provider"
-            " FROM email_sends"
+            # a fallback's rows record its kind (fallback:http, fallback:ses): the fallback
+            "SELECT coalesce(provider_key, dedupe_key), status, message_id,"
+            " split_part(provider, ':', 1) FROM email_sends"
         )
         table = {
             key: (provider, message_id)

@@ -53,7 +53,7 @@ def test_policies_during_an_outage(stack: Stack) -> None:
     rows = stack.query(
         "SELECT template, provider, accepted_at FROM email_sends WHERE status = 'accepted'"
     )
-    assert {t for t, p, _ in rows if p == "fallback"} == {"internal_alert"}
+    assert {t for t, p, _ in rows if p == "fallback:http"} == {"internal_alert"}
     assert all(p is None for t, p, _ in rows if t != "internal_alert")
     orders = [at for t, _, at in rows if t == "order_confirmation"]
     newsletters = [at for t, _, at in rows if t == "newsletter"]

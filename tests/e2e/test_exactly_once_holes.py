@@ -92,7 +92,7 @@ def test_a_mail_the_fallback_took_is_never_sent_by_the_primary_too(stack: Stack)
         assert stack.wait_settled(90) == {"accepted": 8}
         stack.assert_table_agrees_with_providers(fallback.url)
         rows = stack.query("SELECT provider FROM email_sends WHERE template = 'internal_alert'")
-        assert rows == [("fallback",)] * 3
+        assert rows == [("fallback:http",)] * 3
     finally:
         fallback.stop()
 

@@ -77,7 +77,7 @@ def test_mail_in_doubt_at_the_primary_never_goes_to_a_fallback_of_another_dialec
         wait_until(lambda: len(ses.sent()) == 4, 60, "the late alerts at SES")
         time.sleep(3)  # the reconciler looks the doubtful ones up again, and fails
         assert statuses_of(stack, "alert-in-doubt") == [("unknown", None)] * 3
-        assert statuses_of(stack, "alert-late") == [("accepted", "fallback")] * 4
+        assert statuses_of(stack, "alert-late") == [("accepted", "fallback:ses")] * 4
 
         stack.control("account", {"keys": [API_KEY]})  # the key is back
         assert stack.wait_settled(120) == {"accepted": 16}

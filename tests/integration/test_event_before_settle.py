@@ -84,3 +84,42 @@ def test_an_event_before_the_send_is_unknown_settles_it_once_it_applies(
             "SELECT event_id, matched FROM delivery_events ORDER BY event_id"
         ).fetchall()
     assert applied == [("ev-in-flight", True), ("ev-never-tried", False), ("ev-resend-due", True)]
+
+
+def test_a_kept_event_of_an_earlier_key_prefix_leaves_the_sweep_running(
+    database_url: str, webhooks_url: str
+) -> None:
+    """MAILBUS_PROVIDER_KEY_PREFIX set (a second deployment joined the account) while an
+    event was kept under the key without it: the sweep goes on applying late events and
+    pruning tokens; the kept event settles nothing (no key of this prefix names a send)."""
+    insert(database_url, "late", "accepted", 1)
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE email_sends SET message_id = 'sg-late' WHERE dedupe_key = 'late'")
+
+    async def scenario() -> None:
+        before = EventStore(webhooks_url, max_connections=1, sent_through="sendgrid")
+        await before.open()
+        try:
+            await before.record("sendgrid", delivered("kept-before"))  # no send yet: kept
+        finally:
+            await before.close()
+        after = EventStore(
+            webhooks_url, max_connections=1, sent_through="sendgrid", key_prefix="eu:"
+        )
+        await after.open()
+        try:
+            with psycopg.connect(database_url) as conn:  # an event before its send's id
+                conn.execute(
+                    "INSERT INTO delivery_events (provider, event_id, type, message_id,"
+                    " occurred_at, matched) VALUES ('sendgrid', 'ev-late', 'delivered',"
+                    " 'sg-late', now(), false)"
+                )
+            late = await after.apply_late_events()
+            assert late.applied == 1
+        finally:
+            await after.close()
+
+    asyncio.run(scenario())
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute("SELECT event_id, matched FROM delivery_events ORDER BY 1").fetchall()
+    assert rows == [("ev-kept-before", False), ("ev-late", True)]

@@ -17,7 +17,7 @@ from ledger_support import claim
 
 from mailbus.consumer.core import RetryPolicy
 from mailbus.consumer.core.breaker import Breaker, BreakerState
-from mailbus.consumer.core.outcome import ProviderReply
+from mailbus.consumer.core.outcome import ProviderReply, TransportFailure
 from mailbus.consumer.ledger import SendLedger
 from mailbus.feedback.events import DeliveryEvent
 from mailbus.feedback.store import EventStore
@@ -115,8 +115,88 @@ def test_the_fallbacks_bad_address_answer_is_recorded_under_its_own_name(
     assert (primary.sent, second.sent) == ([], ["alert-bad"])
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT status, provider FROM email_sends").fetchall() == [
-            ("failed", "fallback")
+            ("failed", "fallback:sendgrid")
         ]
         assert conn.execute("SELECT source FROM email_suppressions").fetchall() == [
             ("sync:sendgrid",)
         ]
+
+
+def test_a_mail_in_doubt_at_one_fallback_is_never_sent_through_another(database_url: str) -> None:
+    """A mail in doubt at a SendGrid fallback, and the consumers restarted with
+    MAILBUS_FALLBACK_PROVIDER=postmark: Postmark's look-up cannot know a mail SendGrid may
+    have taken, so the new fallback never looks it up or sends it; it waits, ``unknown``,
+    for a consumer with the provider that took it (or an operator)."""
+    with psycopg.connect(database_url) as conn:
+        (send_id,) = conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template)"
+            " VALUES ('alert-doubt', 'ops@example.com', 'internal_alert') RETURNING id"
+        ).fetchone() or (0,)
+    sendgrid = ScriptedProvider(reply=lambda _key: TransportFailure(True, "read timeout"))
+    postmark = ScriptedProvider()  # finds nothing: the mail never reached it
+
+    async def scenario() -> None:
+        ledger = SendLedger(database_url, max_connections=2, lease_s=30)
+        await ledger.open()
+        try:
+            before = service_for(
+                ledger,
+                ScriptedProvider(),
+                RetryPolicy(),
+                fallback=sendgrid,
+                fallback_kind="sendgrid",
+            )
+            before.gate.breaker = Breaker(BreakerState.OPEN, opened_at=time.monotonic())
+            await before.handle(origin_for(send_id, "alert-doubt", 0))
+            with psycopg.connect(database_url) as conn:  # as SendGrid (no look-up) leaves it
+                conn.execute(
+                    "UPDATE email_sends SET status = 'unknown', next_try_at = now(),"
+                    " in_doubt_since = now() - interval '1 day'"
+                )
+            after = service_for(
+                ledger,
+                ScriptedProvider(),
+                RetryPolicy(),
+                fallback=postmark,
+                fallback_kind="postmark",
+            )
+            for loaded, token in await ledger.take_unresolved(["p1"], 10):
+                await after.resolve(loaded, token)  # the reconciler's pass
+            fresh = await ledger.load(send_id)
+            assert fresh is not None
+            await after.handle(origin_for(send_id, "alert-doubt", fresh.view.attempts))
+        finally:
+            await ledger.close()
+
+    asyncio.run(scenario())
+    assert (sendgrid.sent, postmark.sent, postmark.looked_up) == (["alert-doubt"], [], [])
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT status FROM email_sends").fetchall() == [("unknown",)]
+
+
+def test_a_fallbacks_events_match_the_kind_its_mail_went_through(database_url: str) -> None:
+    """A mail a SendGrid fallback sent (``fallback:sendgrid``), and a receiver whose
+    MAILBUS_FALLBACK_PROVIDER now says postmark: SendGrid's event still matches it,
+    Postmark's never does."""
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template, status, provider,"
+            " message_id) VALUES ('via-sendgrid', 'a@example.com', 't', 'accepted',"
+            " 'fallback:sendgrid', 'sg-9')"
+        )
+
+    def delivered(n: int) -> DeliveryEvent:
+        return DeliveryEvent(f"e-{n}", "delivered", "sg-9", datetime.now(UTC))
+
+    async def scenario() -> list[bool]:
+        store = EventStore(database_url, sent_through="ses", fallback_through="postmark")
+        await store.open()
+        try:
+            return [
+                (await store.record("postmark", delivered(1))).matched,
+                (await store.record("sendgrid", delivered(2))).matched,
+            ]
+        finally:
+            await store.close()
+
+    assert asyncio.run(scenario()) == [False, True]

@@ -5,6 +5,7 @@ accepted by two: its route is fixed by its first claim (docs/providers.md#the-fa
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from types import SimpleNamespace
@@ -12,14 +13,16 @@ from typing import Any
 
 import pytest
 
+from mailbus.consumer.adapter import Provider
 from mailbus.consumer.core.breaker import BreakerState
 from mailbus.consumer.core.decide import SendView
 from mailbus.consumer.core.states import Status
 from mailbus.consumer.ledger import LoadedSend
-from mailbus.consumer.routing import FALLBACK, Routing
-from mailbus.consumer.runner import _fallback_provider
+from mailbus.consumer.routing import Routing
+from mailbus.consumer.runner import _fallback_provider, _process_provider
 from mailbus.kernel.errors import ConfigError
-from mailbus.kernel.settings import load_settings
+from mailbus.kernel.send_routes import FALLBACK
+from mailbus.kernel.settings import Settings, load_settings
 from mailbus.providers.registry import senders
 from mailbus_client.policies import configured_policy_book
 
@@ -31,7 +34,7 @@ SECOND: Any = object()
 
 def routing(breaker: BreakerState) -> Routing:
     gate: Any = SimpleNamespace(breaker=SimpleNamespace(state=breaker))
-    return Routing(PRIMARY, None, SECOND, configured_policy_book(), gate)
+    return Routing(PRIMARY, None, SECOND, configured_policy_book(), gate, "postmark")
 
 
 def loaded(view: SendView, provider: str | None = None) -> LoadedSend:
@@ -39,7 +42,7 @@ def loaded(view: SendView, provider: str | None = None) -> LoadedSend:
 
 
 def test_a_first_try_of_fallback_mail_goes_to_the_fallback_while_the_primary_is_down() -> None:
-    assert routing(BreakerState.OPEN).route(loaded(ALERT)) == FALLBACK
+    assert routing(BreakerState.OPEN).route(loaded(ALERT)) == "fallback:postmark"
     assert routing(BreakerState.CLOSED).route(loaded(ALERT)) is None
     order = replace(ALERT, template="order_confirmation")  # its policy waits
     assert routing(BreakerState.OPEN).route(loaded(order)) is None
@@ -65,7 +68,18 @@ def test_a_mail_claimed_by_the_primary_is_never_offered_to_the_fallback(
 
 def test_a_mail_claimed_by_the_fallback_stays_there_when_the_primary_recovers() -> None:
     row = replace(ALERT, attempts=0, first_tried_at=NOW)  # e.g. the fallback's quota refused it
-    assert routing(BreakerState.CLOSED).route(loaded(row, FALLBACK)) == FALLBACK
+    taken = routing(BreakerState.CLOSED).route(loaded(row, "fallback:postmark"))
+    assert taken == "fallback:postmark"
+
+
+def test_a_mail_another_kind_of_fallback_took_has_no_provider_here() -> None:
+    """Consumers restarted with MAILBUS_FALLBACK_PROVIDER=postmark: a mail a SendGrid
+    fallback took is neither looked up nor sent at Postmark; one recorded before the kind
+    was (``fallback``) is the configured fallback's."""
+    row = replace(ALERT, attempts=1, first_tried_at=NOW, in_doubt_since=NOW)
+    here = routing(BreakerState.CLOSED)
+    assert here.provider_for(here.route(loaded(row, "fallback:sendgrid"))) is None
+    assert here.provider_for(here.route(loaded(row, FALLBACK))) is SECOND
 
 
 SES = {
@@ -137,3 +151,24 @@ def test_a_fallback_that_cannot_work_is_refused_at_start(env: dict[str, str], se
     with pytest.raises(ConfigError) as error:
         load_settings(env)
     assert setting in str(error.value)
+
+
+BUILT_AS: dict[str, Callable[[Settings], Provider | None]] = {
+    "MAILBUS_PROVIDER": lambda settings: _process_provider(settings, ["p1"], senders())[1],
+    "MAILBUS_FALLBACK_PROVIDER": lambda settings: _fallback_provider(settings, senders()),
+}
+
+
+@pytest.mark.parametrize("role", list(BUILT_AS))
+def test_a_key_window_longer_than_the_providers_own_is_refused(role: str) -> None:
+    """Resend keeps a key 24 h: a MAILBUS_IDEMPOTENCY_WINDOW of two days would resend a
+    mail in doubt on day two under a key Resend forgot, a second mail. The setting may
+    only shorten a window (a test's); a longer one exits 2 naming it."""
+    env = {role: "resend", "MAILBUS_MAIL_FROM": "shop@example.com"}
+    with pytest.raises(ConfigError) as error:
+        BUILT_AS[role](load_settings({**env, "MAILBUS_IDEMPOTENCY_WINDOW": "172800"}))
+    assert "MAILBUS_IDEMPOTENCY_WINDOW" in str(error.value)
+    sender = BUILT_AS[role](load_settings({**env, "MAILBUS_IDEMPOTENCY_WINDOW": "60"}))
+    assert sender is not None and sender.capability.key is not None
+    assert sender.capability.key.window_s == 60.0  # a test's short window stands
+    asyncio.run(sender.aclose())
