@@ -1,0 +1,81 @@
+-- Outcome events recorded once per statement (issue 37, decision 2): the same coverage as
+-- 0015 (every path that changes a send records its event, whoever wrote the UPDATE), at one
+-- function call and one INSERT … SELECT per statement instead of per row. The statement's
+-- rows come from its transition tables: the rows as inserted, or each updated row before
+-- and after, matched by id (an UPDATE cannot change it: GENERATED ALWAYS).
+-- Reported as before: status reaching accepted, failed, unknown, expired or suppressed, and
+-- delivery_status reaching a new value; a status and a delivery change of one row give two
+-- events, status first; rows in id order. One NOTIFY on the event lane's channel, only when
+-- an event was recorded.
+-- A statement trigger with transition tables takes no column list (UPDATE OF) and no WHEN:
+-- it runs for every UPDATE of email_sends, also one of 0 rows, and the relay's
+-- published_at marks and the pending/sending churn pass through its query and record
+-- nothing.
+-- Lock level: CREATE/DROP TRIGGER take SHARE ROW EXCLUSIVE on email_sends for an instant
+-- (no row is read); `mailbus migrate` takes it with its lock timeout.
+-- The events one row's change reports (none, one or two), status first: a pure function
+-- of the row after the change and its status and delivery status before (NULL, NULL for
+-- a row inserted). SQL and STABLE, so the planner inlines it into the trigger's query.
+CREATE OR REPLACE FUNCTION mailbus_send_events_of(
+    status text, delivery_status text, last_error text, updated_at timestamptz,
+    last_event_at timestamptz, was_status text, was_delivery_status text
+) RETURNS TABLE (kind integer, event text, error text, occurred_at timestamptz)
+    LANGUAGE sql STABLE AS $$
+    SELECT e.kind, e.event, e.error, e.occurred_at
+    FROM (VALUES
+        (1, status, CASE WHEN status <> 'accepted' THEN last_error END, updated_at,
+         status IN ('accepted', 'failed', 'unknown', 'expired', 'suppressed')
+         AND status IS DISTINCT FROM was_status),
+        (2, delivery_status, NULL, coalesce(last_event_at, now()),
+         delivery_status IS NOT NULL AND delivery_status IS DISTINCT FROM was_delivery_status)
+    ) e (kind, event, error, occurred_at, reported)
+    WHERE e.reported
+$$;
+
+CREATE OR REPLACE FUNCTION mailbus_record_send_event() RETURNS trigger LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = public, pg_temp AS $$
+DECLARE
+    recorded bigint;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO email_send_events (send_id, dedupe_key, template, event, status,
+                                       delivery_status, message_id, error, occurred_at)
+        SELECT n.id, n.dedupe_key, n.template, e.event, n.status, n.delivery_status,
+               n.message_id, e.error, e.occurred_at
+        FROM new_sends n
+        CROSS JOIN LATERAL mailbus_send_events_of(n.status, n.delivery_status, n.last_error,
+                                                  n.updated_at, n.last_event_at,
+                                                  NULL, NULL) e
+        ORDER BY n.id, e.kind;
+    ELSE
+        INSERT INTO email_send_events (send_id, dedupe_key, template, event, status,
+                                       delivery_status, message_id, error, occurred_at)
+        SELECT n.id, n.dedupe_key, n.template, e.event, n.status, n.delivery_status,
+               n.message_id, e.error, e.occurred_at
+        FROM new_sends n JOIN old_sends o ON o.id = n.id
+        CROSS JOIN LATERAL mailbus_send_events_of(n.status, n.delivery_status, n.last_error,
+                                                  n.updated_at, n.last_event_at,
+                                                  o.status, o.delivery_status) e
+        ORDER BY n.id, e.kind;
+    END IF;
+    GET DIAGNOSTICS recorded = ROW_COUNT;
+    IF recorded > 0 THEN
+        PERFORM pg_notify('mailbus_send_events', '');
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+DROP TRIGGER IF EXISTS email_sends_record_event_update ON email_sends;
+CREATE TRIGGER email_sends_record_event_update
+    AFTER UPDATE ON email_sends
+    REFERENCING OLD TABLE AS old_sends NEW TABLE AS new_sends
+    FOR EACH STATEMENT
+    EXECUTE FUNCTION mailbus_record_send_event();
+
+DROP TRIGGER IF EXISTS email_sends_record_event_insert ON email_sends;
+CREATE TRIGGER email_sends_record_event_insert
+    AFTER INSERT ON email_sends
+    REFERENCING NEW TABLE AS new_sends
+    FOR EACH STATEMENT
+    EXECUTE FUNCTION mailbus_record_send_event();
