@@ -33,14 +33,17 @@ class PointerWorkers:
         self,
         settings: Settings,
         publisher: Callable[[], PointerPublisher] | None = None,
+        p0_lane_apart: bool = False,
     ) -> None:
-        """``publisher``: makes each worker's producer; by default the relay's own."""
+        """``publisher``: makes each worker's producer; by default the relay's own.
+        ``p0_lane_apart``: a P0 lane runs beside them, so new P0 sends do not wake them."""
         self.relays = [
             Relay(
                 settings,
                 publisher=publisher() if publisher is not None else None,
                 lanes=frozenset({POINTERS}),
                 component="relay" if n == 1 else f"relay.{n}",  # for /readyz
+                p0_lane_apart=p0_lane_apart,
             )
             for n in range(1, settings.relay_workers + 1)
         ]
