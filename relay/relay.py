@@ -22,8 +22,9 @@ workers inside batches of newsletters, a P0 row waits for a NOTIFY and a small c
 for a batch of thousands to be acknowledged (docs/benchmarks/speed.md). New P0 sends
 notify a channel of their own, which only the P0 lane listens to, so a P0 row wakes one
 claim instead of every pointer worker's, and the campaign's inserts never wake the P0
-lane. The pointer lane still claims P0 rows first too; SKIP LOCKED gives each row to one
-of them.
+lane. Pointer workers with a P0 lane beside them leave a P0 row to it for its first
+second, then claim it first as any pointer lane does (the lane stopped or behind); SKIP
+LOCKED gives each row to one of them.
 
 A crash anywhere before a commit rolls that batch's marks back, so the rows are claimed
 again: at-least-once onto Kafka, made harmless by the consumer's guarded claim. Several
@@ -109,8 +110,8 @@ class Relay:
     ) -> None:
         """``component``: its name in ``/readyz``; by default ``relay`` for a relay with the
         pointer lane, ``relay.events`` for the event lane alone. ``p0_lane_apart``: a P0
-        lane runs beside this relay's pointer lane, which new P0 sends then do not wake (it
-        still claims them first whenever it claims)."""
+        lane runs beside this relay's pointer lane, which new P0 sends then do not wake and
+        which leaves them to that lane for their first second (``claim_due_beside_p0``)."""
         self.settings = settings
         self.lanes = lanes
         self._channels = sorted(
@@ -124,7 +125,7 @@ class Relay:
         self._codec = pointer_codec(settings)
         self._sends: Outbox[TupleRow] = Outbox(
             name="send pointers",
-            claim=self._queries["claim_due"],
+            claim=self._queries["claim_due_beside_p0" if p0_lane_apart else "claim_due"],
             unclaim=self._queries["unclaim"],
             row_factory=tuple_row,
             row_id=lambda row: int(row[0]),

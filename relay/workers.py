@@ -9,7 +9,8 @@ LOCKED`` hands each its own rows, so one worker claims while another waits for i
 
 That is what several relay processes sharing a table already do, so every guarantee of one
 relay holds per worker: a crash before a commit rolls that batch's marks back (the rows
-are claimed again: at least once onto Kafka), and every claim takes P0 rows first. The
+are claimed again: at least once onto Kafka), and every claim takes P0 rows first (with
+the P0 lane beside them, `mailbus relay`, those due for a second: relay/relay.py). The
 event lane, which must keep each send's order, stays one relay (docs/guides/operators.md).
 """
 

@@ -159,6 +159,28 @@ def test_new_p0_sends_wake_the_p0_lane_and_not_pointer_workers_beside_it(
     assert pointers.stats.published == 2
 
 
+def test_pointer_workers_leave_a_fresh_p0_row_to_the_p0_lane_for_a_second(
+    settings: Settings,
+) -> None:
+    """Issue 37: a fresh P0 row taken into a worker's batch of newsletters waited for that
+    batch's acknowledgements; with the P0 lane beside them the workers leave it to the lane
+    for a second, then take it first as before (the lane stopped or behind)."""
+    insert_send(settings.database_url, "reset-1", "p0")
+    insert_send(settings.database_url, "news-1", "p2")
+    workers = Relay(settings, lanes=frozenset({POINTERS}), p0_lane_apart=True)
+    alone = Relay(settings, lanes=frozenset({POINTERS}))
+    try:
+        assert workers.publish_due_batch(threading.Event()) == 1  # the newsletter
+        time.sleep(1.2)
+        insert_send(settings.database_url, "reset-2", "p0")
+        assert workers.publish_due_batch(threading.Event()) == 1  # reset-1, a second old
+        assert alone.publish_due_batch(threading.Event()) == 1  # no P0 lane: reset-2 at once
+    finally:
+        workers.close()
+        alone.close()
+    assert published(settings.database_url) == 3
+
+
 def test_rollback_publishes_nothing(settings: Settings) -> None:
     with relay_thread(settings), psycopg.connect(settings.database_url) as conn:
         conn.execute(_SEED, {"prefix": "rolled-", "start": 1, "stop": 5})
