@@ -2,7 +2,8 @@
 -- 0015 (every path that changes a send records its event, whoever wrote the UPDATE), at one
 -- function call and one INSERT … SELECT per statement instead of per row. The statement's
 -- rows come from its transition tables: the rows as inserted, or each updated row before
--- and after, matched by id (an UPDATE cannot change it: GENERATED ALWAYS).
+-- and after, matched by id (an identity no path of mailbus updates; `SET id = DEFAULT`
+-- would give a row a new id, and its change would record nothing).
 -- Reported as before: status reaching accepted, failed, unknown, expired or suppressed, and
 -- delivery_status reaching a new value; a status and a delivery change of one row give two
 -- events, status first; rows in id order. One NOTIFY on the event lane's channel, only when
