@@ -34,6 +34,24 @@ WHERE id = ANY(ARRAY(
 RETURNING id, dedupe_key, priority, attempts, created_at, traceparent, tracestate,
           extract(epoch FROM clock_timestamp() - greatest(created_at, next_try_at))
 
+-- name: claim_due_beside_p0
+-- claim_due for pointer workers with a P0 lane beside them (relay/relay.py): a P0 row is
+-- the lane's while it is fresh, so it never waits for a worker's batch of newsletters to
+-- be acknowledged; one due for a second already (the lane stopped, or far behind) is
+-- taken first as claim_due takes it.
+UPDATE email_sends SET published_at = now()
+WHERE id = ANY(ARRAY(
+    SELECT id FROM email_sends
+    WHERE status = 'pending' AND published_at IS NULL
+      AND (next_try_at IS NULL OR next_try_at <= now())
+      AND (priority <> 'p0' OR coalesce(next_try_at, created_at) <= now() - interval '1 second')
+    ORDER BY priority, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+))
+RETURNING id, dedupe_key, priority, attempts, created_at, traceparent, tracestate,
+          extract(epoch FROM clock_timestamp() - greatest(created_at, next_try_at))
+
 -- name: unclaim
 UPDATE email_sends SET published_at = NULL WHERE id = ANY(%(ids)s)
 

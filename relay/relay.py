@@ -19,8 +19,12 @@ volume, their ordered waves, trouble with their topic) never slow the pointers d
 ``Relay`` built with both lanes drains all three. Beside them runs the **P0 lane**, one
 relay that claims P0 sends alone (``claim_due_p0``): while a campaign keeps the pointer
 workers inside batches of newsletters, a P0 row waits for a NOTIFY and a small claim, not
-for a batch of thousands to be acknowledged (docs/benchmarks/speed.md). The pointer lane
-still claims P0 rows first too; SKIP LOCKED gives each row to one of them.
+for a batch of thousands to be acknowledged (docs/benchmarks/speed.md). New P0 sends
+notify a channel of their own, which only the P0 lane listens to, so a P0 row wakes one
+claim instead of every pointer worker's, and the campaign's inserts never wake the P0
+lane. Pointer workers with a P0 lane beside them leave a P0 row to it for its first
+second, then claim it first as any pointer lane does (the lane stopped or behind); SKIP
+LOCKED gives each row to one of them.
 
 A crash anywhere before a commit rolls that batch's marks back, so the rows are claimed
 again: at-least-once onto Kafka, made harmless by the consumer's guarded claim. Several
@@ -28,8 +32,9 @@ relays can run at once; SKIP LOCKED hands each its own rows (no leader election 
 A send's W3C trace context (``traceparent``, ``tracestate``), when its row has one, travels as
 the pointer's Kafka headers of the same names (docs/guides/tracing.md): the row's own, or,
 with an exporter, that of the pointer's ``send`` span, a child of the row's.
-Between passes the relay sleeps until a NOTIFY on its lanes' channels (inserts of sends and
-dead letters; recorded outcome events), the next row's ``next_try_at``, or the polling
+Between passes the relay sleeps until a NOTIFY on its lanes' channels (inserts of sends,
+P0 ones on their own channel, and of dead letters; recorded outcome events), the next
+row's ``next_try_at``, or the polling
 interval, whichever comes first; the event lane then waits until
 :data:`~mailbus.relay.events.GATHER_S` has passed since its last pass began, so the events
 of many settles go out in one pass.
@@ -63,13 +68,15 @@ __all__ = [
     "ALL_LANES",
     "EVENTS",
     "NOTIFY_CHANNEL",
+    "P0_NOTIFY_CHANNEL",
     "P0_POINTERS",
     "POINTERS",
     "Relay",
     "RelayStats",
 ]
 
-NOTIFY_CHANNEL = "mailbus_outbox"  # new sends and dead letters
+NOTIFY_CHANNEL = "mailbus_outbox"  # new sends other than P0, and dead letters
+P0_NOTIFY_CHANNEL = "mailbus_outbox_p0"  # new P0 sends (schemas/sql/0068)
 POINTERS = "pointers"  # send pointers and dead letters
 EVENTS = "events"  # outcome events
 P0_POINTERS = "p0 pointers"  # send pointers of P0 rows alone
@@ -77,9 +84,9 @@ ALL_LANES = frozenset({POINTERS, EVENTS})
 _SEND_LANES = frozenset({POINTERS, P0_POINTERS})
 _HEARTBEAT_S = 30.0  # a lane that has not come round its loop for this long is not ready
 _CHANNELS = {
-    POINTERS: NOTIFY_CHANNEL,
-    P0_POINTERS: NOTIFY_CHANNEL,
-    EVENTS: "mailbus_send_events",  # schemas/sql/0015
+    POINTERS: (NOTIFY_CHANNEL, P0_NOTIFY_CHANNEL),
+    P0_POINTERS: (P0_NOTIFY_CHANNEL,),
+    EVENTS: ("mailbus_send_events",),  # schemas/sql/0015
 }
 Row = TypeVar("Row")
 log = logging.getLogger("mailbus.relay")
@@ -102,13 +109,20 @@ class Relay:
         lanes: frozenset[str] = ALL_LANES,
         component: str | None = None,
         tracer: Tracer = NOOP,
+        p0_lane_apart: bool = False,
     ) -> None:
         """``component``: its name in ``/readyz``; by default ``relay`` for a relay with the
         pointer lane, ``relay.events`` for the event lane alone. ``tracer``: a ``send`` span
-        per pointer, under its row's trace context (docs/guides/tracing.md)."""
+        per pointer, under its row's trace context (docs/guides/tracing.md). ``p0_lane_apart``:
+        a P0 lane runs beside this relay's pointer lane, which new P0 sends then do not wake
+        and which leaves them to that lane for their first second (``claim_due_beside_p0``)."""
         self.settings = settings
         self.tracer = tracer
         self.lanes = lanes
+        self._channels = sorted(
+            {channel for lane in lanes for channel in _CHANNELS[lane]}
+            - ({P0_NOTIFY_CHANNEL} if p0_lane_apart and P0_POINTERS not in lanes else set())
+        )
         self._component = component or ("relay" if POINTERS in lanes else "relay.events")
         self.stats = RelayStats()
         self._publisher = publisher or PointerPublisher(kafka_client_config(settings))
@@ -116,7 +130,7 @@ class Relay:
         self._codec = pointer_codec(settings)
         self._sends: Outbox[TupleRow] = Outbox(
             name="send pointers",
-            claim=self._queries["claim_due"],
+            claim=self._queries["claim_due_beside_p0" if p0_lane_apart else "claim_due"],
             unclaim=self._queries["unclaim"],
             row_factory=tuple_row,
             row_id=lambda row: int(row[0]),
@@ -283,15 +297,19 @@ class Relay:
 
     def _connect(self) -> None:
         if self._conn is None:
-            self._conn = psycopg.connect(
-                self.settings.database_url, autocommit=True, connect_timeout=5
-            )
+            conn = psycopg.connect(self.settings.database_url, autocommit=True, connect_timeout=5)
+            # A pass's commit only records "on Kafka" (published_at). Lost in a crash of
+            # PostgreSQL, its rows are published again, as after a relay crash before the
+            # commit; any later synchronous commit (a consumer's claim) makes it durable
+            # first. So no pass waits for the WAL flush.
+            conn.execute("SET synchronous_commit = off")
+            self._conn = conn
         if self._listener is None:
             self._listener = psycopg.connect(
                 self.settings.database_url, autocommit=True, connect_timeout=5
             )
-            for lane in sorted(self.lanes):
-                self._listener.execute(f"LISTEN {_CHANNELS[lane]}")
+            for channel in self._channels:
+                self._listener.execute(f"LISTEN {channel}")
 
     def _require_connection(self) -> psycopg.Connection:
         if self._conn is None:

@@ -9,7 +9,8 @@ LOCKED`` hands each its own rows, so one worker claims while another waits for i
 
 That is what several relay processes sharing a table already do, so every guarantee of one
 relay holds per worker: a crash before a commit rolls that batch's marks back (the rows
-are claimed again: at least once onto Kafka), and every claim takes P0 rows first. The
+are claimed again: at least once onto Kafka), and every claim takes P0 rows first (with
+the P0 lane beside them, `mailbus relay`, those due for a second: relay/relay.py). The
 event lane, which must keep each send's order, stays one relay (docs/guides/operators.md).
 """
 
@@ -35,9 +36,11 @@ class PointerWorkers:
         settings: Settings,
         publisher: Callable[[], PointerPublisher] | None = None,
         tracer: Tracer = NOOP,
+        p0_lane_apart: bool = False,
     ) -> None:
         """``publisher``: makes each worker's producer; by default the relay's own.
-        ``tracer``: the pointers' ``send`` spans."""
+        ``tracer``: the pointers' ``send`` spans. ``p0_lane_apart``: a P0 lane runs beside
+        them, so new P0 sends do not wake them."""
         self.relays = [
             Relay(
                 settings,
@@ -45,6 +48,7 @@ class PointerWorkers:
                 lanes=frozenset({POINTERS}),
                 component="relay" if n == 1 else f"relay.{n}",  # for /readyz
                 tracer=tracer,
+                p0_lane_apart=p0_lane_apart,
             )
             for n in range(1, settings.relay_workers + 1)
         ]

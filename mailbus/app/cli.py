@@ -188,7 +188,9 @@ def _relay(settings: Settings, _args: argparse.Namespace) -> int:
     _check_kafka(settings)
     stop = stop_on_signals()
     tracer = configured_tracer(settings.otel_exporter, "mailbus-relay")
-    relay = PointerWorkers(settings, tracer=tracer)  # MAILBUS_RELAY_WORKERS pointer-lane workers
+    # MAILBUS_RELAY_WORKERS pointer-lane workers, not woken by new P0 sends: the P0 lane below
+    # takes those
+    relay = PointerWorkers(settings, tracer=tracer, p0_lane_apart=True)
     events = Relay(settings, lanes=frozenset({EVENTS}))  # outcome events, never in the way
     events_thread = threading.Thread(
         target=events.run, args=(stop,), name="relay-events", daemon=True

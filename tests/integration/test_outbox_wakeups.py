@@ -45,3 +45,20 @@ def test_a_reported_change_wakes_the_event_lane_only(database_url: str) -> None:
     assert not _notified(database_url, update, ("accepted",))  # the pointer lane's channel
     assert _notified(database_url, update, ("failed",), events)
     assert not _notified(database_url, "UPDATE email_sends SET published_at = now()", (), events)
+
+
+def test_p0_sends_notify_their_own_channel(database_url: str) -> None:
+    """Issue 37: new P0 sends wake the relay's P0 lane alone, other sends the pointer lane
+    alone; an insert of both wakes both."""
+    insert = (
+        "INSERT INTO email_sends (dedupe_key, to_address, template, priority)"
+        " SELECT %s || p, 'a@example.com', 'welcome', p FROM unnest(%s::text[]) p"
+    )
+    p0, others = "mailbus_outbox_p0", "mailbus_outbox"
+    assert _notified(database_url, insert, ("a-", ["p0"]), p0)
+    assert not _notified(database_url, insert, ("b-", ["p0"]), others)
+    assert not _notified(database_url, insert, ("c-", ["p1", "p2"]), p0)
+    assert _notified(database_url, insert, ("d-", ["p1", "p2"]), others)
+    assert _notified(database_url, insert, ("e-", ["p0", "p2"]), p0)
+    assert _notified(database_url, insert, ("f-", ["p0", "p2"]), others)
+    assert not _notified(database_url, _NO_DEAD_LETTER, (True,), p0)  # dead letters: theirs

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import psycopg
 import pytest
@@ -16,7 +17,7 @@ from services import REPO, settings_env, stack_script
 
 from mailbus.kernel.settings import Settings
 from mailbus.kernel.topics import send_topics
-from mailbus.relay.relay import P0_POINTERS, Relay
+from mailbus.relay.relay import P0_POINTERS, POINTERS, Relay
 
 _SEED = """
 INSERT INTO email_sends (dedupe_key, to_address, template, priority)
@@ -99,6 +100,85 @@ def test_a_row_inserted_while_the_relay_idles_is_published_promptly(settings: Se
         wait_until(lambda: published(settings.database_url) == 1, 30, "the row published")
         # Woken by NOTIFY, not by the 1 s poll: generous bound, the machine is noisy.
         assert time.monotonic() - started < 5
+
+
+def insert_send(database_url: str, key: str, priority: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template, priority)"
+            " VALUES (%s, 'a@example.com', 'welcome', %s)",
+            (key, priority),
+        )
+
+
+def test_a_pass_commits_its_marks_without_waiting_for_the_wal_flush(settings: Settings) -> None:
+    """Issue 37: a synchronous commit waited for the WAL flush, 1-3 ms at p50 on this
+    machine, before the lane could claim again; a mark lost in a crash of PostgreSQL
+    only publishes its rows again (at least once, as after a relay crash)."""
+    seed(settings.database_url, 3)
+    relay = Relay(settings)
+    try:
+        assert relay.publish_due_batch(threading.Event()) == 3
+        conn = relay._require_connection()  # the connection every pass commits on
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
+    finally:
+        relay.close()
+    assert published(settings.database_url) == 3
+
+
+def test_new_p0_sends_wake_the_p0_lane_and_not_pointer_workers_beside_it(
+    settings: Settings,
+) -> None:
+    """Issue 37: a P0 insert notifies P0's own channel. Polls once a minute here, so
+    whatever is published within seconds was woken by a NOTIFY."""
+    slow_poll = replace(settings, relay_poll_interval=60.0)
+    stop = threading.Event()
+    pointers = Relay(slow_poll, lanes=frozenset({POINTERS}), p0_lane_apart=True)
+    thread = threading.Thread(target=pointers.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        time.sleep(1.5)  # listening
+        insert_send(settings.database_url, "reset-1", "p0")
+        time.sleep(3)
+        assert published(settings.database_url) == 0  # not woken: the P0 lane's row
+        insert_send(settings.database_url, "news-1", "p2")  # wakes it: it claims both
+        wait_until(lambda: published(settings.database_url) == 2, 10, "both rows")
+        with relay_thread(slow_poll) as alone:  # no P0 lane beside it: P0 wakes it
+            time.sleep(1.5)
+            insert_send(settings.database_url, "reset-2", "p0")
+            wait_until(lambda: alone.stats.published == 1, 10, "reset-2 by the lone relay")
+        p0 = Relay(slow_poll, lanes=frozenset({P0_POINTERS}), component="relay.p0")
+        p0_thread = threading.Thread(target=p0.run, args=(stop,), daemon=True)
+        p0_thread.start()
+        time.sleep(1.5)
+        insert_send(settings.database_url, "reset-3", "p0")
+        wait_until(lambda: p0.stats.published == 1, 10, "reset-3 by the P0 lane")
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert pointers.stats.published == 2
+
+
+def test_pointer_workers_leave_a_fresh_p0_row_to_the_p0_lane_for_a_second(
+    settings: Settings,
+) -> None:
+    """Issue 37: a fresh P0 row taken into a worker's batch of newsletters waited for that
+    batch's acknowledgements; with the P0 lane beside them the workers leave it to the lane
+    for a second, then take it first as before (the lane stopped or behind)."""
+    insert_send(settings.database_url, "reset-1", "p0")
+    insert_send(settings.database_url, "news-1", "p2")
+    workers = Relay(settings, lanes=frozenset({POINTERS}), p0_lane_apart=True)
+    alone = Relay(settings, lanes=frozenset({POINTERS}))
+    try:
+        assert workers.publish_due_batch(threading.Event()) == 1  # the newsletter
+        time.sleep(1.2)
+        insert_send(settings.database_url, "reset-2", "p0")
+        assert workers.publish_due_batch(threading.Event()) == 1  # reset-1, a second old
+        assert alone.publish_due_batch(threading.Event()) == 1  # no P0 lane: reset-2 at once
+    finally:
+        workers.close()
+        alone.close()
+    assert published(settings.database_url) == 3
 
 
 def test_rollback_publishes_nothing(settings: Settings) -> None:

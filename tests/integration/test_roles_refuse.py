@@ -78,6 +78,7 @@ MUST: dict[str, list[tuple[str, dict[str, Any]]]] = {
     ],
     "mailbus_relay": [
         (RELAY["claim_due"], {"limit": 10}),
+        (RELAY["claim_due_beside_p0"], {"limit": 10}),
         (RELAY["unclaim"], {"ids": [1, 2, 3]}),
         (RELAY["seconds_until_next_due"], {}),
         (RELAY["claim_dead_letters"], {"limit": 10}),

@@ -201,6 +201,57 @@ def test_every_reported_change_records_exactly_one_event(database_url: str) -> N
     assert errors[4] == ("failed", "rejected: 422")
 
 
+def test_the_event_triggers_run_once_per_statement_over_its_rows(database_url: str) -> None:
+    """Issue 37, decision 2: one call and one INSERT … SELECT per statement, over the
+    statement's transition tables, not one call per row."""
+    with psycopg.connect(database_url) as conn:
+        triggers = conn.execute(
+            "SELECT tgname, tgtype & 1 = 1, tgnewtable IS NOT NULL FROM pg_trigger"
+            " WHERE tgrelid = 'email_sends'::regclass AND tgname LIKE '%record_event%'"
+            " ORDER BY tgname"
+        ).fetchall()
+    assert triggers == [
+        ("email_sends_record_event_insert", False, True),
+        ("email_sends_record_event_update", False, True),
+    ]
+
+
+def test_one_statement_over_many_rows_records_each_rows_events_in_order(
+    database_url: str,
+) -> None:
+    seed_sends(database_url, 300)
+    execute(
+        database_url,
+        # 100 already accepted: a second acceptance in the bulk update is no change
+        "UPDATE email_sends SET status = 'accepted' WHERE id <= 100",
+        # one statement: 200 acceptances, 300 deliveries; odd rows also get a message id
+        "UPDATE email_sends SET status = 'accepted', delivery_status = 'delivered',"
+        " message_id = CASE WHEN id % 2 = 1 THEN 'm-' || id END",
+        "UPDATE email_sends SET status = 'accepted' WHERE false",  # no row: no event
+        "INSERT INTO email_sends (dedupe_key, to_address, template, status, last_error)"
+        " SELECT 'sup-' || n, 's@example.com', 't', 'suppressed', 'address suppressed'"
+        " FROM generate_series(1, 3) n",
+    )
+    with psycopg.connect(database_url) as conn:
+        ids = [i for (i,) in conn.execute("SELECT id FROM email_sends ORDER BY id")]
+        bulk = conn.execute(
+            "SELECT send_id, event, status, delivery_status, message_id FROM email_send_events"
+            " WHERE id > 100 AND send_id <= %s ORDER BY send_id, id",
+            (ids[299],),
+        ).fetchall()
+    events = recorded(database_url)
+    assert events[:100] == [(i, "accepted", "accepted", None) for i in ids[:100]]
+    expected = []
+    for i in ids[:300]:
+        message_id = f"m-{i}" if i % 2 == 1 else None
+        if i > ids[99]:
+            expected.append((i, "accepted", "accepted", "delivered", message_id))
+        expected.append((i, "delivered", "accepted", "delivered", message_id))
+    assert bulk == expected  # each row's events, status first
+    assert sorted(events[600:]) == [(i, "suppressed", "suppressed", None) for i in ids[300:]]
+    assert len(events) == 603
+
+
 def test_the_relay_publishes_each_event_once_in_the_order_of_the_changes(
     settings: Settings,
 ) -> None:
