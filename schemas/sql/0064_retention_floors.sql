@@ -67,7 +67,8 @@ BEGIN
     END IF;
 END $$;
 
--- ... and after it: count the rows, and a short batch under the floor itself as caught up.
+-- ... and after it: count the rows; the table is caught up after a short batch under the
+-- floor itself, and no longer after any other (a full one may have left more).
 CREATE OR REPLACE FUNCTION mailbus_retention_record(what text, window_s double precision,
                                                     batch integer, deleted bigint)
     RETURNS bigint
@@ -76,7 +77,7 @@ CREATE OR REPLACE FUNCTION mailbus_retention_record(what text, window_s double p
     SET deleted = p.deleted + mailbus_retention_record.deleted,
         caught_up_at = CASE WHEN mailbus_retention_record.deleted < batch
                                  AND window_s <= f.floor_s
-                            THEN now() ELSE p.caught_up_at END
+                            THEN now() END
     FROM retention_floors f
     WHERE p.what = mailbus_retention_record.what AND f.what = p.what;
     SELECT mailbus_retention_record.deleted;

@@ -14,6 +14,7 @@ from services import run_mailbus
 from transport_security import login_as
 
 from mailbus.app.migrate import apply_roles
+from mailbus.consumer.retention import TABLES
 from mailbus.relay.outbox_metrics import OutboxCollector
 
 pytestmark = pytest.mark.stack
@@ -415,18 +416,35 @@ def test_the_retention_login_cannot_fake_its_run_report(
             with pytest.raises((InsufficientPrivilege, psycopg.errors.UndefinedFunction)):
                 conn.execute(forged)
         # a window past every row "finishes" each table without deleting: not caught up
-        for what, function in (
-            ("sends", "mailbus_prune"),
-            ("dead letters", "mailbus_prune"),
-            ("delivery events", "mailbus_prune"),
-            ("campaign recipients", "mailbus_prune_history"),
-            ("campaigns", "mailbus_prune_history"),
-            ("console audit", "mailbus_prune_history"),
-        ):
-            conn.execute(f"SELECT {function}(%s, 3650 * 86400, 100)", (what,))
+        for what, query in TABLES:
+            conn.execute(f"SELECT mailbus_{query}(%s, 3650 * 86400, 100)", (what,))
         conn.execute("SELECT mailbus_retention_report()")
     assert last_run(database_url) == (False, 0, 3)  # the database's own count
-    with psycopg.connect(retention_url, autocommit=True) as conn:
-        conn.execute("SELECT mailbus_prune('sends', 90 * 86400, 2)")  # 2 of 3: not done
-        conn.execute("SELECT mailbus_retention_report()")
-    assert last_run(database_url) == (False, 2, 1)
+
+    def under_the_floors(batch: int, *tables: str) -> None:
+        with psycopg.connect(retention_url, autocommit=True) as conn:
+            for what in tables:
+                conn.execute(
+                    f"SELECT mailbus_{dict(TABLES)[what]}(f.what, f.floor_s, %s)"
+                    " FROM retention_floors f"
+                    " WHERE f.what = %s",
+                    (batch, what),
+                )
+
+    def report() -> tuple[bool, int, int]:
+        with psycopg.connect(retention_url, autocommit=True) as conn:
+            conn.execute("SELECT mailbus_retention_report()")
+        return last_run(database_url)
+
+    others = [t for t, _ in TABLES if t != "sends"]
+    under_the_floors(100, *others)  # nothing there: caught up
+    under_the_floors(2, "sends")  # 2 of 3: a full batch, maybe more
+    assert report() == (False, 2, 1)
+    under_the_floors(100, *others)
+    under_the_floors(100, "sends")  # the last one: a short batch, caught up ...
+    with psycopg.connect(database_url) as conn:
+        send(conn, "k3", "accepted", OLD)
+    under_the_floors(1, "sends")  # ... until a full batch: maybe more again
+    assert report() == (False, 2, 0)
+    under_the_floors(100, *others, "sends")
+    assert report() == (True, 0, 0)
