@@ -12,11 +12,11 @@
 -- window under the table's floor.
 --
 -- retention_progress: what the pruning functions did since the last report, written by
--- them alone: rows deleted, and when a batch under the table's own window last came back
--- short (nothing left past it). mailbus_retention_report() takes no figures: a run is
--- complete when every table came back short since the previous report, and what is left
--- is counted under the floors. A window longer than the floor deletes less and never
--- counts as caught up.
+-- them alone: rows deleted, and whether the table's last batch was a short one under its
+-- floor (nothing left past it), and when. mailbus_retention_report() takes no figures: a
+-- run is complete when every table was so caught up since the previous report, and what
+-- is left is counted under the floors. A window longer than the floor deletes less and
+-- never counts as caught up.
 --
 -- Applied after 0069 on a database already there (migrate applies each missing version):
 -- nothing here depends on 0065-0069, which do not touch these functions.
