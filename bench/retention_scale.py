@@ -51,7 +51,7 @@ from retention import enqueue_and_claim_p99, scratch  # noqa: E402
 
 from mailbus.app.migrate import apply_migrations  # noqa: E402
 from mailbus.app.scratch_database import drop_database  # noqa: E402
-from mailbus.consumer.retention import Windows, prune  # noqa: E402
+from mailbus.consumer.retention import Windows, prune, set_floors  # noqa: E402
 
 DAY_S = 86400.0
 TABLES = ("email_sends", "email_attempts")
@@ -196,9 +196,10 @@ def cycles(
         for k in range(1, count + 1):
             window_s = (months - k) * 30 * DAY_S  # month months-k is now past it
             share = cascade_share(conn, window_s, batch)
+            windows = Windows(*[window_s] * 4)
+            set_floors(url, windows)  # as the operator pins them
             wal = wal_lsn(conn)
             started = time.perf_counter()
-            windows = Windows(*[window_s] * 4)
             [sends, *_], _ = prune(url, windows, batch=batch, budget_s=float("inf"))
             prune_s = time.perf_counter() - started
             wal = wal_lsn(conn) - wal

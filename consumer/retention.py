@@ -9,9 +9,15 @@ the SECURITY DEFINER function ``mailbus_prune`` (0057), and ``mailbus_prune_hist
 (0062) for campaigns, recipients and the audit; the retention role holds no DELETE grant.
 This module takes one batch of each table in turn, one transaction per batch of ``batch``
 rows (so locks are short, WAL comes in small pieces and autovacuum reuses the space for new
-rows), until every table came back short or the budget ran out; then it records the run,
-with what is still past a window, for the relay's ``mailbus_retention_backlog_rows``.
-Running it again is always safe: a second run finds only what the first left.
+rows), until every table came back short or the budget ran out; then it has the database
+record the run, with what is still past a window, for the relay's
+``mailbus_retention_backlog_rows``. Running it again is always safe: a second run finds only
+what the first left.
+
+The windows are a fact of the database too (migration 0064): each table's floor in
+``retention_floors``, which the functions will not go under and the report counts against.
+The operator pins them to the configured windows (:func:`set_floors`, ``retention floors
+--set``); a run whose windows are not the floors is refused before it deletes anything.
 """
 
 from __future__ import annotations
@@ -36,7 +42,10 @@ __all__ = [
     "count_past_retention",
     "keep_going",
     "prune",
+    "read_floors",
+    "refuse_other_floors",
     "refuse_short_window",
+    "set_floors",
 ]
 
 # (what the output and the SQL functions call it, the named query deleting one batch), in
@@ -75,6 +84,14 @@ class Windows:
         if table == "campaign recipients":  # a campaign goes with its recipients
             return min(self.recipients, self.campaigns)
         return {"campaigns": self.campaigns, "console audit": self.audit}.get(table, self.mail)
+
+    @staticmethod
+    def setting_of(table: str) -> str:
+        return {
+            "campaign recipients": "MAILBUS_RETENTION_RECIPIENTS",
+            "campaigns": "MAILBUS_RETENTION_CAMPAIGNS",
+            "console audit": "MAILBUS_RETENTION_AUDIT",
+        }.get(table, "MAILBUS_RETENTION")
 
 
 @dataclass(frozen=True)
@@ -118,6 +135,21 @@ def refuse_short_window(retention_s: float, horizons: Sequence[tuple[str, float 
             )
 
 
+def refuse_other_floors(windows: Windows, floors: dict[str, float]) -> None:
+    """ConfigError (exit 2) when a window is not its table's floor in the database: a
+    shorter one would be refused there, and a longer one would never count as caught up
+    (the database measures what is left under its floors)."""
+    for table, _ in TABLES:
+        window, floor = windows.of_table(table), floors[table]
+        if window != floor:
+            raise ConfigError(
+                Windows.setting_of(table),
+                f"{window / 86400:g}d, but the database's floor for {table} is"
+                f" {floor / 86400:g}d: pin the floors to the windows with"
+                " `mailbus retention floors --set`, as the operator (docs/retention.md#floors)",
+            )
+
+
 def _queries() -> dict[str, str]:
     return load_queries("mailbus.consumer", "retention.sql")
 
@@ -131,8 +163,9 @@ def prune(
     on_batch: Callable[[int], None] = lambda deleted: None,
 ) -> tuple[list[Pruned], list[Backlog]]:
     """Delete what is past the windows, one batch of each table in turn, until all are done
-    or ``budget_s`` is spent; then count what is left and record the run. ``on_batch``
-    hears how many rows each committed batch deleted."""
+    or ``budget_s`` is spent; then have the database record the run and count what is
+    left (under its floors: the windows, checked first). ``on_batch`` hears how many rows
+    each committed batch deleted."""
     q = _queries()
     deadline = clock() + budget_s
     rows = dict.fromkeys((t for t, _ in TABLES), 0)
@@ -140,6 +173,7 @@ def prune(
     state: dict[str, bool | None] = dict.fromkeys(rows, True)
     try:
         with psycopg.connect(database_url, autocommit=True) as conn:
+            refuse_other_floors(windows, _floors(conn, q))
             while any(state.values()):
                 for table, query in TABLES:
                     if not state[table]:
@@ -153,21 +187,11 @@ def prune(
                     state[table] = keep_going(deleted, batch, clock(), deadline)
                 if clock() >= deadline:  # a table mid-way stops with more left
                     state = {t: None if s else s for t, s in state.items()}
-            left = _backlog(conn, q, windows)
-            complete = all(s is False for s in state.values())
-            conn.execute(
-                q["report"],
-                {
-                    "complete": complete,
-                    "deleted": sum(rows.values()),
-                    "backlog": sum(b.rows for b in left),
-                    "overdue_s": max(b.overdue_s for b in left),
-                },
-            )
+            reported = {kind: (int(n), float(s)) for kind, n, s in conn.execute(q["report"])}
     except psycopg.Error as exc:
         raise StorageError(f"retention stopped: {exc}") from exc
     done = [Pruned(t, rows[t], batches[t], complete=state[t] is False) for t, _ in TABLES]
-    return done, left
+    return done, [Backlog(t, *reported[t]) for t, _ in TABLES]
 
 
 def _backlog(conn: psycopg.Connection[Any], q: dict[str, str], windows: Windows) -> list[Backlog]:
@@ -177,6 +201,32 @@ def _backlog(conn: psycopg.Connection[Any], q: dict[str, str], windows: Windows)
         row: Any = conn.execute(q["backlog"], params).fetchone()
         found.append(Backlog(table, int(row[0]), float(row[1])))
     return found
+
+
+def _floors(conn: psycopg.Connection[Any], q: dict[str, str]) -> dict[str, float]:
+    return {what: float(floor_s) for what, floor_s in conn.execute(q["floors"])}
+
+
+def read_floors(database_url: str) -> dict[str, float]:
+    """Each table's floor in the database, in seconds."""
+    try:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            return _floors(conn, _queries())
+    except psycopg.Error as exc:
+        raise StorageError(f"cannot read the retention floors: {exc}") from exc
+
+
+def set_floors(database_url: str, windows: Windows) -> dict[str, float]:
+    """Pin each table's floor to its window, in one transaction (a login that may: the
+    operator's or the tables' owner); return the floors now in force."""
+    q = _queries()
+    try:
+        with psycopg.connect(database_url) as conn:
+            for table, _ in TABLES:
+                conn.execute(q["set_floor"], {"what": table, "floor_s": windows.of_table(table)})
+            return _floors(conn, q)
+    except psycopg.Error as exc:
+        raise StorageError(f"retention floors not set: {exc}") from exc
 
 
 def count_past_retention(database_url: str, windows: Windows) -> list[Backlog]:

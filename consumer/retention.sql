@@ -1,6 +1,7 @@
 -- Named queries of `mailbus retention run` (consumer/retention.py, docs/retention.md).
 -- The retention role holds no DELETE grant: it deletes and counts only through SECURITY
--- DEFINER functions, each refusing a window under a day. %(batch)s: rows per transaction.
+-- DEFINER functions, each refusing a window under its table's floor (retention_floors).
+-- %(batch)s: rows per transaction.
 
 -- name: prune
 -- One batch of mail, by mailbus_prune (0057_retention_prune_function.sql) under the
@@ -21,5 +22,15 @@ SELECT mailbus_prune_history(%(what)s, %(window_s)s, %(batch)s)
 SELECT backlog_rows, overdue_s FROM mailbus_retention_backlog(%(what)s, %(window_s)s, %(cap)s)
 
 -- name: report
--- The run's record in retention_runs, which the relay's metrics read.
-SELECT mailbus_retention_report(%(complete)s, %(deleted)s, %(backlog)s, %(overdue_s)s)
+-- The run's record in retention_runs, which the relay's metrics read: the database's own
+-- figures (0064_retention_floors.sql), never this process's; it returns what each table
+-- has past its floor now, and how long the oldest has been past it.
+SELECT kind, left_rows, left_s FROM mailbus_retention_report()
+
+-- name: floors
+-- Each table's floor: the least window its pruning function takes.
+SELECT what, floor_s FROM retention_floors
+
+-- name: set_floor
+-- `retention floors --set`, as the operator: a table's floor pinned to its window.
+UPDATE retention_floors SET floor_s = %(floor_s)s WHERE what = %(what)s

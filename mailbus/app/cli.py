@@ -377,6 +377,21 @@ def _retention(settings: Settings, args: argparse.Namespace) -> int:
     return RETENTION_BEHIND
 
 
+def _retention_floors(settings: Settings, args: argparse.Namespace) -> int:
+    from mailbus.consumer import retention
+
+    if args.set:
+        from mailbus.app.retention_horizons import replay_horizons
+
+        retention.refuse_short_window(settings.retention, replay_horizons(settings, os.environ))
+        floors = retention.set_floors(settings.database_url, retention.Windows.of(settings))
+    else:
+        floors = retention.read_floors(settings.database_url)
+    shown = ", ".join(f"{table} {floors[table] / 86400:g}d" for table, _ in retention.TABLES)
+    print(f"retention floors: {shown}")
+    return 0
+
+
 def _webhooks(settings: Settings, _args: argparse.Namespace) -> int:
     from mailbus.feedback.server import run_webhooks
     from mailbus.providers.registry import receivers
@@ -627,7 +642,7 @@ def _add_retention_commands(commands: argparse._SubParsersAction[argparse.Argume
         " letters, delivery events, ended campaigns with their recipients and console audit"
         " past their windows; never a row that is not final. Exit 0 caught up,"
         f" {RETENTION_BEHIND} when the budget ran out still behind, 2 for a window shorter"
-        " than a replay horizon"
+        " than a replay horizon or not the database's floor (`retention floors`)"
     )
     run = actions.add_parser("run", help=run_text, description=run_text)
     run.set_defaults(handler=_retention)
@@ -641,6 +656,16 @@ def _add_retention_commands(commands: argparse._SubParsersAction[argparse.Argume
         default=DEFAULT_RETENTION_BUDGET_S,
         help="go on until nothing is past a window or this much time is spent (default 50m);"
         f" exit {RETENTION_BEHIND} when it ran out still behind",
+    )
+    floors_text = (
+        "show each table's floor, the least window the database lets retention use; with"
+        " --set (as the operator) pin them to MAILBUS_RETENTION* (2 for a window shorter"
+        " than a replay horizon)"
+    )
+    floors = actions.add_parser("floors", help=floors_text, description=floors_text)
+    floors.set_defaults(handler=_retention_floors)
+    floors.add_argument(
+        "--set", action="store_true", help="pin the floors to the configured windows"
     )
 
 

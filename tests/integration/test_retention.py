@@ -14,6 +14,7 @@ from services import run_mailbus
 from transport_security import login_as
 
 from mailbus.app.migrate import apply_roles
+from mailbus.consumer.retention import TABLES
 from mailbus.relay.outbox_metrics import OutboxCollector
 
 pytestmark = pytest.mark.stack
@@ -58,6 +59,14 @@ def letter(conn: psycopg.Connection, send_id: int | None, published: bool, at: s
 
 def retention(url: str, *args: str, **env: str) -> str:
     run = run_mailbus("retention", "run", *args, env={"MAILBUS_DATABASE_URL": url, **env})
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def pin_floors(database_url: str, **env: str) -> str:
+    """`retention floors --set` as the operator: the database's floors become the windows."""
+    with login_as(database_url, "mailbus_operator") as url:
+        run = run_mailbus("retention", "floors", "--set", env={"MAILBUS_DATABASE_URL": url, **env})
     assert run.returncode == 0, run.stderr
     return run.stdout
 
@@ -311,6 +320,7 @@ def test_campaigns_recipients_and_audit_go_by_their_own_windows(
     assert recipients == {"old": 0, "cancelled": 0, "recent": 3, "paused": 3}
     assert names == {"old", "cancelled", "recent", "paused"}  # the rows' window is 365d
     assert audit == ["kept"]
+    pin_floors(database_url, MAILBUS_RETENTION_CAMPAIGNS="30d")
     retention(retention_url, MAILBUS_RETENTION_CAMPAIGNS="30d")
     _, names, _ = left()
     assert names == {"recent", "paused"}  # an ended campaign past its window, never a paused one
@@ -343,3 +353,98 @@ def test_the_retention_role_deletes_and_nothing_else(database_url: str, retentio
         conn.execute("SELECT set_config('mailbus.retention_s', '7776000', true)")
         with pytest.raises((ObjectNotInPrerequisiteState, psycopg.errors.FeatureNotSupported)):
             conn.execute("UPDATE email_sends_past_retention SET id = 1")
+
+
+def test_a_leaked_retention_login_cannot_prune_under_the_databases_floors(
+    database_url: str, retention_url: str
+) -> None:
+    # a two-day-old mail (an intake event of it may still be read again: its max age is 3d)
+    # and a two-day-old audit row: a one-day window would take both
+    with psycopg.connect(database_url) as conn:
+        send(conn, "k", "accepted", "now() - interval '2 days'")
+        conn.execute("ALTER TABLE console_audit DISABLE TRIGGER console_audit_append_only")
+        conn.execute(
+            "INSERT INTO console_audit (at, who, role, action)"
+            " VALUES (now() - interval '2 days', 'ana', 'operator', 'kept')"
+        )
+        conn.execute("ALTER TABLE console_audit ENABLE TRIGGER console_audit_append_only")
+    with psycopg.connect(retention_url, autocommit=True) as conn:
+        for call in (
+            "SELECT mailbus_prune('sends', 86400, 100)",
+            "SELECT mailbus_prune_history('console audit', 86400, 100)",
+        ):
+            floor = "must be at least its floor"
+            with pytest.raises(psycopg.errors.InvalidParameterValue, match=floor):
+                conn.execute(call)
+        with pytest.raises(InsufficientPrivilege):  # nor lower the floors first
+            conn.execute("UPDATE retention_floors SET floor_s = 86400")
+    assert keys(database_url) == {"k"}
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM console_audit").fetchone() == (1,)
+
+
+def test_the_operator_pins_the_floors_to_the_windows_and_a_run_keeps_to_them(
+    database_url: str, retention_url: str
+) -> None:
+    with psycopg.connect(database_url) as conn:
+        send(conn, "k", "accepted", "now() - interval '31 days'")
+    short = {"MAILBUS_RETENTION": "30d"}
+    refused = run_mailbus(
+        "retention", "run", env={"MAILBUS_DATABASE_URL": retention_url, **short}
+    )
+    assert refused.returncode == 2, refused.stderr
+    last = refused.stderr.strip().splitlines()[-1]
+    assert "MAILBUS_RETENTION" in last and "retention floors --set" in last
+    assert keys(database_url) == {"k"}
+    assert "sends 30d" in pin_floors(database_url, **short)
+    out = retention(retention_url, **short)
+    assert "sends 1 deleted" in out
+    assert keys(database_url) == set()
+
+
+def test_the_retention_login_cannot_fake_its_run_report(
+    database_url: str, retention_url: str
+) -> None:
+    with psycopg.connect(database_url) as conn:
+        for n in range(3):
+            send(conn, f"k{n}", "accepted", OLD)
+    with psycopg.connect(retention_url, autocommit=True) as conn:
+        for forged in (
+            "SELECT mailbus_retention_report(true, 0, 0, 0)",  # the caller's figures: gone
+            "SELECT mailbus_retention_record('sends', 90 * 86400, 100, 0)",  # the functions'
+        ):
+            with pytest.raises((InsufficientPrivilege, psycopg.errors.UndefinedFunction)):
+                conn.execute(forged)
+        # a window past every row "finishes" each table without deleting: not caught up
+        for what, query in TABLES:
+            conn.execute(f"SELECT mailbus_{query}(%s, 3650 * 86400, 100)", (what,))
+        conn.execute("SELECT mailbus_retention_report()")
+    assert last_run(database_url) == (False, 0, 3)  # the database's own count
+
+    def under_the_floors(batch: int, *tables: str) -> None:
+        with psycopg.connect(retention_url, autocommit=True) as conn:
+            for what in tables:
+                conn.execute(
+                    f"SELECT mailbus_{dict(TABLES)[what]}(f.what, f.floor_s, %s)"
+                    " FROM retention_floors f"
+                    " WHERE f.what = %s",
+                    (batch, what),
+                )
+
+    def report() -> tuple[bool, int, int]:
+        with psycopg.connect(retention_url, autocommit=True) as conn:
+            conn.execute("SELECT mailbus_retention_report()")
+        return last_run(database_url)
+
+    others = [t for t, _ in TABLES if t != "sends"]
+    under_the_floors(100, *others)  # nothing there: caught up
+    under_the_floors(2, "sends")  # 2 of 3: a full batch, maybe more
+    assert report() == (False, 2, 1)
+    under_the_floors(100, *others)
+    under_the_floors(100, "sends")  # the last one: a short batch, caught up ...
+    with psycopg.connect(database_url) as conn:
+        send(conn, "k3", "accepted", OLD)
+    under_the_floors(1, "sends")  # ... until a full batch: maybe more again
+    assert report() == (False, 2, 0)
+    under_the_floors(100, *others, "sends")
+    assert report() == (True, 0, 0)

@@ -350,19 +350,20 @@ def test_each_role_runs_its_statements_and_is_refused_the_rest(seeded: str, role
     assert allowed == [], f"{role} may run what it must not"
 
 
-def test_retention_deletes_only_settled_mail_past_a_window_of_at_least_a_day(
+def test_retention_deletes_only_settled_mail_past_a_window_of_at_least_its_floor(
     seeded: str,
 ) -> None:
     with login_as(seeded, "mailbus_retention") as url, psycopg.connect(url) as conn:
-        for window in ("3600", "0", "-1", "NULL", "'NaN'", "'Infinity'"):  # refused
+        for window in ("86400", "3600", "0", "-1", "NULL", "'NaN'", "'Infinity'"):  # refused
             with pytest.raises(InvalidParameterValue):
                 conn.execute(f"SELECT mailbus_prune('sends', {window}, 100)")
             conn.rollback()
         with pytest.raises(InvalidParameterValue):
             conn.execute("SELECT mailbus_prune('email_sends', 90 * 86400, 100)")
         conn.rollback()
-        # the shortest window it takes deletes the 100-day-old settled send, never the pending
-        assert conn.execute("SELECT mailbus_prune('sends', 86400, 100)").fetchone() == (1,)
+        # the shortest window it takes (the default floor, 90 days) deletes the 100-day-old
+        # settled send, never the pending
+        assert conn.execute("SELECT mailbus_prune('sends', 90 * 86400, 100)").fetchone() == (1,)
         conn.commit()
     with psycopg.connect(seeded) as conn:
         keys = [key for (key,) in conn.execute("SELECT dedupe_key FROM email_sends")]
@@ -468,12 +469,16 @@ def test_a_send_resolution_is_stamped_with_its_login_and_time_by_the_database(
 )
 def test_the_relay_cannot_date_a_campaigns_end_for_retention(seeded: str, forged: str) -> None:
     # a leaked relay login ends the running campaign 400 days ago: the next retention run
-    # would delete its audience (its window for recipients is at least a day)
+    # would delete its audience (under the shortest window it may use: the table's floor)
     with login_as(seeded, "mailbus_relay") as url, psycopg.connect(url) as conn:
         conn.execute(forged + " WHERE id = 1")
     with login_as(seeded, "mailbus_retention") as url, psycopg.connect(url) as conn:
         for what in ("campaign recipients", "campaigns"):
-            conn.execute("SELECT mailbus_prune_history(%s, 86400, 100)", (what,))
+            conn.execute(
+                "SELECT mailbus_prune_history(f.what, f.floor_s, 100) FROM retention_floors f"
+                " WHERE f.what = %s",
+                (what,),
+            )
     with psycopg.connect(seeded) as conn:
         left = conn.execute(
             "SELECT (SELECT count(*) FROM campaign_recipients),"

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from mailbus.app.retention_horizons import replay_horizons
-from mailbus.consumer.retention import TABLES, Windows, keep_going, refuse_short_window
+from mailbus.consumer.retention import (
+    TABLES,
+    Windows,
+    keep_going,
+    refuse_other_floors,
+    refuse_short_window,
+)
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.settings import load_settings
 
@@ -61,3 +67,20 @@ def test_resend_key_window_is_a_horizon_and_the_defaults_pass() -> None:
     settings = load_settings(env)
     assert ("MAILBUS_IDEMPOTENCY_WINDOW", DAY) in replay_horizons(settings, env)
     refuse_short_window(settings.retention, replay_horizons(settings, env))  # 90d: fine
+
+
+def test_a_run_keeps_to_the_databases_floors_and_names_the_setting_that_differs() -> None:
+    defaults = Windows.of(load_settings(URL))
+    floors = {table: defaults.of_table(table) for table, _ in TABLES}
+    refuse_other_floors(defaults, floors)  # windows equal to their floors: a run goes on
+    for setting, window, table in (
+        ("MAILBUS_RETENTION", "30d", "sends"),  # shorter: the database would refuse it
+        ("MAILBUS_RETENTION_AUDIT", "400d", "console audit"),  # longer: never caught up
+        ("MAILBUS_RETENTION_RECIPIENTS", "7d", "campaign recipients"),
+    ):
+        windows = Windows.of(load_settings({**URL, setting: window}))
+        with pytest.raises(ConfigError) as refused:
+            refuse_other_floors(windows, floors)
+        assert refused.value.setting == setting
+        assert f"floor for {table} is" in str(refused.value)
+        assert "retention floors --set" in str(refused.value)

@@ -180,17 +180,22 @@ GRANT INSERT ON email_sends TO mailbus_operator;
 
 -- `mailbus retention run` (docs/retention.md): deletes only through mailbus_prune
 -- (migration 0057), a SECURITY DEFINER function that deletes what the *_past_retention
--- views name under a window of at least a day, nothing else: no DELETE grant of its own,
--- so its login cannot delete a pending send. `--dry-run` counts the views (keys and times
--- only). It reads no table, inserts and updates nothing.
+-- views name under a window of at least its table's floor, nothing else: no DELETE grant
+-- of its own, so its login cannot delete a pending send. `--dry-run` counts the views
+-- (keys and times only). It reads no other table, inserts and updates nothing.
 GRANT SELECT ON email_sends_past_retention, email_dead_letters_past_retention,
     delivery_events_past_retention TO mailbus_retention;
 GRANT EXECUTE ON FUNCTION mailbus_prune(text, double precision, integer) TO mailbus_retention;
 -- Campaigns, their recipients and the console audit through mailbus_prune_history, the
--- backlog counted and each run recorded through migration 0062's functions (same rules).
+-- backlog counted through migration 0062's functions (same rules). Each function refuses a
+-- window under its table's floor (retention_floors, migration 0064), which this role reads
+-- and only the operator changes (`mailbus retention floors --set`); each run is recorded
+-- by mailbus_retention_report from the database's own figures, never the caller's.
 GRANT EXECUTE ON FUNCTION mailbus_prune_history(text, double precision, integer),
     mailbus_retention_backlog(text, double precision, bigint),
-    mailbus_retention_report(boolean, bigint, bigint, double precision) TO mailbus_retention;
+    mailbus_retention_report() TO mailbus_retention;
+GRANT SELECT ON retention_floors TO mailbus_retention;
+GRANT SELECT, UPDATE (floor_s) ON retention_floors TO mailbus_operator;
 GRANT SELECT ON retention_runs TO mailbus_relay;
 
 -- `mailbus console` (docs/guides/console.md#its-database-role): what its pages show and its
