@@ -46,7 +46,7 @@ from typing import TypeVar
 import psycopg
 from psycopg.rows import TupleRow, tuple_row
 
-from mailbus.kernel import health, metrics
+from mailbus.kernel import health, metrics, schema_guard
 from mailbus.kernel.kafka_security import kafka_client_config
 from mailbus.kernel.settings import Settings
 from mailbus.kernel.tracecontext import TraceContext, parse
@@ -283,13 +283,15 @@ class Relay:
 
     def _connect(self) -> None:
         if self._conn is None:
-            self._conn = psycopg.connect(
-                self.settings.database_url, autocommit=True, connect_timeout=5
-            )
+            conn = psycopg.connect(self.settings.database_url, autocommit=True, connect_timeout=5)
+            schema_guard.check(conn)  # a database restored or failed over behind the build
+            self._conn = conn
         if self._listener is None:
-            self._listener = psycopg.connect(
+            listener = psycopg.connect(
                 self.settings.database_url, autocommit=True, connect_timeout=5
             )
+            schema_guard.check(listener)
+            self._listener = listener
             for lane in sorted(self.lanes):
                 self._listener.execute(f"LISTEN {_CHANNELS[lane]}")
 
