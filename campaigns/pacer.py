@@ -47,7 +47,7 @@ import psycopg
 from mailbus.campaigns.guard import ReputationGuard
 from mailbus.campaigns.pacing import Bucket, Grant, Pace, Window, fair_shares, plan_tick, settle
 from mailbus.campaigns.unsubscribe import Links, hmac_pads
-from mailbus.kernel import health
+from mailbus.kernel import health, schema_guard
 from mailbus.kernel.errors import StorageError
 from mailbus.kernel.settings import Settings
 from mailbus_client.policies import PolicyBook, QueueCap, configured_policy_book
@@ -309,6 +309,7 @@ class Pacer:
         while not stop.is_set():
             try:
                 with psycopg.connect(self.database_url, autocommit=True, connect_timeout=5) as conn:
+                    schema_guard.check(conn)  # a database restored behind the build
                     delay = 0.5
                     while not stop.is_set():
                         started = time.monotonic()

@@ -10,6 +10,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from mailbus.console.access import User
+from mailbus.kernel import schema_guard
 from mailbus.kernel.errors import StorageError
 from mailbus_client.sqlfiles import load_queries
 
@@ -33,6 +34,7 @@ def record(
     }
     try:
         with psycopg.connect(database_url, connect_timeout=5) as conn:
+            schema_guard.check(conn)
             conn.execute(_q()["record"], params)
     except psycopg.Error as exc:
         raise StorageError(f"console audit not written: {exc}") from exc
@@ -41,6 +43,7 @@ def record(
 def recent(database_url: str, limit: int = 100) -> list[dict[str, Any]]:
     try:
         with psycopg.connect(database_url, connect_timeout=5, row_factory=dict_row) as conn:
+            schema_guard.check(conn)
             return conn.execute(_q()["recent"], {"limit": limit}).fetchall()
     except psycopg.Error as exc:
         raise StorageError(f"console audit not read: {exc}") from exc

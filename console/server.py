@@ -27,7 +27,7 @@ from mailbus.console.login import add_login
 from mailbus.console.pages import add_pages
 from mailbus.console.web import CONSOLE, Console, add_routes, guard
 from mailbus.consumer.dead_letter_views import DEFAULT_REPLAY_RATE
-from mailbus.kernel import health, metrics
+from mailbus.kernel import health, metrics, schema_guard
 from mailbus.kernel.durations import parse_rate
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.settings import Settings
@@ -45,6 +45,7 @@ def open_pool(database_url: str) -> ConnectionPool:
         min_size=POOL_SIZE[0],
         max_size=POOL_SIZE[1],
         kwargs={"connect_timeout": 5},
+        configure=schema_guard.check,  # a database restored behind the build
         check=ConnectionPool.check_connection,
         timeout=5,  # waiting for a free connection: then the page answers 400, /readyz 503
         name="mailbus-console",

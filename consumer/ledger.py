@@ -25,6 +25,7 @@ from mailbus.consumer.core import Decision, SendView, Status
 from mailbus.consumer.core.decide import MAX_AGE_REASON, SEND_HEADROOM_S
 from mailbus.consumer.core.suppression import Scope
 from mailbus.consumer.db_clock import DatabaseClock
+from mailbus.kernel import schema_guard
 from mailbus.kernel.coalescer import Coalescer
 from mailbus.kernel.errors import StorageError
 from mailbus.kernel.provider_key import row_provider_key
@@ -103,6 +104,7 @@ class SendLedger:
             max_size=max_connections,
             open=False,
             kwargs={"autocommit": True, "connect_timeout": 5},
+            configure=schema_guard.check_async,  # a database restored behind the build
             reconnect_timeout=3600,
         )
         self._queries = {

@@ -16,6 +16,7 @@ import math
 import psycopg
 
 from mailbus.consumer.held_tokens import HeldTokens
+from mailbus.kernel import schema_guard
 from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["GlobalRateLimiter"]
@@ -62,9 +63,11 @@ class GlobalRateLimiter:
 
     async def _connection(self) -> psycopg.AsyncConnection:
         if self._conn is None:
-            self._conn = await psycopg.AsyncConnection.connect(
+            conn = await psycopg.AsyncConnection.connect(
                 self._database_url, autocommit=True, connect_timeout=5
             )
+            await schema_guard.check_async(conn)
+            self._conn = conn
             await self._conn.execute(
                 self._queries["configure_bucket"],
                 {"name": self._name, "rate": self.rate, "capacity": self.capacity},

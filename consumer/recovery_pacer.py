@@ -17,6 +17,7 @@ import psycopg
 
 from mailbus.consumer.core.recovery import RecoveryPolicy, recovery_rate
 from mailbus.consumer.held_tokens import HeldTokens
+from mailbus.kernel import schema_guard
 from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["RecoveryPacer"]
@@ -106,9 +107,11 @@ class RecoveryPacer:
     ) -> list[tuple[object, ...]]:
         try:
             if self._conn is None:
-                self._conn = await psycopg.AsyncConnection.connect(
+                conn = await psycopg.AsyncConnection.connect(
                     self._database_url, autocommit=True, connect_timeout=5
                 )
+                await schema_guard.check_async(conn)
+                self._conn = conn
             cursor = await self._conn.execute(
                 self._queries[query], {"provider": self._provider, **(params or {})}
             )

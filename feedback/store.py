@@ -49,6 +49,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from mailbus.feedback.events import NAMED_PROVIDERS, STATUS_RANK, DeliveryEvent
+from mailbus.kernel import schema_guard
 from mailbus.kernel.coalescer import Coalescer
 from mailbus.kernel.errors import StorageError
 from mailbus.kernel.provider_key import parse_provider_key
@@ -111,6 +112,7 @@ class EventStore:
             max_size=max_connections,
             open=False,
             kwargs={"autocommit": True, "connect_timeout": 5},
+            configure=schema_guard.check_async,  # a database restored behind the build
             reconnect_timeout=3600,
         )
         self._queries = load_queries("mailbus.feedback", "events.sql")

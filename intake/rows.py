@@ -23,6 +23,7 @@ from typing import Any
 
 import psycopg
 
+from mailbus.kernel import schema_guard
 from mailbus.kernel.errors import StorageError, UnstorableError
 from mailbus_client.sqlfiles import load_queries
 
@@ -107,7 +108,9 @@ class RowWriter:
         expired (older than the maximum age)."""
         try:
             if self._conn is None or self._conn.closed:
-                self._conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+                conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+                await schema_guard.check_async(conn)  # a database restored behind the build
+                self._conn = conn
             async with self._conn.transaction():
                 statuses: list[tuple[str, int]] = []
                 if rows is not None:

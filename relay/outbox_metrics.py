@@ -18,6 +18,7 @@ import psycopg
 
 from mailbus.campaigns.views import OVERVIEW as CAMPAIGN_STATES
 from mailbus.campaigns.views import collect_overview
+from mailbus.kernel import schema_guard
 from mailbus.kernel.metrics import (
     OPEN_STATUSES,
     OUTBOX_SCRAPE_ERRORS,
@@ -146,6 +147,7 @@ class OutboxCollector(Collector):
                         options=f"-c statement_timeout={timeout_ms}",
                         application_name="mailbus-metrics",
                     )
+                    schema_guard.check(self._conn)
                 rows = self._conn.execute(_OUTBOX_QUERY).fetchall()
                 retention: Any = self._conn.execute(_RETENTION_QUERY).fetchone()
                 return rows, collect_overview(self._conn), tuple(retention)

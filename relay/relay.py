@@ -51,7 +51,7 @@ from typing import TypeVar
 import psycopg
 from psycopg.rows import TupleRow, tuple_row
 
-from mailbus.kernel import health, metrics
+from mailbus.kernel import health, metrics, schema_guard
 from mailbus.kernel.kafka_security import kafka_client_config
 from mailbus.kernel.settings import Settings
 from mailbus.kernel.tracecontext import TraceContext, parse
@@ -298,6 +298,7 @@ class Relay:
     def _connect(self) -> None:
         if self._conn is None:
             conn = psycopg.connect(self.settings.database_url, autocommit=True, connect_timeout=5)
+            schema_guard.check(conn)  # a database restored or failed over behind the build
             # A pass's commit only records "on Kafka" (published_at). Lost in a crash of
             # PostgreSQL, its rows are published again, as after a relay crash before the
             # commit; any later synchronous commit (a consumer's claim) makes it durable
@@ -305,9 +306,11 @@ class Relay:
             conn.execute("SET synchronous_commit = off")
             self._conn = conn
         if self._listener is None:
-            self._listener = psycopg.connect(
+            listener = psycopg.connect(
                 self.settings.database_url, autocommit=True, connect_timeout=5
             )
+            schema_guard.check(listener)
+            self._listener = listener
             for channel in self._channels:
                 self._listener.execute(f"LISTEN {channel}")
 

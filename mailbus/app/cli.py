@@ -75,12 +75,22 @@ def _run(args: argparse.Namespace) -> int:
         until = stop_on_signals() if getattr(args, "long_running", False) else None
         if not check_schema(settings.database_url, until):  # behind: exit 2
             return Exit.OK  # stopped while it waited for the database
-    if getattr(args, "long_running", False):  # /readyz: a database round trip too
-        from mailbus.app.database_probe import database_probe
-        from mailbus.kernel import health
+    if not getattr(args, "long_running", False):
+        return int(args.handler(settings, args))
+    from mailbus.app.database_probe import database_probe
+    from mailbus.app.migration_files import available_migrations
+    from mailbus.kernel import health, schema_guard
 
-        health.probe("database round trip", database_probe(settings.database_url))
-    return int(args.handler(settings, args))
+    health.probe("database round trip", database_probe(settings.database_url))  # /readyz
+    # every new connection judged too: a database restored or failed over behind the build
+    schema_guard.arm(m.version for m in available_migrations())
+    try:
+        return int(args.handler(settings, args))
+    finally:
+        reason = schema_guard.tripped()
+        schema_guard.disarm()
+        if reason is not None:  # it stopped the process as SIGTERM does: exit 2
+            raise ConfigError("MAILBUS_DATABASE_URL", reason)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import psycopg
 
+from mailbus.kernel import schema_guard
 from mailbus.kernel.health import Probe
 
 __all__ = ["database_probe"]
@@ -14,7 +15,8 @@ __all__ = ["database_probe"]
 
 def database_probe(database_url: str, timeout_s: float = 3.0) -> Probe:
     """A :func:`mailbus.kernel.health.probe` that connects and runs ``SELECT 1``, the
-    connection and the statement each bounded by ``timeout_s``."""
+    connection and the statement each bounded by ``timeout_s``; the new connection passes
+    the schema guard too (mailbus/kernel/schema_guard.py)."""
 
     def check() -> tuple[bool, str]:
         try:
@@ -25,6 +27,7 @@ def database_probe(database_url: str, timeout_s: float = 3.0) -> Probe:
                 application_name="mailbus readyz",
             ) as conn:
                 conn.execute("SELECT 1")
+                schema_guard.check(conn)  # an idle process learns of a restore too
         except psycopg.Error as exc:
             lines = str(exc).strip().splitlines()
             return False, f"no round trip: {lines[0] if lines else type(exc).__name__}"

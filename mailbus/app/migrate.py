@@ -38,6 +38,7 @@ import psycopg
 from mailbus.app.migrate_waits import LockWait, LockWaiter, retry_delay
 from mailbus.app.migration_files import Migration, available_migrations, statements
 from mailbus.kernel.errors import ConfigError, StorageError
+from mailbus.kernel.schema_version import behind
 
 __all__ = [
     "ROLES",
@@ -92,12 +93,7 @@ class SchemaState:
 
     def behind(self) -> str | None:
         """Why a process of this build must not run here, or None."""
-        if not self.pending:
-            return None
-        return (
-            f"database at {self.database_version}, this build needs {self.build_version}:"
-            " run `mailbus migrate`"
-        )
+        return behind(self.database_version, self.build_version, len(self.pending))
 
 
 def apply_migrations(

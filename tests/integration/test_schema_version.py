@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,6 +104,26 @@ def test_status_and_dry_run_show_pending_and_apply_nothing(settings: Settings) -
     assert run_mailbus("status", env=env, timeout=60).returncode == 0
 
 
+def _proxied(database_url: str) -> tuple[TcpProxy, str]:
+    """A proxy to the database whose link can be cut, and the URL through it."""
+    url = urlsplit(database_url)
+    proxy = TcpProxy(url.hostname or "127.0.0.1", url.port or 5432)
+    netloc = f"{url.username}:{url.password}@127.0.0.1:{proxy.port}"
+    return proxy, urlunsplit(url._replace(netloc=netloc))
+
+
+def _start(command: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[str]:
+    with log_path.open("w") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "mailbus", *command],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+
 def test_a_process_started_before_its_database_answers_is_judged_once_it_does(
     settings: Settings, tmp_path: Path
 ) -> None:
@@ -109,22 +131,10 @@ def test_a_process_started_before_its_database_answers_is_judged_once_it_does(
     at a schema behind the build, it exits 2 instead of running on a schema it cannot use
     (review 2026-12-06 hole 19)."""
     _forget_last_two(settings.database_url)
-    url = urlsplit(settings.database_url)
-    proxy = TcpProxy(url.hostname or "127.0.0.1", url.port or 5432)
+    proxy, through = _proxied(settings.database_url)
     proxy.cut()  # PostgreSQL is down
-    through = urlunsplit(
-        url._replace(netloc=f"{url.username}:{url.password}@127.0.0.1:{proxy.port}")
-    )
     env = settings_env(settings, MAILBUS_DATABASE_URL=through)
-    with (tmp_path / "consume.log").open("w") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "mailbus", "consume", "--priority", "p0"],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+    process = _start(["consume", "--priority", "p0"], env, tmp_path / "consume.log")
     try:
         time.sleep(3)
         assert process.poll() is None  # waiting for the database, not judged
@@ -137,4 +147,86 @@ def test_a_process_started_before_its_database_answers_is_judged_once_it_does(
         proxy.close()
     assert (
         f"database at {BEHIND}, this build needs {BUILD}" in (tmp_path / "consume.log").read_text()
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _ready(port: int) -> bool:
+    """``/readyz`` as a Kubernetes probe asks it (each time a new database connection)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as answer:
+            return bool(answer.status == 200)
+    except OSError:  # 503 (an HTTPError), or not listening yet
+        return False
+
+
+def _environment(name: str, settings: Settings, tmp_path: Path) -> dict[str, str]:
+    if name == "webhooks":
+        return {"MAILBUS_WEBHOOK_SECRET": "s" * 32, "MAILBUS_WEBHOOK_LISTEN": "127.0.0.1:0"}
+    if name == "intake":
+        return {
+            "MAILBUS_INTAKE_TOPIC": f"{settings.topic_prefix}.orders.events",
+            "MAILBUS_STATE_DIR": str(tmp_path / "state"),
+        }
+    return {}
+
+
+@pytest.mark.parametrize(
+    ("command", "probed"),
+    [
+        (["relay"], False),  # its own reconnect finds it
+        (["consume", "--priority", "p0"], False),
+        (["webhooks"], True),  # idle: the connection of a /readyz finds it
+        (["intake"], True),
+    ],
+    ids=["relay", "consume", "webhooks", "intake"],
+)
+def test_a_running_process_that_reconnects_to_a_database_behind_the_build_exits_2(
+    settings: Settings, tmp_path: Path, command: list[str], probed: bool
+) -> None:
+    """A process judged at start keeps running; its database is then restored from an
+    older backup (or failed over to a replica behind): the first new connection (its own
+    reconnect, or the one of a ``/readyz``) finds the schema behind, and the process stops
+    as on SIGTERM and exits 2 with the start-up check's message (issue 35)."""
+    proxy, through = _proxied(settings.database_url)
+    port = _free_port()
+    env = settings_env(
+        settings,
+        MAILBUS_DATABASE_URL=through,
+        MAILBUS_METRICS_PORT=str(port),
+        **_environment(command[0], settings, tmp_path),
+    )
+    log_path = tmp_path / "process.log"
+    process = _start(command, env, log_path)
+    try:
+        deadline = time.monotonic() + 90
+        while not _ready(port):  # running on the build's schema
+            assert process.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.5)
+        _forget_last_two(settings.database_url)  # the database restored from an older backup
+        proxy.cut()  # its connections are gone: the process reconnects
+        time.sleep(1)
+        proxy.restore()
+        deadline = time.monotonic() + 90
+        while process.poll() is None and time.monotonic() < deadline:
+            if probed:
+                assert not _ready(port)
+            time.sleep(1)
+        assert process.wait(5) == 2, log_path.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        proxy.close()
+    output = log_path.read_text()
+    assert "Traceback" not in output
+    assert output.strip().splitlines()[-1] == (
+        f"mailbus: configuration error: MAILBUS_DATABASE_URL: database at {BEHIND},"
+        f" this build needs {BUILD}: run `mailbus migrate`"
     )
