@@ -217,6 +217,9 @@ async def start(
 
 
 async def _sweep(store: Store, every_s: float, tokens_kept_s: float) -> None:
+    """Late and kept events applied, old tokens pruned, every ``every_s`` seconds, for as
+    long as the receiver runs: a pass that fails, whatever the reason, is logged and the
+    next one tries again (a task that ended would leave events unapplied for good)."""
     while True:
         await asyncio.sleep(every_s)
         try:
@@ -225,6 +228,9 @@ async def _sweep(store: Store, every_s: float, tokens_kept_s: float) -> None:
                 await store.prune_tokens(tokens_kept_s)
         except StorageError as exc:
             log.warning("%s", exc)
+            continue
+        except Exception:
+            log.exception("the webhooks' sweep failed; the next pass tries again")
             continue
         if late.applied:
             metrics.observe_webhook_late(late.applied, late.suppressed)

@@ -11,6 +11,7 @@ import pytest
 import mailbus.providers
 from mailbus.consumer.provider import Endpoint
 from mailbus.consumer.runner import _process_provider
+from mailbus.feedback.events import NAMED_PROVIDERS
 from mailbus.kernel.settings import load_settings
 from mailbus.providers.registry import named, senders
 from mailbus.providers.room import NamedProvider
@@ -77,3 +78,11 @@ def test_the_consumer_reports_where_a_named_provider_is_reached(name: str, url: 
     settings = load_settings({**ENV, "MAILBUS_PROVIDER": name})
     own, _provider, reported = _process_provider(settings, ["p1"], senders())
     assert (own, reported) == (None, url)
+
+
+def test_every_provider_with_webhooks_is_named_where_events_are_matched() -> None:
+    """feedback/events.py's NAMED_PROVIDERS decides which sends an event may settle: a
+    provider folder with a receiver left out of it would have its events match any send of
+    the default provider (docs/guides/adding-a-provider.md)."""
+    with_webhooks = {name for name, provider in named().items() if provider.receiver}
+    assert with_webhooks == set(NAMED_PROVIDERS)
