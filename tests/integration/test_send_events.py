@@ -201,21 +201,6 @@ def test_every_reported_change_records_exactly_one_event(database_url: str) -> N
     assert errors[4] == ("failed", "rejected: 422")
 
 
-def test_the_event_triggers_run_once_per_statement_over_its_rows(database_url: str) -> None:
-    """Issue 37, decision 2: one call and one INSERT … SELECT per statement, over the
-    statement's transition tables, not one call per row."""
-    with psycopg.connect(database_url) as conn:
-        triggers = conn.execute(
-            "SELECT tgname, tgtype & 1 = 1, tgnewtable IS NOT NULL FROM pg_trigger"
-            " WHERE tgrelid = 'email_sends'::regclass AND tgname LIKE '%record_event%'"
-            " ORDER BY tgname"
-        ).fetchall()
-    assert triggers == [
-        ("email_sends_record_event_insert", False, True),
-        ("email_sends_record_event_update", False, True),
-    ]
-
-
 def test_one_statement_over_many_rows_records_each_rows_events_in_order(
     database_url: str,
 ) -> None:

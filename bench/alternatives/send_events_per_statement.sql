@@ -1,3 +1,6 @@
+-- Not a migration: the statement-level alternative to 0015's row-level outcome-event
+-- trigger, kept for bench/send_event_trigger.py. Measured costlier than 0015 on every
+-- statement but a multi-row settle (docs/benchmarks/speed.md), so 0015's trigger stays.
 -- Outcome events recorded once per statement (issue 37, decision 2): the same coverage as
 -- 0015 (every path that changes a send records its event, whoever wrote the UPDATE), at one
 -- function call and one INSERT … SELECT per statement instead of per row. The statement's
