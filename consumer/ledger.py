@@ -44,6 +44,7 @@ class LoadedSend:
     suppression: Scope | None  # the widest suppression of its address; None: none
     provider: str | None  # who took the latest call; None = the primary
     campaign_id: int | None = None  # set for a campaign's rows (bulk mail)
+    provider_kind: str | None = None  # its first claim's provider's kind; None: before 0071
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class _ClaimRequest:
     attempt: int
     token: uuid.UUID
     provider: str | None
+    provider_kind: str | None
     submitted: float  # monotonic, before the statement ran: the deadline errs early
     guarantee: str | None
     resend_window_s: float | None
@@ -135,6 +137,7 @@ class SendLedger:
         provider: str | None,
         token: uuid.UUID,
         *,
+        provider_kind: str | None = None,
         guarantee: str | None = None,
         resend_window_s: float | None = None,
         provider_key: str | None = None,
@@ -144,12 +147,15 @@ class SendLedger:
         provider, of a paused or cancelled campaign, or in doubt past ``resend_window_s`` of
         its first call). Claiming again with the same token (a retry after a lost reply)
         returns the claim again without counting another attempt. ``guarantee`` is recorded
-        on the row, and ``provider_key`` (the key the call carries) unless one already is."""
+        on the row, and ``provider_key`` (the key the call carries) unless one already is;
+        ``provider_kind`` (the kind of ``provider`` here) at a first claim, and a retry
+        claimed for another kind than the recorded one is refused."""
         request = _ClaimRequest(
             send_id,
             attempt,
             token,
             provider,
+            provider_kind,
             time.monotonic(),
             guarantee,
             resend_window_s,
@@ -231,6 +237,7 @@ class SendLedger:
                     "attempt": c.attempt,
                     "token": str(c.token),
                     "provider": c.provider,
+                    "provider_kind": c.provider_kind,
                     "guarantee": c.guarantee,
                     "resend_window_s": c.resend_window_s,
                     "provider_key": c.provider_key,
@@ -284,6 +291,7 @@ class SendLedger:
             life,
             suppression,
             campaign_id,
+            provider_kind,
             database_now,
         ) = row
         self.clock.observe(database_now)
@@ -303,7 +311,7 @@ class SendLedger:
             row_provider_key(self._key_prefix, key, life, sent_key, attempts),
         )
         variables = payload if isinstance(payload, dict) else {}
-        return LoadedSend(view, variables, suppression, provider, campaign_id)
+        return LoadedSend(view, variables, suppression, provider, campaign_id, provider_kind)
 
     async def _run(self, query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """Run a named query on a pooled connection; its rows (none without RETURNING)."""

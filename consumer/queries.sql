@@ -10,7 +10,7 @@ SELECT s.id, s.dedupe_key, s.to_address, s.template, s.payload_json, s.priority,
        coalesce((SELECT k.lives + 1 FROM email_key_lives k WHERE k.dedupe_key = s.dedupe_key), 1),
        (SELECT min(x.scope) FROM email_suppressions x
         WHERE lower(x.address) = lower(s.to_address)),  -- 'all' < 'bulk'
-       s.campaign_id, clock_timestamp()
+       s.campaign_id, s.provider_kind, clock_timestamp()
 FROM email_sends s
 WHERE s.id = ANY(%(ids)s::bigint[])
 
@@ -20,7 +20,9 @@ WHERE s.id = ANY(%(ids)s::bigint[])
 -- started then could reach the provider after it, consumer/core/decide.py), a retry (a row
 -- with a counted call, or claimed before: decide.tried) not past MAILBUS_MAX_AGE, the
 -- provider fixed by a row's first claim (a mail one provider may have taken is never
--- offered to another, even once its attempts were handed back or reset), and no row of a paused or cancelled campaign, whatever its attempts (a row
+-- offered to another, even once its attempts were handed back or reset), as is its kind
+-- (`provider_kind`, migration 0071: a MAILBUS_PROVIDER switched since, postmark to resend,
+-- never takes a retry; NULL, a row claimed before: any), and no row of a paused or cancelled campaign, whatever its attempts (a row
 -- that was in flight when its campaign paused comes back pending, with its own retry time;
 -- campaigns/queries.sql, hold_queued, covers the rows pending at the pause). A claim retried after
 -- its reply was lost finds the row already under its own token and gets it again,
@@ -42,8 +44,8 @@ WHERE s.id = ANY(%(ids)s::bigint[])
 -- once the row has waited for an in-flight slot (consumer/service.py).
 WITH claims AS (
     SELECT * FROM jsonb_to_recordset(%(claims)s::jsonb)
-        AS c (id bigint, attempt int, token uuid, provider text, guarantee text,
-              resend_window_s float8, provider_key text)
+        AS c (id bigint, attempt int, token uuid, provider text, provider_kind text,
+              guarantee text, resend_window_s float8, provider_key text)
 ), locked AS (
     SELECT s.id FROM email_sends s WHERE s.id = ANY(ARRAY(SELECT id FROM claims))
     ORDER BY s.id FOR UPDATE
@@ -54,6 +56,7 @@ SET status = 'sending',
     lease_token = c.token,
     lease_until = clock_timestamp() + make_interval(secs => %(lease_s)s),
     provider = c.provider,
+    provider_kind = c.provider_kind,
     guarantee = CASE WHEN s.guarantee = 'at_least_once' THEN s.guarantee  -- an operator's choice
                      ELSE coalesce(c.guarantee, s.guarantee) END,
     first_tried_at = coalesce(s.first_tried_at, clock_timestamp()),
@@ -67,7 +70,8 @@ WHERE s.id = ANY(ARRAY(SELECT id FROM locked)) AND s.id = c.id
         AND ((s.attempts = 0 AND s.first_tried_at IS NULL) OR %(max_age_s)s::float8 IS NULL
              OR s.created_at + make_interval(secs => %(max_age_s)s::float8) > clock_timestamp())
         AND ((s.attempts = 0 AND s.first_tried_at IS NULL)
-             OR s.provider IS NOT DISTINCT FROM c.provider)
+             OR (s.provider IS NOT DISTINCT FROM c.provider
+                 AND (s.provider_kind IS NULL OR s.provider_kind = c.provider_kind)))
         AND (s.in_doubt_since IS NULL OR c.resend_window_s IS NULL
              OR s.first_tried_at + make_interval(secs => c.resend_window_s) > clock_timestamp()))
        OR (s.status = 'sending' AND s.lease_token = c.token))
@@ -184,7 +188,7 @@ RETURNING id, dedupe_key, to_address, template, payload_json, priority, status, 
           provider_key,
           coalesce((SELECT k.lives + 1 FROM email_key_lives k
                     WHERE k.dedupe_key = email_sends.dedupe_key), 1),
-          NULL::text, campaign_id, clock_timestamp()
+          NULL::text, campaign_id, provider_kind, clock_timestamp()
 
 -- name: republish_stale
 -- A pending row whose pointer was published long ago but never handled (a pointer lost

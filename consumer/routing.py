@@ -5,7 +5,11 @@ and the like).
 
 The fallback's calls are recorded under its kind (``fallback:postmark``,
 mailbus/kernel/send_routes.py): a row in doubt at one fallback is never looked up or sent at
-another that a restart with another MAILBUS_FALLBACK_PROVIDER put in its place."""
+another that a restart with another MAILBUS_FALLBACK_PROVIDER put in its place. The same
+holds for the primary: a row records the kind of the provider its first claim went to
+(``email_sends.provider_kind``, migration 0071), and a process whose provider for that route
+is of another kind (MAILBUS_PROVIDER switched, postmark → resend) never calls or looks it up:
+it waits for a process with that provider, or an operator."""
 
 from __future__ import annotations
 
@@ -29,10 +33,13 @@ class Routing:
         policies: PolicyBook,
         gate: ProviderGate,
         fallback_kind: str = "http",
+        provider_kind: str = "http",
     ) -> None:
         self.primary = provider
         self.provider_name = provider_name  # email_sends.provider of its calls; None: default
+        self.provider_kind = provider_kind  # MAILBUS_PROVIDER's; a priority's own: http
         self.fallback = fallback
+        self.fallback_kind = fallback_kind  # MAILBUS_FALLBACK_PROVIDER's
         self.fallback_route = fallback_route(fallback_kind)
         self.policies = policies
         self.gate = gate
@@ -44,7 +51,7 @@ class Routing:
         attempts (a refusal about our account, a claim handed back, a dead letter replayed)."""
         row = loaded.view
         if tried(row):
-            return loaded.provider
+            return self.taken_by(loaded)
         when_down = self.policies.for_template(row.template).when_provider_down
         if (
             when_down == "fallback"
@@ -53,6 +60,21 @@ class Routing:
         ):
             return self.fallback_route
         return self.provider_name
+
+    def taken_by(self, loaded: LoadedSend) -> str | None:
+        """The route of the provider that took a row's calls: the one it records, unless
+        that provider here is of another kind than the row's first claim recorded
+        (``provider_kind``; NULL before migration 0071: any); then the recorded kind, a
+        route no provider of this process serves."""
+        route, kind = loaded.provider, loaded.provider_kind
+        if kind is None or self.provider_for(route) is None or self.kind_for(route) == kind:
+            return route
+        return kind
+
+    def kind_for(self, route: str | None) -> str:
+        """The kind of this process's provider for ``route`` (``http``, ``postmark``, ...),
+        as a claim records it and a synchronous refusal's source names it."""
+        return self.fallback_kind if self.is_fallback(route) else self.provider_kind
 
     def is_fallback(self, route: str | None) -> bool:
         """Whether ``route`` is this process's fallback: its own kind, or the bare

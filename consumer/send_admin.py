@@ -9,7 +9,8 @@ by a consumer, settled by a look-up) matches nothing and is left as it is:
 - ``resolve --accepted MESSAGE_ID``: ``unknown → accepted`` with the provider's id;
 - ``resolve --not-sent``: ``unknown → pending`` under the same key, due now, its doubt
   settled and the row marked ``at_least_once``, so the consumer sends it again whatever
-  the provider offers (a key's window or "waits for an operator" no longer holds it);
+  the provider offers (a key's window or "waits for an operator" no longer holds it), and
+  through the primary configured now, whatever kind of primary took its earlier calls;
 - ``cancel``: ``pending → expired`` for a send no call was made for (``attempts = 0``):
   the client's ``cancel_send`` (``mailbus_client/queries.sql``), the same function
   ``Client.cancel`` calls, which writes the audit row itself.

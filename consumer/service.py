@@ -111,7 +111,10 @@ class DeliveryService:
         tracer: Tracer = NOOP,
     ) -> None:
         self.ledger = ledger
-        self.routing = Routing(provider, provider_name, fallback, policies, gate, fallback_kind)
+        # MAILBUS_PROVIDER's kind (`sync:<kind>`, recorded by a first claim) and the fallback's
+        self.routing = Routing(
+            provider, provider_name, fallback, policies, gate, fallback_kind, provider_kind
+        )
         self.policies = policies
         self.gate = gate
         self.policy = policy
@@ -124,8 +127,6 @@ class DeliveryService:
         self.attempt_warning = attempt_warning  # MAILBUS_ATTEMPT_WARNING
         self.at_least_once = at_least_once  # MAILBUS_UNKNOWN_OUTCOME=at_least_once
         self.reach_s = reach_s  # MAILBUS_KEY_WINDOW_MARGIN: a resend's margin before a key expires
-        self.provider_kind = provider_kind  # MAILBUS_PROVIDER of the primary: `sync:<kind>`
-        self.fallback_kind = fallback_kind  # MAILBUS_FALLBACK_PROVIDER's
         self.tracer = tracer  # MAILBUS_OTEL_EXPORTER: spans of claim, call, settle
         self.doubt = Doubt(
             self.routing,
@@ -237,14 +238,15 @@ class DeliveryService:
         """Record a decision taken with no call, on a row still ``pending``; a final one for
         a row that was tried stands only after a look-up at the provider that took it."""
         row = loaded.view
-        if self.doubt.must_confirm(verdict, row.attempts, row, loaded.provider):
-            verdict = await self.doubt.confirm(row, verdict, loaded.provider)
+        taken_by = self.routing.taken_by(loaded)
+        if self.doubt.must_confirm(verdict, row.attempts, row, taken_by):
+            verdict = await self.doubt.confirm(row, verdict, taken_by)
         name, attributes = settle_span(row, verdict, origin)
         with self.tracer.span(name, attributes=attributes):
             settled = await self._durably(lambda: self.ledger.settle_gate(row, verdict, origin))
         if settled:
             metrics.observe_call(row.priority, verdict.next_status.value, 0.0, None)
-            self._recorded(row, verdict, loaded.provider, None)
+            self._recorded(row, verdict, taken_by, None)
             if verdict.dead_letter:
                 metrics.observe_dead_letter(dead_letter_reason(verdict))
 
@@ -311,6 +313,7 @@ class DeliveryService:
                     row.attempts,
                     route,
                     token,
+                    provider_kind=self.routing.kind_for(route),
                     guarantee=guarantee,
                     resend_window_s=window_s,
                     provider_key=row.key,
@@ -373,9 +376,10 @@ class DeliveryService:
 
     async def resolve(self, loaded: LoadedSend, token: uuid.UUID) -> None:
         """Settle a row whose last call has no known outcome, by looking its key up."""
-        decision = await self.doubt.decide(loaded.view, loaded.provider)
+        taken_by = self.routing.taken_by(loaded)
+        decision = await self.doubt.decide(loaded.view, taken_by)
         if await self._durably(lambda: self.ledger.settle_call(loaded.view, token, decision, None)):
-            log_outcome(loaded.view, decision, loaded.provider, None)
+            log_outcome(loaded.view, decision, taken_by, None)
 
     async def _call(
         self,
@@ -417,8 +421,7 @@ class DeliveryService:
             metrics.observe_server_failure(result.server_stage)
         if admission is not None:
             self.gate.settle(admission, result, latency_s, recipient_domain(row.to_address))
-        kind = self.fallback_kind if self.routing.is_fallback(route) else self.provider_kind
-        source = f"sync:{kind}"
+        source = f"sync:{self.routing.kind_for(route)}"
         decision = after_call(row, result, self.clock(), self.policy, self.rand, source)
         # any earlier call (in doubt, or resolved --not-sent by an operator) may hold the key
         if view.attempts > 0 and key_conflict(provider.capability, result):

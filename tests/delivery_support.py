@@ -18,7 +18,7 @@ from mailbus.consumer.service import DeliveryService
 from mailbus.schemas.codec import SendPointer, send_pointer_codec
 from mailbus_client.policies import configured_policy_book
 
-__all__ = ["ScriptedProvider", "origin_for", "service_for"]
+__all__ = ["ScriptedProvider", "origin_for", "reconcile_then_deliver", "service_for"]
 
 
 class ScriptedProvider:
@@ -72,3 +72,15 @@ def origin_for(send_id: int, key: str, attempt: int, priority: str = "p1") -> Me
     pointer = SendPointer.of(send_id, key, priority, attempt, datetime.now(UTC))
     value = send_pointer_codec().encode(pointer)
     return MessageOrigin(f"t.send.{priority}", 0, send_id, None, value)
+
+
+async def reconcile_then_deliver(
+    ledger: SendLedger, service: DeliveryService, send_id: int, key: str
+) -> None:
+    """The reconciler's pass over the rows left in doubt (priority p1), then a pointer to
+    ``send_id`` at the attempt it has now, as the relay would publish it."""
+    for loaded, token in await ledger.take_unresolved(["p1"], 10):
+        await service.resolve(loaded, token)
+    fresh = await ledger.load(send_id)
+    assert fresh is not None
+    await service.handle(origin_for(send_id, key, fresh.view.attempts))

@@ -12,7 +12,7 @@ import uuid
 from datetime import UTC, datetime
 
 import psycopg
-from delivery_support import ScriptedProvider, origin_for, service_for
+from delivery_support import ScriptedProvider, origin_for, reconcile_then_deliver, service_for
 from ledger_support import claim
 
 from mailbus.consumer.core import RetryPolicy
@@ -160,11 +160,7 @@ def test_a_mail_in_doubt_at_one_fallback_is_never_sent_through_another(database_
                 fallback=postmark,
                 fallback_kind="postmark",
             )
-            for loaded, token in await ledger.take_unresolved(["p1"], 10):
-                await after.resolve(loaded, token)  # the reconciler's pass
-            fresh = await ledger.load(send_id)
-            assert fresh is not None
-            await after.handle(origin_for(send_id, "alert-doubt", fresh.view.attempts))
+            await reconcile_then_deliver(ledger, after, send_id, "alert-doubt")
         finally:
             await ledger.close()
 

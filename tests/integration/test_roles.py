@@ -112,6 +112,8 @@ def test_consumer_settles_but_cannot_enqueue_delete_or_unsuppress(roles_db: str)
     with login_as(roles_db, "mailbus_consumer") as url:
         with psycopg.connect(url) as conn:
             conn.execute("UPDATE email_sends SET status = 'sending' WHERE dedupe_key = 'seed'")
+            # a first claim records its provider's kind (migration 0071)
+            conn.execute("UPDATE email_sends SET provider_kind = 'x' WHERE dedupe_key = 'seed'")
             conn.execute("SELECT 1 FROM email_suppressions")
             # an outcome records its event through the trigger (no grant of its own)
             conn.execute("UPDATE email_sends SET status = 'accepted' WHERE dedupe_key = 'seed'")

@@ -99,7 +99,7 @@ MUST: dict[str, list[tuple[str, dict[str, Any]]]] = {
         (
             "UPDATE email_sends SET status = 'sending', attempts = attempts + 1,"
             " lease_token = gen_random_uuid(), lease_until = now(), provider = 'sandbox',"
-            " first_tried_at = now() WHERE dedupe_key = 'pending'",
+            " provider_kind = 'http', first_tried_at = now() WHERE dedupe_key = 'pending'",
             {},
         ),
         (
@@ -128,6 +128,8 @@ MUST: dict[str, list[tuple[str, dict[str, Any]]]] = {
         (LETTERS["mark_replayed"], {"id": 1}),
         (LETTERS["link_send"], {"id": 1, "send_id": 1}),
         (LETTERS["reset_send"], {"send_id": 1}),
+        ("UPDATE email_sends SET status = 'unknown' WHERE dedupe_key = 'settled'", {}),
+        (SEND_ADMIN["resolve_not_sent"], {"key": "settled"}),  # forgets its kind (0071)
         ("UPDATE email_sends SET status = 'unknown' WHERE dedupe_key = 'settled'", {}),
         (SEND_ADMIN["resolve_accepted"], {"key": "settled", "message_id": "m-3"}),
         (SEND_ADMIN["send_by_key"], {"key": "pending"}),

@@ -32,13 +32,14 @@ PRIMARY: Any = object()
 SECOND: Any = object()
 
 
-def routing(breaker: BreakerState) -> Routing:
+def routing(breaker: BreakerState, primary_kind: str = "sendgrid") -> Routing:
     gate: Any = SimpleNamespace(breaker=SimpleNamespace(state=breaker))
-    return Routing(PRIMARY, None, SECOND, configured_policy_book(), gate, "postmark")
+    book = configured_policy_book()
+    return Routing(PRIMARY, None, SECOND, book, gate, "postmark", primary_kind)
 
 
-def loaded(view: SendView, provider: str | None = None) -> LoadedSend:
-    return LoadedSend(view, {}, None, provider)
+def loaded(view: SendView, provider: str | None = None, kind: str | None = None) -> LoadedSend:
+    return LoadedSend(view, {}, None, provider, provider_kind=kind)
 
 
 def test_a_first_try_of_fallback_mail_goes_to_the_fallback_while_the_primary_is_down() -> None:
@@ -80,6 +81,35 @@ def test_a_mail_another_kind_of_fallback_took_has_no_provider_here() -> None:
     here = routing(BreakerState.CLOSED)
     assert here.provider_for(here.route(loaded(row, "fallback:sendgrid"))) is None
     assert here.provider_for(here.route(loaded(row, FALLBACK))) is SECOND
+
+
+def test_a_mail_another_kind_of_primary_took_has_no_provider_here() -> None:
+    """Consumers restarted with MAILBUS_PROVIDER=resend: a mail whose first claim went to a
+    Postmark primary (``provider`` NULL, ``provider_kind`` postmark) is neither looked up
+    nor sent at Resend, whether in doubt or a retry; its route names the recorded kind.
+    One claimed before its kind was recorded (NULL) is the configured primary's."""
+    here = routing(BreakerState.CLOSED, "resend")
+    for row in (
+        replace(ALERT, attempts=1, first_tried_at=NOW, in_doubt_since=NOW),
+        replace(ALERT, attempts=1, first_tried_at=NOW),
+        replace(ALERT, attempts=0, first_tried_at=NOW),
+    ):
+        assert here.route(loaded(row, None, "postmark")) == "postmark"
+        assert here.taken_by(loaded(row, None, "postmark")) == "postmark"
+        assert here.provider_for(here.route(loaded(row, None, "postmark"))) is None
+        assert here.provider_for(here.route(loaded(row, None, "resend"))) is PRIMARY
+        assert here.provider_for(here.route(loaded(row, None, None))) is PRIMARY
+
+
+def test_a_fallbacks_mail_is_judged_by_the_fallbacks_kind() -> None:
+    """The kind a claim records is its route's provider's here: the fallback's for the
+    fallback's route, so a mail a Postmark fallback took stays there under a SendGrid
+    primary; a mail never tried goes where it is routed, whatever it records."""
+    here = routing(BreakerState.CLOSED)
+    row = replace(ALERT, attempts=1, first_tried_at=NOW)
+    assert (here.kind_for(None), here.kind_for("fallback:postmark")) == ("sendgrid", "postmark")
+    assert here.provider_for(here.route(loaded(row, "fallback:postmark", "postmark"))) is SECOND
+    assert here.route(loaded(ALERT, None, "postmark")) is None
 
 
 SES = {

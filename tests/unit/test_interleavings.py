@@ -67,6 +67,7 @@ class ModelLedger:
         provider: str | None,
         token: uuid.UUID,
         *,
+        provider_kind: str | None = None,  # the model's one provider: one kind
         guarantee: str | None = None,
         resend_window_s: float | None = None,  # None: the model's provider has a look-up
         provider_key: str | None = None,

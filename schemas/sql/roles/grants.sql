@@ -100,7 +100,7 @@ GRANT SELECT, UPDATE, DELETE ON email_send_events TO mailbus_relay;
 -- what fails; shares rate limits and provider health with the other consumers.
 GRANT SELECT, UPDATE (status, attempts, next_try_at, in_doubt_since, last_error, message_id,
                       provider_code, accepted_at, lease_token, lease_until, published_at,
-                      provider, guarantee, first_tried_at, provider_key)
+                      provider, guarantee, first_tried_at, provider_key, provider_kind)
     ON email_sends TO mailbus_consumer;
 GRANT SELECT ON email_suppressions TO mailbus_consumer;
 -- ... and a synchronous "no such address" (SMTP 550 5.1.1) suppresses it, as a webhook
@@ -168,7 +168,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON webhook_tokens TO mailbus_webhooks;
 GRANT SELECT ON ALL TABLES IN SCHEMA public TO mailbus_operator;
 GRANT UPDATE (status, attempts, next_try_at, expires_at, message_id, last_error, updated_at,
               published_at, lease_until, accepted_at, lease_token, provider, in_doubt_since,
-              provider_code, guarantee, first_tried_at)
+              provider_code, guarantee, first_tried_at, provider_kind)
     ON email_sends TO mailbus_operator;
 GRANT UPDATE (replayed_at, send_id) ON email_dead_letters TO mailbus_operator;
 GRANT INSERT ON email_replays TO mailbus_operator;
