@@ -152,6 +152,7 @@ async def _serve(settings: Settings, priorities: Sequence[str], senders: Senders
         # a priority's own provider (MAILBUS_PROVIDER_P0_URL, ...) speaks the HTTP API
         provider_kind=settings.provider if own is None else "http",
         fallback_kind=settings.fallback_provider or "http",
+        fallback_gate=_fallback_gate(settings),
         tracer=configured_tracer(settings.otel_exporter, "mailbus-consumer"),
     )
     await ledger.open()
@@ -259,6 +260,25 @@ def _fallback_provider(settings: Settings, senders: Senders) -> Provider | None:
     )
     return _templated(
         settings, _provider(settings, senders.get(settings.fallback_provider), endpoint)
+    )
+
+
+def _fallback_gate(settings: Settings) -> ProviderGate:
+    """The fallback's own breaker and pauses: its account, quota and server failures open
+    it (docs/providers.md#the-fallback-provider), as the primary's open the primary's."""
+    where = f"fallback:{settings.fallback_provider_url or settings.fallback_provider}"
+
+    def changed(state: BreakerState) -> None:
+        log.warning("circuit breaker for %s is now %s", where, state.value)
+        metrics.set_breaker_state(where, state.value)
+
+    return ProviderGate(
+        settings.max_in_flight,
+        BreakerPolicy(),
+        None,
+        on_breaker_change=changed,
+        on_limit_change=lambda _limit: None,
+        default_pause_s=settings.backoff_base,
     )
 
 

@@ -42,6 +42,7 @@ from mailbus.consumer.core import (
     unsendable,
     wait_for_provider,
 )
+from mailbus.consumer.core.breaker import BreakerPolicy
 from mailbus.consumer.core.capability import (
     guarantee_of,
     key_conflict,
@@ -108,6 +109,7 @@ class DeliveryService:
         settle_s: float | None = None,
         provider_kind: str = "http",
         fallback_kind: str = "http",
+        fallback_gate: ProviderGate | None = None,
         tracer: Tracer = NOOP,
     ) -> None:
         self.ledger = ledger
@@ -117,6 +119,11 @@ class DeliveryService:
         )
         self.policies = policies
         self.gate = gate
+        # the fallback's own breaker and pauses (its refusals open it, not the primary's);
+        # the process's in-flight slots and claim permits stay the primary gate's
+        self.fallback_gate = fallback_gate or ProviderGate(
+            1, BreakerPolicy(), None, lambda _state: None, lambda _limit: None
+        )
         self.policy = policy
         self.slot_wait_s = slot_wait_s  # a claimed row waits this long for a slot at most
         self.clock = clock if clock is not None else ledger.clock.now  # the database's
@@ -267,24 +274,19 @@ class DeliveryService:
         domain = recipient_domain(row.to_address)
         if await self._defer_for_domain(loaded, domain, origin):
             return None
+        gate = self._gate_for(route)
         while True:
-            admission = (
-                None
-                if self.routing.is_fallback(route)
-                else await self.gate.admit_send(unhurried, p0=row.priority == "p0")
-            )
+            admission = await gate.admit_send(unhurried, p0=row.priority == "p0")
             try:
                 if await self._defer_for_domain(loaded, domain, origin):
                     return None  # the domain throttled while this waited at the gate
                 async with self.gate.claims:
-                    if admission is not None and not self.gate.holds(admission):
+                    if not gate.holds(admission):
                         continue  # the breaker opened while this waited for a permit
                     if self.stop_requested():
                         raise Stopping()
-                    if admission is not None and (
-                        expired := before_send(
-                            row, self.clock(), self._suppressed(loaded), self.policy.max_age_s
-                        )
+                    if expired := before_send(
+                        row, self.clock(), self._suppressed(loaded), self.policy.max_age_s
                     ):
                         await self._settle_without_call(loaded, expired, origin)
                         return None  # it expired while the provider was down
@@ -294,8 +296,11 @@ class DeliveryService:
                         return None
                     return await self._call_in_slot(loaded, claim, admission, route, mail, origin)
             finally:
-                if admission is not None:
-                    self.gate.release(admission)
+                gate.release(admission)
+
+    def _gate_for(self, route: str | None) -> ProviderGate:
+        """The gate a call on ``route`` passes: the fallback's own, or the primary's."""
+        return self.fallback_gate if self.routing.is_fallback(route) else self.gate
 
     async def _claim(self, row: SendView, route: str | None, token: uuid.UUID) -> Claim | None:
         """The guarded claim, recording the guarantee the row is sent under; a row in doubt
@@ -340,7 +345,7 @@ class DeliveryService:
         self,
         loaded: LoadedSend,
         claim: Claim,
-        admission: Admission | None,
+        admission: Admission,
         route: str | None,
         mail: Any,
         origin: MessageOrigin,
@@ -385,7 +390,7 @@ class DeliveryService:
         self,
         loaded: LoadedSend,
         token: uuid.UUID,
-        admission: Admission | None,
+        admission: Admission,
         route: str | None,
         mail: Any,
     ) -> _Attempt:
@@ -419,8 +424,7 @@ class DeliveryService:
         if result.server_stage is not None:
             log.warning("the provider's server failed (%s): %s", result.server_stage, result.reason)
             metrics.observe_server_failure(result.server_stage)
-        if admission is not None:
-            self.gate.settle(admission, result, latency_s, recipient_domain(row.to_address))
+        self._gate_for(route).settle(admission, result, latency_s, recipient_domain(row.to_address))
         source = f"sync:{self.routing.kind_for(route)}"
         decision = after_call(row, result, self.clock(), self.policy, self.rand, source)
         # any earlier call (in doubt, or resolved --not-sent by an operator) may hold the key

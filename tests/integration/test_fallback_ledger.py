@@ -17,7 +17,7 @@ from ledger_support import claim
 
 from mailbus.consumer.core import RetryPolicy
 from mailbus.consumer.core.breaker import Breaker, BreakerState
-from mailbus.consumer.core.outcome import ProviderReply, TransportFailure
+from mailbus.consumer.core.outcome import ACCOUNT, ProviderReply, TransportFailure
 from mailbus.consumer.ledger import SendLedger
 from mailbus.feedback.events import DeliveryEvent
 from mailbus.feedback.store import EventStore
@@ -196,3 +196,44 @@ def test_a_fallbacks_events_match_the_kind_its_mail_went_through(database_url: s
             await store.close()
 
     assert asyncio.run(scenario()) == [False, True]
+
+
+def test_a_fallback_that_refuses_our_key_opens_its_own_breaker(database_url: str) -> None:
+    """A revoked key at the fallback (401 on every call) opens the fallback's breaker, as it
+    would the primary's (item 1 of issue 34): the next mail waits at it instead of being
+    sent again and again at the base backoff. The primary's breaker is left as it was."""
+    keys = [f"alert-{n}" for n in range(7)]
+    with psycopg.connect(database_url) as conn:
+        ids = [
+            conn.execute(
+                "INSERT INTO email_sends (dedupe_key, to_address, template)"
+                " VALUES (%s, 'ops@example.com', 'internal_alert') RETURNING id",
+                (key,),
+            ).fetchone()[0]  # type: ignore[index]
+            for key in keys
+        ]
+    primary = ScriptedProvider()
+    second = ScriptedProvider(reply=lambda _key: ProviderReply(401, server_stage=ACCOUNT))
+
+    async def scenario() -> tuple[BreakerState | None, BreakerState, bool]:
+        ledger = SendLedger(database_url, max_connections=2, lease_s=30)
+        await ledger.open()
+        try:
+            service = service_for(ledger, primary, RetryPolicy(), fallback=second)
+            service.gate.breaker = Breaker(BreakerState.OPEN, opened_at=time.monotonic())
+            for send_id, key in zip(ids[:-1], keys[:-1], strict=True):
+                await service.handle(origin_for(send_id, key, 0))
+            try:  # the breaker is open: the last mail waits at the fallback's gate
+                await asyncio.wait_for(service.handle(origin_for(ids[-1], keys[-1], 0)), 1.0)
+                waited = False
+            except TimeoutError:
+                waited = True
+            own = getattr(service, "fallback_gate", None)  # None: no breaker of its own
+            return (own and own.breaker.state), service.gate.breaker.state, waited
+        finally:
+            await ledger.close()
+
+    fallback_state, primary_state, waited = asyncio.run(scenario())
+    assert waited and keys[-1] not in second.sent, second.sent
+    assert fallback_state is BreakerState.OPEN and primary_state is BreakerState.OPEN
+    assert primary.sent == []
