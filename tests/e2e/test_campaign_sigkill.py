@@ -12,8 +12,12 @@ the whole audience, delivery six times), and each assertion is the same at this 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from conftest import Stack
@@ -30,6 +34,36 @@ def write_audience(path: Path) -> None:
             # Users 100, 300, 500, ...: mixed case in the CSV, lower case in the suppressions.
             email = f"User{i}@Example.COM" if i % 200 == 100 else f"user{i}@example.com"
             out.write(f"{i},{email},N{i}\n")
+
+
+@contextlib.contextmanager
+def first_half_through_a_fifo(audience: Path) -> Iterator[Path]:
+    """A FIFO carrying the header and the first half of ``audience``, held open while the
+    block runs: the import that reads it waits for more lines and never reaches the end,
+    so its SIGKILL comes mid-audience however fast the machine is."""
+    fifo = audience.with_suffix(".fifo")
+    os.mkfifo(fifo)
+    with audience.open("rb") as full:
+        first_half = b"".join(full.readline() for _ in range(N // 2 + 1))
+    done = threading.Event()
+
+    def feed() -> None:
+        fd = os.open(fifo, os.O_WRONLY)  # blocks until the import opens it
+        try:
+            os.write(fd, first_half)
+            done.wait()
+        except BrokenPipeError:
+            pass  # the import died before it read all of it
+        finally:
+            os.close(fd)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    try:
+        yield fifo
+    finally:
+        done.set()
+        feeder.join(10)
 
 
 def campaign_figures(stack: Stack, campaign_id: int) -> tuple[str, int, int]:
@@ -63,13 +97,16 @@ def test_sigkills_during_fan_out_and_delivery_lose_and_double_nothing(
     for name in consumers:
         stack.start_consumer(name, priorities="p2")
 
-    # The import, in parts of 1,250 lines, started at once and SIGKILLed mid-audience.
+    # The import, in parts of 1,250 lines, started at once and SIGKILLed mid-audience:
+    # it reads a FIFO that holds back the second half.
     part = {"MAILBUS_CAMPAIGN_IMPORT_PART": "1250"}
-    stack.start("import", "campaign", "create", "--name", "proof", "--template", "newsletter",
-                "--audience", str(audience), "--rate", "6000/s", "--start", **part)  # fmt: skip
-    wait_until(lambda: import_position(stack)[2] > 0, 60, "a committed part")
-    time.sleep(rng.uniform(0.0, 0.3))
-    stack.kill("import")
+    with first_half_through_a_fifo(audience) as fifo:
+        stack.start("import", "campaign", "create", "--name", "proof", "--template",
+                    "newsletter", "--audience", str(fifo), "--rate", "6000/s", "--start",
+                    **part)  # fmt: skip
+        wait_until(lambda: import_position(stack)[2] > 0, 60, "a committed part")
+        time.sleep(rng.uniform(0.0, 0.3))
+        stack.kill("import")
     campaign_id, importing, through = import_position(stack)
     assert importing and through < N + 1  # killed mid-import
     # Taken up again from its last part while the fan-out hands out what is there.
