@@ -13,15 +13,32 @@ FAILED = Classification(Outcome.RETRY, status_code=503)
 OK = Classification(Outcome.ACCEPTED, message_id="m", status_code=200)
 
 
-def open_gate() -> ProviderGate:
-    gate = ProviderGate(
+def gate_with_a_quick_breaker(unhurried_delay_s: float | None = None) -> ProviderGate:
+    """A gate whose breaker opens on one failure and cools down in 50 ms."""
+    delay = {} if unhurried_delay_s is None else {"unhurried_delay_s": unhurried_delay_s}
+    return ProviderGate(
         4,
         BreakerPolicy(failure_threshold=1, cool_down_s=0.05, max_cool_down_s=0.05),
         None,
         on_breaker_change=lambda _state: None,
         on_limit_change=lambda _limit: None,
-        unhurried_delay_s=0.0,
+        **delay,
     )
+
+
+def admits_within(gate: ProviderGate, seconds: float) -> bool:
+    async def admitted() -> bool:
+        try:
+            await asyncio.wait_for(gate.admit_send(), seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    return asyncio.run(admitted())
+
+
+def open_gate() -> ProviderGate:
+    gate = gate_with_a_quick_breaker(unhurried_delay_s=0.0)
     gate.settle(asyncio.run(gate.admit_send()), FAILED, 0.1)
     assert gate.breaker.state is BreakerState.OPEN
     return gate
@@ -60,13 +77,7 @@ def test_transactional_mail_waiting_takes_the_probe_before_a_newsletter() -> Non
 
 
 def test_an_admission_lapses_when_the_breaker_opens_before_its_call_but_a_probe_holds() -> None:
-    gate = ProviderGate(
-        4,
-        BreakerPolicy(failure_threshold=1, cool_down_s=0.05, max_cool_down_s=0.05),
-        None,
-        on_breaker_change=lambda _state: None,
-        on_limit_change=lambda _limit: None,
-    )
+    gate = gate_with_a_quick_breaker()
     waiting = asyncio.run(gate.admit_send())  # admitted while closed, then waits for a permit
     gate.settle(asyncio.run(gate.admit_send()), FAILED, 0.1)  # another call opens the breaker
     assert not gate.holds(waiting)  # it must wait at the gate again, not call
@@ -78,13 +89,7 @@ def test_an_admission_lapses_when_the_breaker_opens_before_its_call_but_a_probe_
 def test_a_lapsed_admission_handed_back_leaves_the_probe_out() -> None:
     # Before: release() of an admission that was not the probe cleared probe_out while the
     # real probe was still in flight, so a second probe went to the recovering provider.
-    gate = ProviderGate(
-        4,
-        BreakerPolicy(failure_threshold=1, cool_down_s=0.05, max_cool_down_s=0.05),
-        None,
-        on_breaker_change=lambda _state: None,
-        on_limit_change=lambda _limit: None,
-    )
+    gate = gate_with_a_quick_breaker()
     lapsed = asyncio.run(gate.admit_send())  # admitted while closed, waits for a permit
     gate.settle(asyncio.run(gate.admit_send()), FAILED, 0.1)  # another call opens it
     time.sleep(0.06)
@@ -94,14 +99,7 @@ def test_a_lapsed_admission_handed_back_leaves_the_probe_out() -> None:
     gate.release(lapsed)  # service._attempt: `continue`, the finally hands it back
     assert gate.breaker.probe_out
 
-    async def second() -> bool:
-        try:
-            await asyncio.wait_for(gate.admit_send(), 0.3)
-        except TimeoutError:
-            return False
-        return True
-
-    assert not asyncio.run(second())  # no second probe while the first is out
+    assert not admits_within(gate, 0.3)  # no second probe while the first is out
     gate.settle(probe, OK, 0.1)
     assert gate.breaker.state is BreakerState.CLOSED
 
@@ -109,13 +107,7 @@ def test_a_lapsed_admission_handed_back_leaves_the_probe_out() -> None:
 def test_a_late_reply_to_a_call_from_before_the_outage_is_not_the_probes() -> None:
     # Before: a call admitted while closed that failed after the probe went out reopened the
     # breaker with probe_out cleared, so a second probe went out while the first was in flight.
-    gate = ProviderGate(
-        4,
-        BreakerPolicy(failure_threshold=1, cool_down_s=0.05, max_cool_down_s=0.05),
-        None,
-        on_breaker_change=lambda _state: None,
-        on_limit_change=lambda _limit: None,
-    )
+    gate = gate_with_a_quick_breaker()
     stale = asyncio.run(gate.admit_send())  # in flight when the breaker opens
     gate.settle(asyncio.run(gate.admit_send()), FAILED, 0.1)
     time.sleep(0.06)
@@ -125,13 +117,6 @@ def test_a_late_reply_to_a_call_from_before_the_outage_is_not_the_probes() -> No
     assert gate.breaker.state is BreakerState.HALF_OPEN and gate.breaker.probe_out
     time.sleep(0.06)
 
-    async def second() -> bool:
-        try:
-            await asyncio.wait_for(gate.admit_send(), 0.3)
-        except TimeoutError:
-            return False
-        return True
-
-    assert not asyncio.run(second())
+    assert not admits_within(gate, 0.3)
     gate.settle(probe, OK, 0.1)
     assert gate.breaker.state is BreakerState.CLOSED
