@@ -76,6 +76,11 @@ class Stopping(Exception):
     """The service is shutting down; the work in hand is abandoned, not recorded."""
 
 
+class _Rerouted(Exception):
+    """A first call that waited at one provider's breaker is now routed to the other
+    (:meth:`~mailbus.consumer.routing.Routing.route`); nothing was claimed."""
+
+
 @dataclass(frozen=True)
 class _Attempt:
     """A call made under a lease, and what the core decided of it."""
@@ -113,17 +118,24 @@ class DeliveryService:
         tracer: Tracer = NOOP,
     ) -> None:
         self.ledger = ledger
-        # MAILBUS_PROVIDER's kind (`sync:<kind>`, recorded by a first claim) and the fallback's
-        self.routing = Routing(
-            provider, provider_name, fallback, policies, gate, fallback_kind, provider_kind
-        )
-        self.policies = policies
         self.gate = gate
         # the fallback's own breaker and pauses (its refusals open it, not the primary's);
         # the process's in-flight slots and claim permits stay the primary gate's
         self.fallback_gate = fallback_gate or ProviderGate(
             1, BreakerPolicy(), None, lambda _state: None, lambda _limit: None
         )
+        # MAILBUS_PROVIDER's kind (`sync:<kind>`, recorded by a first claim) and the fallback's
+        self.routing = Routing(
+            provider,
+            provider_name,
+            fallback,
+            policies,
+            gate,
+            self.fallback_gate,
+            fallback_kind,
+            provider_kind,
+        )
+        self.policies = policies
         self.policy = policy
         self.slot_wait_s = slot_wait_s  # a claimed row waits this long for a slot at most
         self.clock = clock if clock is not None else ledger.clock.now  # the database's
@@ -175,12 +187,17 @@ class DeliveryService:
         row = loaded.view
         if row.status is not Status.PENDING or row.attempts != pointer["attempt"]:
             return  # a duplicate or stale pointer: the row moved on without it
-        route = self.routing.route(loaded)
-        verdict = self._verdict(loaded, route)
-        if isinstance(verdict, Decision):
-            await self._settle_without_call(loaded, verdict, origin)
-            return
-        attempt = await self._attempt(loaded, origin, route, verdict)
+        while True:
+            route = self.routing.route(loaded)
+            verdict = self._verdict(loaded, route)
+            if isinstance(verdict, Decision):
+                await self._settle_without_call(loaded, verdict, origin)
+                return
+            try:
+                attempt = await self._attempt(loaded, origin, route, verdict)
+                break
+            except _Rerouted:
+                continue  # a first call that waited at one breaker: prepared for the other
         if attempt is None:
             return
         row, decision = attempt.row, attempt.decision
@@ -265,7 +282,8 @@ class DeliveryService:
         waiting for a recovering provider never holds one. The row is claimed before its
         slot comes, so the claim's round trip is not spent holding one; if no slot comes in
         time, or the row would reach the provider after it expired, the claim is handed
-        back. None if no call was made."""
+        back. None if no call was made; :class:`_Rerouted` if the route changed while it
+        waited at the breaker."""
         if self.stop_requested():
             raise Stopping()  # not started: left for redelivery
         row = loaded.view
@@ -276,7 +294,13 @@ class DeliveryService:
             return None
         gate = self._gate_for(route)
         while True:
-            admission = await gate.admit_send(unhurried, p0=row.priority == "p0")
+            admission = await gate.admit_send(
+                unhurried,
+                p0=row.priority == "p0",
+                still=lambda: self.routing.route(loaded) == route,
+            )
+            if admission is None:
+                raise _Rerouted()
             try:
                 if await self._defer_for_domain(loaded, domain, origin):
                     return None  # the domain throttled while this waited at the gate

@@ -203,15 +203,7 @@ def test_a_fallback_that_refuses_our_key_opens_its_own_breaker(database_url: str
     would the primary's (item 1 of issue 34): the next mail waits at it instead of being
     sent again and again at the base backoff. The primary's breaker is left as it was."""
     keys = [f"alert-{n}" for n in range(7)]
-    with psycopg.connect(database_url) as conn:
-        ids = [
-            conn.execute(
-                "INSERT INTO email_sends (dedupe_key, to_address, template)"
-                " VALUES (%s, 'ops@example.com', 'internal_alert') RETURNING id",
-                (key,),
-            ).fetchone()[0]  # type: ignore[index]
-            for key in keys
-        ]
+    ids = _alerts(database_url, keys)
     primary = ScriptedProvider()
     second = ScriptedProvider(reply=lambda _key: ProviderReply(401, server_stage=ACCOUNT))
 
@@ -220,7 +212,8 @@ def test_a_fallback_that_refuses_our_key_opens_its_own_breaker(database_url: str
         await ledger.open()
         try:
             service = service_for(ledger, primary, RetryPolicy(), fallback=second)
-            service.gate.breaker = Breaker(BreakerState.OPEN, opened_at=time.monotonic())
+            # the primary down, its next probe a minute away (one due would take the mail)
+            service.gate.breaker = Breaker(BreakerState.OPEN, 5, time.monotonic(), 60.0)
             for send_id, key in zip(ids[:-1], keys[:-1], strict=True):
                 await service.handle(origin_for(send_id, key, 0))
             try:  # the breaker is open: the last mail waits at the fallback's gate
@@ -237,3 +230,56 @@ def test_a_fallback_that_refuses_our_key_opens_its_own_breaker(database_url: str
     assert waited and keys[-1] not in second.sent, second.sent
     assert fallback_state is BreakerState.OPEN and primary_state is BreakerState.OPEN
     assert primary.sent == []
+
+
+def test_a_first_call_waiting_at_the_fallbacks_breaker_goes_to_the_primary_once_it_recovers(
+    database_url: str,
+) -> None:
+    """Both breakers open (the primary down, the fallback's key revoked): an alert waits at
+    the fallback's breaker, claiming nothing. When the primary's closes again (another
+    mail's probe got through), the alert -- never offered to anyone -- goes to the primary
+    instead of waiting for the revoked fallback; and one whose fallback stays down while the
+    primary's probe is due probes the primary."""
+    ids = _alerts(database_url, ["alert-waiting", "alert-probing"])
+    primary = ScriptedProvider(reply=lambda key: ProviderReply(200, f"msg-{key}"))
+    second = ScriptedProvider(reply=lambda _key: ProviderReply(401, server_stage=ACCOUNT))
+
+    def down(cool_down_s: float) -> Breaker:
+        return Breaker(BreakerState.OPEN, 5, time.monotonic(), cool_down_s)
+
+    async def scenario() -> None:
+        ledger = SendLedger(database_url, max_connections=2, lease_s=30)
+        await ledger.open()
+        try:
+            service = service_for(ledger, primary, RetryPolicy(), fallback=second)
+            service.gate.breaker = down(60.0)
+            service.fallback_gate.breaker = down(60.0)
+            waiting = asyncio.create_task(service.handle(origin_for(ids[0], "alert-waiting", 0)))
+            await asyncio.sleep(0.5)
+            assert not waiting.done()  # both down: it waits, claiming nothing
+            service.gate.breaker = Breaker()  # the primary recovered
+            await asyncio.wait_for(waiting, 2.0)
+            service.gate.breaker = down(0.0)  # down again, its probe due at once
+            await asyncio.wait_for(service.handle(origin_for(ids[1], "alert-probing", 0)), 2.0)
+        finally:
+            await ledger.close()
+
+    asyncio.run(scenario())
+    assert primary.sent == ["alert-waiting", "alert-probing"] and second.sent == []
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute(
+            "SELECT status, provider FROM email_sends ORDER BY id"
+        ).fetchall() == [("accepted", None), ("accepted", None)]
+
+
+def _alerts(database_url: str, keys: list[str]) -> list[int]:
+    """Pending alerts (``internal_alert``: ``when_provider_down: fallback``), never tried."""
+    with psycopg.connect(database_url) as conn:
+        return [
+            conn.execute(
+                "INSERT INTO email_sends (dedupe_key, to_address, template)"
+                " VALUES (%s, 'ops@example.com', 'internal_alert') RETURNING id",
+                (key,),
+            ).fetchone()[0]  # type: ignore[index]
+            for key in keys
+        ]
