@@ -88,6 +88,11 @@ class Routing:
         ``fallback`` of the calls recorded before the kind was."""
         return self.fallback is not None and route in (self.fallback_route, FALLBACK)
 
+    def gate_for(self, route: str | None) -> ProviderGate:
+        """The gate a request on ``route`` passes (its breaker, its 429 pause): the
+        fallback's own, or the primary's."""
+        return self.fallback_gate if self.is_fallback(route) else self.gate
+
     def provider_for(self, route: str | None) -> Provider | None:
         """The provider for ``route``; None when this process has no such provider (the
         fallback, or a fallback of another kind, or another priority's provider, not

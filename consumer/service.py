@@ -149,7 +149,6 @@ class DeliveryService:
         self.tracer = tracer  # MAILBUS_OTEL_EXPORTER: spans of claim, call, settle
         self.doubt = Doubt(
             self.routing,
-            gate,
             policy,
             self.clock,
             rand,
@@ -292,7 +291,7 @@ class DeliveryService:
         domain = recipient_domain(row.to_address)
         if await self._defer_for_domain(loaded, domain, origin):
             return None
-        gate = self._gate_for(route)
+        gate = self.routing.gate_for(route)
         while True:
             admission = await gate.admit_send(
                 unhurried,
@@ -321,10 +320,6 @@ class DeliveryService:
                     return await self._call_in_slot(loaded, claim, admission, route, mail, origin)
             finally:
                 gate.release(admission)
-
-    def _gate_for(self, route: str | None) -> ProviderGate:
-        """The gate a call on ``route`` passes: the fallback's own, or the primary's."""
-        return self.fallback_gate if self.routing.is_fallback(route) else self.gate
 
     async def _claim(self, row: SendView, route: str | None, token: uuid.UUID) -> Claim | None:
         """The guarded claim, recording the guarantee the row is sent under; a row in doubt
@@ -448,7 +443,8 @@ class DeliveryService:
         if result.server_stage is not None:
             log.warning("the provider's server failed (%s): %s", result.server_stage, result.reason)
             metrics.observe_server_failure(result.server_stage)
-        self._gate_for(route).settle(admission, result, latency_s, recipient_domain(row.to_address))
+        gate = self.routing.gate_for(route)
+        gate.settle(admission, result, latency_s, recipient_domain(row.to_address))
         source = f"sync:{self.routing.kind_for(route)}"
         decision = after_call(row, result, self.clock(), self.policy, self.rand, source)
         # any earlier call (in doubt, or resolved --not-sent by an operator) may hold the key

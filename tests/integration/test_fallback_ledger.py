@@ -15,9 +15,10 @@ import psycopg
 from delivery_support import ScriptedProvider, origin_for, reconcile_then_deliver, service_for
 from ledger_support import claim
 
-from mailbus.consumer.core import RetryPolicy
+from mailbus.consumer.core import RetryPolicy, classify
 from mailbus.consumer.core.breaker import Breaker, BreakerState
 from mailbus.consumer.core.outcome import ACCOUNT, ProviderReply, TransportFailure
+from mailbus.consumer.gate import Admission
 from mailbus.consumer.ledger import SendLedger
 from mailbus.feedback.events import DeliveryEvent
 from mailbus.feedback.store import EventStore
@@ -270,6 +271,40 @@ def test_a_first_call_waiting_at_the_fallbacks_breaker_goes_to_the_primary_once_
         assert conn.execute(
             "SELECT status, provider FROM email_sends ORDER BY id"
         ).fetchall() == [("accepted", None), ("accepted", None)]
+
+
+def test_a_look_up_at_the_fallback_waits_out_the_fallbacks_own_429_pause(
+    database_url: str,
+) -> None:
+    """The fallback answered a 429 with Retry-After: 30 (its gate pauses), and a mail in
+    doubt there comes up for its look-up: the look-up is a request to the fallback too, so
+    it waits the pause out as a send would (ProviderGate.before_request), not asked at once."""
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template, status, provider,"
+            " provider_kind, attempts, first_tried_at, in_doubt_since, next_try_at)"
+            " VALUES ('alert-doubt', 'ops@example.com', 'internal_alert', 'unknown',"
+            " 'fallback:http', 'http', 1, now(), now() - interval '1 hour', now())"
+        )
+    second = ScriptedProvider(accepted={"alert-doubt": "msg-1"})
+
+    async def scenario() -> bool:
+        ledger = SendLedger(database_url, max_connections=2, lease_s=30)
+        await ledger.open()
+        try:
+            service = service_for(ledger, ScriptedProvider(), RetryPolicy(), fallback=second)
+            throttled = classify(ProviderReply(429, retry_after_s=30.0))
+            service.fallback_gate.settle(Admission(), throttled, 0.1)
+            ((loaded, token),) = await ledger.take_unresolved(["p1"], 10)
+            try:
+                await asyncio.wait_for(service.resolve(loaded, token), 1.0)
+                return False
+            except TimeoutError:
+                return True
+        finally:
+            await ledger.close()
+
+    assert asyncio.run(scenario()) and second.looked_up == []
 
 
 def _alerts(database_url: str, keys: list[str]) -> list[int]:
