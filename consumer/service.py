@@ -289,9 +289,9 @@ class DeliveryService:
         unhurried = self.policies.for_template(row.template).when_provider_down == "pause"
         token = uuid.uuid4()  # one token for every try: a claim whose reply was lost is ours
         domain = recipient_domain(row.to_address)
-        if await self._defer_for_domain(loaded, domain, origin):
-            return None
         gate = self.routing.gate_for(route)
+        if await self._defer_for_domain(loaded, domain, origin, gate):
+            return None
         while True:
             admission = await gate.admit_send(
                 unhurried,
@@ -301,7 +301,7 @@ class DeliveryService:
             if admission is None:
                 raise _Rerouted()
             try:
-                if await self._defer_for_domain(loaded, domain, origin):
+                if await self._defer_for_domain(loaded, domain, origin, gate):
                     return None  # the domain throttled while this waited at the gate
                 async with self.gate.claims:
                     if not gate.holds(admission):
@@ -349,10 +349,11 @@ class DeliveryService:
         return claim
 
     async def _defer_for_domain(
-        self, loaded: LoadedSend, domain: str, origin: MessageOrigin
+        self, loaded: LoadedSend, domain: str, origin: MessageOrigin, gate: ProviderGate
     ) -> bool:
-        """A mail to a domain that is throttling us waits, pending, without a call."""
-        left = self.gate.domain_pause(domain)
+        """A mail to a domain that is throttling us (at the provider of ``gate``) waits,
+        pending, without a call."""
+        left = gate.domain_pause(domain)
         if left <= 0:
             return False
         decision = deferred(domain, left, self.clock())

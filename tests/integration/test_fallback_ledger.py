@@ -18,6 +18,7 @@ from ledger_support import claim
 from mailbus.consumer.core import RetryPolicy, classify
 from mailbus.consumer.core.breaker import Breaker, BreakerState
 from mailbus.consumer.core.outcome import ACCOUNT, ProviderReply, TransportFailure
+from mailbus.consumer.core.smtp_outcome import SmtpReply
 from mailbus.consumer.gate import Admission
 from mailbus.consumer.ledger import SendLedger
 from mailbus.feedback.events import DeliveryEvent
@@ -305,6 +306,46 @@ def test_a_look_up_at_the_fallback_waits_out_the_fallbacks_own_429_pause(
             await ledger.close()
 
     assert asyncio.run(scenario()) and second.looked_up == []
+
+
+def test_a_domain_the_fallback_says_is_throttling_waits_for_the_fallback(
+    database_url: str,
+) -> None:
+    """The fallback (SMTP) answers 421 for slow.example: its next alert there waits, pending
+    with no attempt spent, as it would at the primary; the fallback is not called again for
+    that domain while its pause lasts."""
+    keys = ["slow-1", "slow-2"]
+    with psycopg.connect(database_url) as conn:
+        ids = [
+            conn.execute(
+                "INSERT INTO email_sends (dedupe_key, to_address, template)"
+                " VALUES (%s, %s, 'internal_alert') RETURNING id",
+                (key, f"{key}@slow.example"),
+            ).fetchone()[0]  # type: ignore[index]
+            for key in keys
+        ]
+    second = ScriptedProvider(
+        reply=lambda _key: SmtpReply(421, "4.7.0 Try again later, too many messages", "rcpt")
+    )
+
+    async def scenario() -> None:
+        ledger = SendLedger(database_url, max_connections=2, lease_s=30)
+        await ledger.open()
+        try:
+            service = service_for(ledger, ScriptedProvider(), RetryPolicy(), fallback=second)
+            service.gate.breaker = Breaker(BreakerState.OPEN, 5, time.monotonic(), 60.0)
+            for send_id, key in zip(ids, keys, strict=True):
+                await service.handle(origin_for(send_id, key, 0))
+        finally:
+            await ledger.close()
+
+    asyncio.run(scenario())
+    assert second.sent == ["slow-1"]
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute(
+            "SELECT attempts, last_error LIKE '%%slow.example is throttling%%' FROM email_sends"
+            " WHERE dedupe_key = 'slow-2'"
+        ).fetchall() == [(0, True)]
 
 
 def _alerts(database_url: str, keys: list[str]) -> list[int]:
