@@ -15,6 +15,7 @@ import psycopg
 from delivery_support import ScriptedProvider, origin_for, reconcile_then_deliver, service_for
 from ledger_support import claim
 
+from mailbus.consumer import send_admin
 from mailbus.consumer.core import RetryPolicy, classify
 from mailbus.consumer.core.breaker import Breaker, BreakerState
 from mailbus.consumer.core.outcome import ACCOUNT, ProviderReply, TransportFailure
@@ -346,6 +347,44 @@ def test_a_domain_the_fallback_says_is_throttling_waits_for_the_fallback(
             "SELECT attempts, last_error LIKE '%%slow.example is throttling%%' FROM email_sends"
             " WHERE dedupe_key = 'slow-2'"
         ).fetchall() == [(0, True)]
+
+
+def test_a_mail_an_earlier_fallback_left_unknown_is_sent_once_an_operator_says_not_sent(
+    database_url: str,
+) -> None:
+    """A mail left ``unknown`` at a SendGrid fallback, the consumers restarted with
+    MAILBUS_FALLBACK_PROVIDER=postmark, and an operator's ``send resolve --not-sent`` (no
+    provider took it): the fallback configured now sends it, as a primary switched since
+    would (docs/providers.md#switching-providers), instead of it waiting, pending, for a
+    SendGrid fallback that no consumer has any more."""
+    (send_id,) = _alerts(database_url, ["alert-forgotten"])
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "UPDATE email_sends SET status = 'unknown', provider = 'fallback:sendgrid',"
+            " provider_kind = 'sendgrid', attempts = 1, first_tried_at = now(),"
+            " in_doubt_since = now(), next_try_at = now()"
+        )
+    postmark = ScriptedProvider(reply=lambda _key: ProviderReply(200, "pm-1"))
+    assert send_admin.change(database_url, "alert-forgotten", "not_sent", "ops")
+
+    async def scenario() -> None:
+        ledger = SendLedger(database_url, max_connections=2, lease_s=30)
+        await ledger.open()
+        try:
+            service = service_for(
+                ledger, ScriptedProvider(), RetryPolicy(), fallback=postmark,
+                fallback_kind="postmark",
+            )
+            await service.handle(origin_for(send_id, "alert-forgotten", 1))
+        finally:
+            await ledger.close()
+
+    asyncio.run(scenario())
+    assert postmark.sent == ["alert-forgotten"]
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute(
+            "SELECT status, provider_kind, guarantee, message_id FROM email_sends"
+        ).fetchall() == [("accepted", "postmark", "at_least_once", "pm-1")]
 
 
 def _alerts(database_url: str, keys: list[str]) -> list[int]:
