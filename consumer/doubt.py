@@ -28,7 +28,6 @@ from mailbus.consumer.core.capability import (
     resolve_unknown,
 )
 from mailbus.consumer.core.decide import doubt_without_lookup, key_in_use, resend_closed
-from mailbus.consumer.gate import ProviderGate
 from mailbus.consumer.provider import LookupResult
 from mailbus.consumer.routing import Routing
 from mailbus.kernel import metrics
@@ -40,7 +39,6 @@ class Doubt:
     def __init__(
         self,
         routing: Routing,
-        gate: ProviderGate,
         policy: RetryPolicy,
         clock: Callable[[], datetime],
         rand: Callable[[], float] = random.random,
@@ -50,7 +48,6 @@ class Doubt:
         settle_s: float | None = None,
     ) -> None:
         self.routing = routing
-        self.gate = gate
         self.policy = policy
         self.clock = clock
         self.rand = rand
@@ -146,7 +143,6 @@ class Doubt:
         if not capability.look_up:  # nothing to ask: at least once takes no answer as "no"
             blind = self.at_least_once and capability.key is None
             return LookupResult(None, not blind, "no look-up at this provider")
-        if not self.routing.is_fallback(route):
-            await self.gate.before_request()
+        await self.routing.gate_for(route).before_request()  # its 429 pause, its rate limit
         metrics.observe_lookup()
         return await provider.lookup(key)

@@ -147,9 +147,12 @@ class ProviderGate:
         self._domains: Pauses = {}
         self._domain_policy = DomainPolicy()
 
-    async def admit_send(self, unhurried: bool = False, p0: bool = False) -> Admission:
+    async def admit_send(
+        self, unhurried: bool = False, p0: bool = False, still: Callable[[], bool] = lambda: True
+    ) -> Admission | None:
         """Wait until a send may go out: breaker, recovery cap (``p0`` sends first), 429
-        pause, rate limit. ``unhurried`` mail
+        pause, rate limit; None if ``still()`` turned False while it waited at the breaker
+        (its mail's route changed). ``unhurried`` mail
         (a ``pause`` policy: campaigns) probes a recovering provider only when no
         transactional mail is waiting to, and waits ``unhurried_delay_s`` after the breaker
         closes, so transactional mail drains first. Without the probe a process that
@@ -157,10 +160,12 @@ class ProviderGate:
         if not unhurried:
             self._hurried_waiting += 1
         try:
-            probe = await self._wait_for_breaker(unhurried)
+            probe = await self._wait_for_breaker(unhurried, still)
         finally:
             if not unhurried:
                 self._hurried_waiting -= 1
+        if probe is None:
+            return None
         if unhurried and (wait := self._recovered_at + self._unhurried_delay_s - self._clock()) > 0:
             await asyncio.sleep(wait)
         if self._recovery is not None and not probe:
@@ -176,9 +181,17 @@ class ProviderGate:
         waited for a claim permit, and then only the probe may go."""
         return admission.probe or self.breaker.state is BreakerState.CLOSED
 
-    async def _wait_for_breaker(self, unhurried: bool) -> bool:
-        """Wait until the breaker admits a call; True if that call is its probe."""
+    def admits(self) -> bool:
+        """Whether the breaker would let a send out now (closed, or its probe due), taking
+        nothing."""
+        return admit(self.breaker, self._clock())[1]
+
+    async def _wait_for_breaker(self, unhurried: bool, still: Callable[[], bool]) -> bool | None:
+        """Wait until the breaker admits a call; True if that call is its probe, None if
+        ``still()`` turned False first."""
         while True:
+            if not still():
+                return None
             if (
                 unhurried
                 and self._hurried_waiting

@@ -1,5 +1,6 @@
 """Which provider takes a mail's call: the row's own once claimed, the fallback for a first
-attempt whose policy allows it while the primary's breaker is not closed, else this
+attempt whose policy allows it while the primary's breaker is not closed (unless the
+fallback's own breaker is open too and the primary's probe is due), else this
 process's provider (the default one, or its priority's own: ``MAILBUS_PROVIDER_P0_URL``
 and the like).
 
@@ -32,6 +33,7 @@ class Routing:
         fallback: Provider | None,
         policies: PolicyBook,
         gate: ProviderGate,
+        fallback_gate: ProviderGate,
         fallback_kind: str = "http",
         provider_kind: str = "http",
     ) -> None:
@@ -43,12 +45,16 @@ class Routing:
         self.fallback_route = fallback_route(fallback_kind)
         self.policies = policies
         self.gate = gate
+        self.fallback_gate = fallback_gate
 
     def route(self, loaded: LoadedSend) -> str | None:
         """The route of a row's next call. A row's provider is fixed by its first claim
         (:func:`~mailbus.consumer.core.decide.tried`), as its provider key is: a mail one
         provider may have accepted is never offered to another, whatever later reset its
-        attempts (a refusal about our account, a claim handed back, a dead letter replayed)."""
+        attempts (a refusal about our account, a claim handed back, a dead letter replayed).
+        A first call goes where a breaker lets it out: the fallback while the primary's is
+        not closed, but the primary when only the primary's probe is due; a first call
+        waiting at one breaker follows this route when it changes (DeliveryService)."""
         row = loaded.view
         if tried(row):
             return self.taken_by(loaded)
@@ -57,6 +63,7 @@ class Routing:
             when_down == "fallback"
             and self.fallback is not None
             and self.gate.breaker.state is not BreakerState.CLOSED
+            and (self.fallback_gate.admits() or not self.gate.admits())
         ):
             return self.fallback_route
         return self.provider_name
@@ -80,6 +87,11 @@ class Routing:
         """Whether ``route`` is this process's fallback: its own kind, or the bare
         ``fallback`` of the calls recorded before the kind was."""
         return self.fallback is not None and route in (self.fallback_route, FALLBACK)
+
+    def gate_for(self, route: str | None) -> ProviderGate:
+        """The gate a request on ``route`` passes (its breaker, its 429 pause): the
+        fallback's own, or the primary's."""
+        return self.fallback_gate if self.is_fallback(route) else self.gate
 
     def provider_for(self, route: str | None) -> Provider | None:
         """The provider for ``route``; None when this process has no such provider (the

@@ -15,7 +15,7 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from mailbus.consumer.adapter import Provider
@@ -134,6 +134,12 @@ async def _serve(settings: Settings, priorities: Sequence[str], senders: Senders
         settings.retry_schedule,
     )
     fallback = _fallback_provider(settings, senders)
+    # the fallback's breaker in provider_health too (`mailbus status`), as a process of its own
+    fallback_reporter = _HealthReporter(
+        ledger,
+        f"fallback:{settings.fallback_provider_url or settings.fallback_provider}",
+        "/fallback",
+    )
     service = DeliveryService(
         ledger,
         provider,
@@ -152,7 +158,7 @@ async def _serve(settings: Settings, priorities: Sequence[str], senders: Senders
         # a priority's own provider (MAILBUS_PROVIDER_P0_URL, ...) speaks the HTTP API
         provider_kind=settings.provider if own is None else "http",
         fallback_kind=settings.fallback_provider or "http",
-        fallback_gate=_fallback_gate(settings),
+        fallback_gate=_fallback_gate(settings, fallback_reporter.breaker_changed),
         tracer=configured_tracer(settings.otel_exporter, "mailbus-consumer"),
     )
     await ledger.open()
@@ -191,6 +197,9 @@ async def _serve(settings: Settings, priorities: Sequence[str], senders: Senders
     reconciler = Reconciler(service, priorities, slots)
     reconciling = asyncio.create_task(reconciler.run())
     reporting = asyncio.create_task(reporter.run(service.stopping))
+    fallback_reporting = (
+        asyncio.create_task(fallback_reporter.run(service.stopping)) if fallback else None
+    )
     health.mark("consumer", True)
     for source in sources:
         source.start()
@@ -206,6 +215,8 @@ async def _serve(settings: Settings, priorities: Sequence[str], senders: Senders
     service.stopping.set()
     await reconciling
     await reporting
+    if fallback_reporting is not None:
+        await fallback_reporting
     await provider.aclose()
     if recovery is not None:
         await recovery.close()
@@ -263,15 +274,9 @@ def _fallback_provider(settings: Settings, senders: Senders) -> Provider | None:
     )
 
 
-def _fallback_gate(settings: Settings) -> ProviderGate:
+def _fallback_gate(settings: Settings, changed: Callable[[BreakerState], None]) -> ProviderGate:
     """The fallback's own breaker and pauses: its account, quota and server failures open
     it (docs/providers.md#the-fallback-provider), as the primary's open the primary's."""
-    where = f"fallback:{settings.fallback_provider_url or settings.fallback_provider}"
-
-    def changed(state: BreakerState) -> None:
-        log.warning("circuit breaker for %s is now %s", where, state.value)
-        metrics.set_breaker_state(where, state.value)
-
     return ProviderGate(
         settings.max_in_flight,
         BreakerPolicy(),
@@ -304,10 +309,10 @@ def _provider(settings: Settings, named: NamedSender | None, endpoint: Endpoint)
 class _HealthReporter:
     """Writes this process's breaker state to ``provider_health`` on change and every 10 s."""
 
-    def __init__(self, ledger: SendLedger, provider_url: str) -> None:
+    def __init__(self, ledger: SendLedger, provider_url: str, suffix: str = "") -> None:
         self._ledger = ledger
         self._provider = provider_url
-        self._process = f"{socket.gethostname()}:{os.getpid()}"
+        self._process = f"{socket.gethostname()}:{os.getpid()}{suffix}"  # /fallback: its own
         self._state = BreakerState.CLOSED
         self._changed = asyncio.Event()
 

@@ -46,9 +46,12 @@ RETURNING id, 'unknown' AS from_status
 -- or "waits for an operator" gate holds it back again); were the operator wrong, the mail
 -- goes out twice, so the row is recorded as sent `at_least_once` (the claim keeps that).
 -- Its provider's kind is forgotten (migration 0071): no provider took it, so a primary
--- switched since (MAILBUS_PROVIDER postmark → resend) may send it; its route stays.
+-- switched since (MAILBUS_PROVIDER postmark → resend) may send it; its route stays, a
+-- fallback's without its kind (`fallback:sendgrid` → `fallback`: the fallback configured
+-- now, mailbus/kernel/send_routes.py), so a fallback switched since may send it too.
 UPDATE email_sends
 SET status = 'pending', next_try_at = NULL, in_doubt_since = NULL, provider_kind = NULL,
+    provider = CASE WHEN provider LIKE 'fallback:%%' THEN 'fallback' ELSE provider END,
     guarantee = 'at_least_once', last_error = 'resolved by hand: not sent, sent again',
     updated_at = now()
 WHERE dedupe_key = %(key)s AND status = 'unknown'

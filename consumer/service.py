@@ -76,6 +76,11 @@ class Stopping(Exception):
     """The service is shutting down; the work in hand is abandoned, not recorded."""
 
 
+class _Rerouted(Exception):
+    """A first call that waited at one provider's breaker is now routed to the other
+    (:meth:`~mailbus.consumer.routing.Routing.route`); nothing was claimed."""
+
+
 @dataclass(frozen=True)
 class _Attempt:
     """A call made under a lease, and what the core decided of it."""
@@ -113,17 +118,24 @@ class DeliveryService:
         tracer: Tracer = NOOP,
     ) -> None:
         self.ledger = ledger
-        # MAILBUS_PROVIDER's kind (`sync:<kind>`, recorded by a first claim) and the fallback's
-        self.routing = Routing(
-            provider, provider_name, fallback, policies, gate, fallback_kind, provider_kind
-        )
-        self.policies = policies
         self.gate = gate
         # the fallback's own breaker and pauses (its refusals open it, not the primary's);
         # the process's in-flight slots and claim permits stay the primary gate's
         self.fallback_gate = fallback_gate or ProviderGate(
             1, BreakerPolicy(), None, lambda _state: None, lambda _limit: None
         )
+        # MAILBUS_PROVIDER's kind (`sync:<kind>`, recorded by a first claim) and the fallback's
+        self.routing = Routing(
+            provider,
+            provider_name,
+            fallback,
+            policies,
+            gate,
+            self.fallback_gate,
+            fallback_kind,
+            provider_kind,
+        )
+        self.policies = policies
         self.policy = policy
         self.slot_wait_s = slot_wait_s  # a claimed row waits this long for a slot at most
         self.clock = clock if clock is not None else ledger.clock.now  # the database's
@@ -137,7 +149,6 @@ class DeliveryService:
         self.tracer = tracer  # MAILBUS_OTEL_EXPORTER: spans of claim, call, settle
         self.doubt = Doubt(
             self.routing,
-            gate,
             policy,
             self.clock,
             rand,
@@ -175,12 +186,17 @@ class DeliveryService:
         row = loaded.view
         if row.status is not Status.PENDING or row.attempts != pointer["attempt"]:
             return  # a duplicate or stale pointer: the row moved on without it
-        route = self.routing.route(loaded)
-        verdict = self._verdict(loaded, route)
-        if isinstance(verdict, Decision):
-            await self._settle_without_call(loaded, verdict, origin)
-            return
-        attempt = await self._attempt(loaded, origin, route, verdict)
+        while True:
+            route = self.routing.route(loaded)
+            verdict = self._verdict(loaded, route)
+            if isinstance(verdict, Decision):
+                await self._settle_without_call(loaded, verdict, origin)
+                return
+            try:
+                attempt = await self._attempt(loaded, origin, route, verdict)
+                break
+            except _Rerouted:
+                continue  # a first call that waited at one breaker: prepared for the other
         if attempt is None:
             return
         row, decision = attempt.row, attempt.decision
@@ -265,20 +281,27 @@ class DeliveryService:
         waiting for a recovering provider never holds one. The row is claimed before its
         slot comes, so the claim's round trip is not spent holding one; if no slot comes in
         time, or the row would reach the provider after it expired, the claim is handed
-        back. None if no call was made."""
+        back. None if no call was made; :class:`_Rerouted` if the route changed while it
+        waited at the breaker."""
         if self.stop_requested():
             raise Stopping()  # not started: left for redelivery
         row = loaded.view
         unhurried = self.policies.for_template(row.template).when_provider_down == "pause"
         token = uuid.uuid4()  # one token for every try: a claim whose reply was lost is ours
         domain = recipient_domain(row.to_address)
-        if await self._defer_for_domain(loaded, domain, origin):
+        gate = self.routing.gate_for(route)
+        if await self._defer_for_domain(loaded, domain, origin, gate):
             return None
-        gate = self._gate_for(route)
         while True:
-            admission = await gate.admit_send(unhurried, p0=row.priority == "p0")
+            admission = await gate.admit_send(
+                unhurried,
+                p0=row.priority == "p0",
+                still=lambda: self.routing.route(loaded) == route,
+            )
+            if admission is None:
+                raise _Rerouted()
             try:
-                if await self._defer_for_domain(loaded, domain, origin):
+                if await self._defer_for_domain(loaded, domain, origin, gate):
                     return None  # the domain throttled while this waited at the gate
                 async with self.gate.claims:
                     if not gate.holds(admission):
@@ -297,10 +320,6 @@ class DeliveryService:
                     return await self._call_in_slot(loaded, claim, admission, route, mail, origin)
             finally:
                 gate.release(admission)
-
-    def _gate_for(self, route: str | None) -> ProviderGate:
-        """The gate a call on ``route`` passes: the fallback's own, or the primary's."""
-        return self.fallback_gate if self.routing.is_fallback(route) else self.gate
 
     async def _claim(self, row: SendView, route: str | None, token: uuid.UUID) -> Claim | None:
         """The guarded claim, recording the guarantee the row is sent under; a row in doubt
@@ -330,10 +349,11 @@ class DeliveryService:
         return claim
 
     async def _defer_for_domain(
-        self, loaded: LoadedSend, domain: str, origin: MessageOrigin
+        self, loaded: LoadedSend, domain: str, origin: MessageOrigin, gate: ProviderGate
     ) -> bool:
-        """A mail to a domain that is throttling us waits, pending, without a call."""
-        left = self.gate.domain_pause(domain)
+        """A mail to a domain that is throttling us (at the provider of ``gate``) waits,
+        pending, without a call."""
+        left = gate.domain_pause(domain)
         if left <= 0:
             return False
         decision = deferred(domain, left, self.clock())
@@ -424,7 +444,8 @@ class DeliveryService:
         if result.server_stage is not None:
             log.warning("the provider's server failed (%s): %s", result.server_stage, result.reason)
             metrics.observe_server_failure(result.server_stage)
-        self._gate_for(route).settle(admission, result, latency_s, recipient_domain(row.to_address))
+        gate = self.routing.gate_for(route)
+        gate.settle(admission, result, latency_s, recipient_domain(row.to_address))
         source = f"sync:{self.routing.kind_for(route)}"
         decision = after_call(row, result, self.clock(), self.policy, self.rand, source)
         # any earlier call (in doubt, or resolved --not-sent by an operator) may hold the key

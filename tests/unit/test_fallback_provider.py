@@ -33,9 +33,10 @@ SECOND: Any = object()
 
 
 def routing(breaker: BreakerState, primary_kind: str = "sendgrid") -> Routing:
-    gate: Any = SimpleNamespace(breaker=SimpleNamespace(state=breaker))
+    gate: Any = SimpleNamespace(breaker=SimpleNamespace(state=breaker), admits=lambda: True)
+    second: Any = SimpleNamespace(admits=lambda: True)  # the fallback's breaker: closed
     book = configured_policy_book()
-    return Routing(PRIMARY, None, SECOND, book, gate, "postmark", primary_kind)
+    return Routing(PRIMARY, None, SECOND, book, gate, second, "postmark", primary_kind)
 
 
 def loaded(view: SendView, provider: str | None = None, kind: str | None = None) -> LoadedSend:

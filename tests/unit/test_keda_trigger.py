@@ -58,6 +58,12 @@ def _series(priority: str, other: str, breaker: str) -> list[dict[str, str]]:
             "series": f'mailbus_breaker_state{{provider="http", {component}, pod="a"}}',
             "values": breaker,
         },
+        {  # this priority's fallback's breaker, open all along (its key revoked): the
+            # primary takes the mail and pauses nothing (docs/providers.md#the-fallback-provider)
+            "series": f'mailbus_breaker_state{{provider="fallback:postmark", {component},'
+            f' pod="a"}}',
+            "values": "2x10",
+        },
         {  # another priority's breaker, open all along: none of this priority's business
             "series": f'mailbus_breaker_state{{provider="http",'
             f' app_kubernetes_io_component="consumer-{other}", pod="c"}}',
