@@ -83,6 +83,11 @@ class Routing:
         as a claim records it and a synchronous refusal's source names it."""
         return self.fallback_kind if self.is_fallback(route) else self.provider_kind
 
+    def label_for(self, route: str | None) -> str:
+        """``route``'s provider as metrics name it: its kind, or ``fallback:<kind>`` (whose
+        key is MAILBUS_FALLBACK_PROVIDER_API_KEY_FILE, not MAILBUS_PROVIDER_API_KEY_FILE)."""
+        return self.fallback_route if self.is_fallback(route) else self.provider_kind
+
     def is_fallback(self, route: str | None) -> bool:
         """Whether ``route`` is this process's fallback: its own kind, or the bare
         ``fallback`` of the calls recorded before the kind was."""

@@ -443,7 +443,7 @@ class DeliveryService:
         latency_s = time.monotonic() - started
         if result.server_stage is not None:
             log.warning("the provider's server failed (%s): %s", result.server_stage, result.reason)
-            metrics.observe_server_failure(result.server_stage)
+            metrics.observe_server_failure(self.routing.label_for(route), result.server_stage)
         gate = self.routing.gate_for(route)
         gate.settle(admission, result, latency_s, recipient_domain(row.to_address))
         source = f"sync:{self.routing.kind_for(route)}"

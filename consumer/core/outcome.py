@@ -66,7 +66,7 @@ __all__ = [
 
 # ``server_stage`` of an HTTP reply about our account at the provider, not the mail
 # (docs/providers.md#account-sender-and-quota-replies): counted by kind in
-# mailbus_provider_server_failures_total{stage}
+# mailbus_provider_server_failures_total{provider, stage}
 ACCOUNT = "account"  # a bad, revoked or missing key; a suspended or paused account
 SENDER = "sender"  # the From address or domain is not a verified sender identity
 QUOTA = "quota"  # a daily or monthly sending quota: waits MAILBUS_QUOTA_PAUSE

@@ -126,8 +126,9 @@ SERVER_FAILURES = Counter(
     "mailbus_provider_server_failures",
     "Calls the provider's server failed before the mail reached it (SMTP: connect, auth,"
     " mail; a 530 anywhere) or answered about our account (HTTP: account, sender, quota),"
-    " by stage: counted against the breaker, never against the mail.",
-    ["stage"],
+    " by provider (its kind, or fallback:<kind>) and stage: counted against the breaker,"
+    " never against the mail.",
+    ["provider", "stage"],
 )
 DEAD_LETTERS = Counter(
     "mailbus_dead_letters",
@@ -364,8 +365,8 @@ def observe_domain_deferral(priority: str) -> None:
     DOMAIN_DEFERRALS.labels(priority).inc()
 
 
-def observe_server_failure(stage: str) -> None:
-    SERVER_FAILURES.labels(stage).inc()
+def observe_server_failure(provider: str, stage: str) -> None:
+    SERVER_FAILURES.labels(provider, stage).inc()
 
 
 def observe_lookup() -> None:

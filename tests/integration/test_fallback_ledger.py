@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import psycopg
 from delivery_support import ScriptedProvider, origin_for, reconcile_then_deliver, service_for
 from ledger_support import claim
+from prometheus_client import REGISTRY
 
 from mailbus.consumer import send_admin
 from mailbus.consumer.core import RetryPolicy, classify
@@ -229,10 +230,18 @@ def test_a_fallback_that_refuses_our_key_opens_its_own_breaker(database_url: str
         finally:
             await ledger.close()
 
+    def refusals(provider: str) -> float:
+        labels = {"provider": provider, "stage": ACCOUNT}
+        return REGISTRY.get_sample_value("mailbus_provider_server_failures_total", labels) or 0.0
+
+    before = refusals("fallback:http"), refusals("http")
     fallback_state, primary_state, waited = asyncio.run(scenario())
     assert waited and keys[-1] not in second.sent, second.sent
     assert fallback_state is BreakerState.OPEN and primary_state is BreakerState.OPEN
     assert primary.sent == []
+    # counted as the fallback's, so the alert names the fallback's key, not the primary's
+    assert refusals("fallback:http") - before[0] == len(second.sent) > 0
+    assert refusals("http") == before[1]
 
 
 def test_a_first_call_waiting_at_the_fallbacks_breaker_goes_to_the_primary_once_it_recovers(
