@@ -181,6 +181,11 @@ class ProviderGate:
         waited for a claim permit, and then only the probe may go."""
         return admission.probe or self.breaker.state is BreakerState.CLOSED
 
+    async def close(self) -> None:
+        """Close the rate limit's database connection, if it has one."""
+        if self._rate_limiter is not None:
+            await self._rate_limiter.close()
+
     def admits(self) -> bool:
         """Whether the breaker would let a send out now (closed, or its probe due), taking
         nothing."""

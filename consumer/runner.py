@@ -218,6 +218,8 @@ async def _serve(settings: Settings, priorities: Sequence[str], senders: Senders
     if fallback_reporting is not None:
         await fallback_reporting
     await provider.aclose()
+    await gate.close()
+    await service.fallback_gate.close()
     if recovery is not None:
         await recovery.close()
     if fallback is not None:
@@ -275,12 +277,15 @@ def _fallback_provider(settings: Settings, senders: Senders) -> Provider | None:
 
 
 def _fallback_gate(settings: Settings, changed: Callable[[BreakerState], None]) -> ProviderGate:
-    """The fallback's own breaker and pauses: its account, quota and server failures open
-    it (docs/providers.md#the-fallback-provider), as the primary's open the primary's."""
+    """The fallback's own breaker, pauses and rate limit (MAILBUS_FALLBACK_RATE_LIMIT): its
+    account, quota and server failures open it (docs/providers.md#the-fallback-provider), as
+    the primary's open the primary's."""
     return ProviderGate(
         settings.max_in_flight,
         BreakerPolicy(),
-        None,
+        GlobalRateLimiter(settings.database_url, settings.fallback_rate_limit, name="fallback")
+        if settings.fallback_rate_limit
+        else None,
         on_breaker_change=changed,
         on_limit_change=lambda _limit: None,
         default_pause_s=settings.backoff_base,

@@ -62,6 +62,7 @@ class Settings:
     priority_providers: tuple[PriorityProvider, ...] = ()
     max_in_flight: int = 32
     rate_limit: float | None = None
+    fallback_rate_limit: float | None = None  # its own bucket: another provider's quota
     connect_timeout: float = 2.0
     request_timeout: float = 15.0
     max_attempts: int = 8
@@ -225,6 +226,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         priority_providers=_priority_providers(reader),
         max_in_flight=reader.integer("MAILBUS_MAX_IN_FLIGHT", Settings.max_in_flight, 1, 10_000),
         rate_limit=reader.optional_number("MAILBUS_RATE_LIMIT"),
+        fallback_rate_limit=reader.optional_number("MAILBUS_FALLBACK_RATE_LIMIT"),
         connect_timeout=reader.number("MAILBUS_CONNECT_TIMEOUT", Settings.connect_timeout),
         request_timeout=reader.number("MAILBUS_REQUEST_TIMEOUT", Settings.request_timeout),
         max_attempts=reader.integer("MAILBUS_MAX_ATTEMPTS", Settings.max_attempts, 1, 1000),

@@ -93,6 +93,12 @@ SETTINGS: tuple[Setting, ...] = (
     _s("FALLBACK_PROVIDER_API_KEY", "-", "its API key", {"consume"}, from_file=True),
     _s("MAX_IN_FLIGHT", "32", "concurrent provider calls per process", {"consume"}),
     _s("RATE_LIMIT", "unlimited", "provider requests/s, all consumers together", {"consume"}),
+    _s(
+        "FALLBACK_RATE_LIMIT",
+        "unlimited",
+        "fallback provider requests/s, all consumers together (a bucket of its own)",
+        {"consume"},
+    ),
     _s("CONNECT_TIMEOUT", "2", "seconds to connect to the provider", {"consume"}),
     _s("REQUEST_TIMEOUT", "15", "seconds for one provider call", {"consume"}),
     _s("MAX_ATTEMPTS", "8", "provider calls before a row is failed", {"consume"}),
