@@ -298,16 +298,23 @@ def run_replay(
     limit: int | None = None,
     stop: threading.Event | None = None,
     intake: IntakeRemap | None = None,
+    as_json: bool = False,
 ) -> int:
-    """Replay the matching dead letters not yet replayed, P0 first; print a summary.
-    ``intake`` maps an intake dead letter's event again (without it, such a letter is
-    skipped as having no send row)."""
+    """Replay the matching dead letters not yet replayed, P0 first; print a summary, or with
+    ``as_json`` one document (docs/reference/cli.md#json-documents). ``intake`` maps an
+    intake dead letter's event again (without it, such a letter is skipped as having no
+    send row)."""
     if not why.strip():
         raise ConfigError("--why", "must not be empty: it is recorded in the audit")
     stop = stop or threading.Event()
     with connect_store(settings.database_url, intake) as store:
         if dry_run:
             chosen, skipped = replay_candidates(store, where, limit)
+            if as_json:
+                would = [jsonable(asdict(x)) for x in chosen]
+                document = {"dry_run": True, "would_replay": would, "would_skip": skipped}
+                print(json.dumps(document, indent=2))
+                return 0
             if chosen:
                 print(letters_table(chosen))
             print(replay_summary(len(chosen), skipped, dry_run=True))
@@ -326,5 +333,9 @@ def run_replay(
         )
         progress.finish()
     left = len(letters) - replayed - sum(skipped.values())
+    if as_json:
+        document = {"dry_run": False, "replayed": replayed, "skipped": skipped, "left": left}
+        print(json.dumps(document, indent=2))
+        return 0
     print(replay_summary(replayed, skipped) + (f"; stopped, {left} left" if left else ""))
     return 0
