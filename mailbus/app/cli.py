@@ -335,10 +335,12 @@ def _send(settings: Settings, args: argparse.Namespace) -> int:
     if args.send_command == "show":
         return send_admin.print_show(settings, args.key, as_json=args.json)
     if args.send_command == "cancel":
-        return send_admin.run_change(settings, args.key, "cancelled")
+        return send_admin.run_change(settings, args.key, "cancelled", as_json=args.json)
     if args.accepted is not None:
-        return send_admin.run_change(settings, args.key, "accepted", args.accepted)
-    return send_admin.run_change(settings, args.key, "not_sent")
+        return send_admin.run_change(
+            settings, args.key, "accepted", args.accepted, as_json=args.json
+        )
+    return send_admin.run_change(settings, args.key, "not_sent", as_json=args.json)
 
 
 def _retention(settings: Settings, args: argparse.Namespace) -> int:
@@ -414,12 +416,14 @@ def _suppress(settings: Settings, args: argparse.Namespace) -> int:
     from mailbus.feedback import suppressions
 
     if args.suppress_command == "add":
-        return suppressions.run_add(settings, args.address, args.reason, args.source or "cli")
+        source = args.source or "cli"
+        return suppressions.run_add(settings, args.address, args.reason, source, args.json)
     if args.suppress_command == "remove":
-        return suppressions.run_remove(settings, args.address)
+        return suppressions.run_remove(settings, args.address, as_json=args.json)
     if args.suppress_command == "list":
         return suppressions.run_list(settings, as_json=args.json)
-    return suppressions.run_import(settings, args.file, args.reason, args.source or "import")
+    source = args.source or "import"
+    return suppressions.run_import(settings, args.file, args.reason, source, args.json)
 
 
 def _add_sandbox_command(command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -598,10 +602,10 @@ def _add_send_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         sub = actions.add_parser(name, help=help_text, description=help_text)
         sub.set_defaults(handler=_send)
         sub.add_argument("key", metavar="KEY", help="the send's dedupe key")
+        _add_json(sub)
         return sub
 
-    show = action("show", "the row, its attempts, delivery events, dead letters, resolutions")
-    show.add_argument("--json", action="store_true", help="machine-readable output")
+    action("show", "the row, its attempts, delivery events, dead letters, resolutions")
     resolve = action(
         "resolve",
         "settle a send in `unknown` after asking the provider (audited in"
@@ -678,6 +682,7 @@ def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.Argumen
     def action(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = add_command(actions, name, help_text, settings_of="suppress")
         sub.set_defaults(handler=_suppress)
+        _add_json(sub)
         return sub
 
     add = action("add", "suppress one address (again: its reason is updated)")
@@ -691,10 +696,7 @@ def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.Argumen
     add.add_argument("--source", default=None, help="who (default: cli)")
     remove = action("remove", "take an address off the list (every capitalisation of it)")
     remove.add_argument("address", metavar="ADDRESS")
-    listing = action(
-        "list", "every suppressed address with reason, source, time and scope (all or bulk)"
-    )
-    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    action("list", "every suppressed address with reason, source, time and scope (all or bulk)")
     imports = action(
         "import",
         "add the addresses of a CSV with a header row email[,reason]; invalid lines are"
