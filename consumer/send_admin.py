@@ -28,6 +28,7 @@ from psycopg.rows import dict_row
 from mailbus.consumer.dead_letter_admin import operator_name
 from mailbus.consumer.dead_letter_views import jsonable
 from mailbus.kernel.errors import RefusedError, StorageError
+from mailbus.kernel.json_output import print_document
 from mailbus.kernel.provider_key import row_provider_key
 from mailbus.kernel.settings import Settings
 from mailbus_client.sqlfiles import load_queries
@@ -159,7 +160,7 @@ def run_change(
     if change(settings.database_url, key, action, operator_name(), message_id):
         if as_json:
             document = {"key": key, "action": action, "message_id": message_id}
-            print(json.dumps(document, indent=2))
+            print_document(document)
         else:
             print(f"{key}: {action.replace('_', ' ')} (recorded in email_send_resolutions)")
         return 0

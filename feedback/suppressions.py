@@ -33,6 +33,7 @@ from mailbus.feedback.suppression_file import (
     read_entries,
 )
 from mailbus.kernel.errors import ConfigError, InvalidSendError, StorageError
+from mailbus.kernel.json_output import print_document
 from mailbus.kernel.settings import Settings
 from mailbus_client.sqlfiles import load_queries
 
@@ -107,7 +108,7 @@ def run_add(
     normalised, new, scope = add(settings.database_url, address, reason, source)
     if as_json:
         document = {"address": normalised, "added": new, "reason": reason, "scope": scope}
-        print(json.dumps(document, indent=2))
+        print_document(document)
         return 0
     print(
         f"{normalised}: {'suppressed' if new else 'already suppressed'} (reason: {reason};"
@@ -119,7 +120,7 @@ def run_add(
 def run_remove(settings: Settings, address: str, as_json: bool = False) -> int:
     removed = remove(settings.database_url, address)
     if as_json:
-        print(json.dumps({"address": address.strip().lower(), "removed": removed}, indent=2))
+        print_document({"address": address.strip().lower(), "removed": removed})
         return 0
     if removed:
         print(f"{address.strip().lower()}: removed from the suppression list")
@@ -249,7 +250,7 @@ def run_import(
             "already": summary.already, "invalid": summary.invalid,
             "invalid_lines": [asdict(bad) for bad in reported],  # the first ones
         }  # fmt: skip
-        print(json.dumps(document, indent=2))
+        print_document(document)
         return 0
     if summary.invalid > len(reported):
         sys.stderr.write(f"... and {summary.invalid - len(reported)} more invalid lines\n")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import logging
 import os
 import sys
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from mailbus.app.exit_codes import Exit, UsageError, report, summary
 from mailbus.kernel.errors import ConfigError, MailbusError, RefusedError, StorageError
+from mailbus.kernel.json_output import add_json_option, print_document
 from mailbus.kernel.logs import configure_logging, register_secret
 from mailbus.kernel.settings import Settings, load_env_file, load_settings
 from mailbus.kernel.settings_doc import add_command
@@ -171,7 +171,7 @@ def _print_report(
     """A command's result: with ``--json`` the document itself on stdout (its shape:
     docs/reference/cli.md#json-documents), else its lines."""
     if args.json:
-        print(json.dumps(document, indent=2))
+        print_document(document)
     else:
         print("\n".join(lines(document)))
 
@@ -500,7 +500,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="also create the NOLOGIN group roles mailbus_enqueuer, _relay, _consumer, _intake,"
         " _webhooks, _operator and _retention and set their grants (needs CREATEROLE)",
     )
-    _add_json(migrate)
+    add_json_option(migrate)
     relay = command("relay", _relay, "publish committed outbox rows to Kafka (long-running)")
     relay.set_defaults(long_running=True)
     consume = command("consume", _consume, "deliver queued mail to the email API (long-running)")
@@ -512,7 +512,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="p0, p1, p2 or a comma list (default: all three)",
     )
     status = command("status", _status, "queue depth, oldest pending age, failures")
-    status.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_option(status)
     _add_dlq_commands(commands)
     _add_send_commands(commands)
     _add_retention_commands(commands)
@@ -563,10 +563,10 @@ def _add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     listing.add_argument(
         "--limit", type=_count, default=50, help="at most this many (default 50, 0 = all)"
     )
-    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_option(listing)
     show = action("show", _dlq_show, "one dead letter: its error, origin and attempt history")
     show.add_argument("id", metavar="ID", help="the dead letter's id (see `dlq list`)")
-    show.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_option(show)
     replay = action(
         "replay",
         _dlq_replay,
@@ -590,7 +590,7 @@ def _add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "--why", default="manual replay", help="reason recorded in the audit (email_replays)"
     )
     replay.add_argument("--limit", type=_count, default=None, help="replay at most this many")
-    _add_json(replay)
+    add_json_option(replay)
 
 
 def _add_send_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -602,7 +602,7 @@ def _add_send_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         sub = actions.add_parser(name, help=help_text, description=help_text)
         sub.set_defaults(handler=_send)
         sub.add_argument("key", metavar="KEY", help="the send's dedupe key")
-        _add_json(sub)
+        add_json_option(sub)
         return sub
 
     action("show", "the row, its attempts, delivery events, dead letters, resolutions")
@@ -645,7 +645,7 @@ def _add_retention_commands(commands: argparse._SubParsersAction[argparse.Argume
     run = actions.add_parser("run", help=run_text, description=run_text)
     run.set_defaults(handler=_retention)
     run.add_argument("--dry-run", action="store_true", help="count what would go; delete nothing")
-    _add_json(run)
+    add_json_option(run)
     run.add_argument(
         "--batch", type=_positive, default=1000, help="rows per transaction (default 1000)"
     )
@@ -666,7 +666,7 @@ def _add_retention_commands(commands: argparse._SubParsersAction[argparse.Argume
     floors.add_argument(
         "--set", action="store_true", help="pin the floors to the configured windows"
     )
-    _add_json(floors)
+    add_json_option(floors)
 
 
 def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -682,7 +682,7 @@ def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.Argumen
     def action(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = add_command(actions, name, help_text, settings_of="suppress")
         sub.set_defaults(handler=_suppress)
-        _add_json(sub)
+        add_json_option(sub)
         return sub
 
     add = action("add", "suppress one address (again: its reason is updated)")
@@ -741,14 +741,6 @@ def _add_intake_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     )
     sample.add_argument(
         "--malformed", type=_count, default=1, help="values that are not Avro (default 1)"
-    )
-
-
-def _add_json(command: argparse.ArgumentParser) -> None:
-    command.add_argument(
-        "--json",
-        action="store_true",
-        help="the result as one JSON document on stdout, errors as JSON on stderr",
     )
 
 

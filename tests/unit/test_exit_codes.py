@@ -164,8 +164,11 @@ def test_every_json_command_answers_its_errors_in_json(
 ) -> None:  # fmt: skip
     commands = _json_commands(csv)
     assert {name for name, _ in commands} >= {
-        "status", "dlq list", "dlq show", "send show", "suppress list", "campaign status",
-        "campaign list", "migrate", "retention run", "retention floors", "dlq replay",
+        "status", "migrate", "retention run", "retention floors", "dlq list", "dlq show",
+        "dlq replay", "send show", "send resolve", "send cancel", "suppress add",
+        "suppress remove", "suppress list", "suppress import", "campaign create",
+        "campaign import", "campaign start", "campaign pause", "campaign resume",
+        "campaign cancel", "campaign status", "campaign list", "campaign run",
     }  # fmt: skip
     for name, argv in commands:
         assert main(argv) == 1, name
