@@ -31,10 +31,13 @@ RUN python -m venv /opt/mailbus \
         ./client ".${EXTRAS:+[$EXTRAS]}" \
     && /opt/mailbus/bin/pip check
 
-# The sandbox's environment: the release's, plus the checkout's fake provider, which no
+# The sandbox's environment: the release's, plus the checkout's fake provider and each
+# provider folder's imitation of it (providers/sandbox/, providers/<name>/sandbox/), which no
 # release ships (docs/installation.md#the-sandbox).
 FROM build AS sandbox-build
-RUN cp -r sandbox "$(/opt/mailbus/bin/python -c 'import mailbus, os; print(os.path.dirname(mailbus.__file__))')/sandbox"
+RUN site="$(/opt/mailbus/bin/python -c 'import mailbus, os; print(os.path.dirname(mailbus.__file__))')" \
+    && cp -r sandbox "$site/sandbox" \
+    && for kit in providers/sandbox providers/*/sandbox; do cp -r "$kit" "$site/$kit"; done
 
 # Runtime: the environment only; no sources, no build tools, no pip cache.
 FROM ${PYTHON_IMAGE} AS runtime

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from mailbus.campaigns.errors import CampaignError, CampaignInputError
+from mailbus.kernel.json_output import add_json_option, print_document
 from mailbus.kernel.settings_doc import add_command
 
 if TYPE_CHECKING:
@@ -41,10 +42,13 @@ def _create(settings: Settings, args: argparse.Namespace) -> int:
         audience=args.audience or f"sql: {args.audience_sql}",
     )
 
+    started: list[str] = []
+
     def created(campaign_id: int) -> None:
-        print(f"campaign {campaign_id} {spec.name!r} created; importing its audience", flush=True)
+        _say(args, f"campaign {campaign_id} {spec.name!r} created; importing its audience")
         if args.start:  # the pacer hands out the first parts while the rest is read
-            print(transition(settings.database_url, campaign_id, "start")[0], flush=True)
+            started.append(transition(settings.database_url, campaign_id, "start")[0])
+            _say(args, started[-1])
 
     spec.check()  # before a query runs or a file is opened
     progress = _import_progress("campaign import:")
@@ -59,7 +63,14 @@ def _create(settings: Settings, args: argparse.Namespace) -> int:
             part_size=settings.campaign_import_part,
         )
     progress.finish()
-    return _imported(result, rejects)
+    return _imported(args, result, rejects, started=bool(started))
+
+
+def _say(args: argparse.Namespace, line: str) -> None:
+    """A line of what is going on, on stdout as it happens; with ``--json`` the document
+    at the end says it instead."""
+    if not args.json:
+        print(line, flush=True)
 
 
 def _import(settings: Settings, args: argparse.Namespace) -> int:
@@ -76,7 +87,7 @@ def _import(settings: Settings, args: argparse.Namespace) -> int:
             part_size=settings.campaign_import_part,
         )
     progress.finish()
-    return _imported(result, rejects)
+    return _imported(args, result, rejects, started=False)
 
 
 def _import_progress(label: str) -> TerminalProgress:
@@ -87,19 +98,25 @@ def _import_progress(label: str) -> TerminalProgress:
 
 
 class _Rejects:
-    """Skipped lines, printed on stderr (the first ``MAX_REJECTS_SHOWN``) and counted."""
+    """Skipped lines, counted; the first ``MAX_REJECTS_SHOWN`` printed on stderr, or kept
+    for the ``--json`` document (``listed``)."""
 
-    def __init__(self, where: str, item: str, progress: TerminalProgress) -> None:
+    def __init__(self, where: str, item: str, progress: TerminalProgress, as_json: bool) -> None:
         self.where, self.item, self.shown, self.progress = where, item, 0, progress
+        self.listed: list[dict[str, Any]] | None = [] if as_json else None
 
     def report(self, rejected: Rejected) -> None:
         self.shown += 1
-        if self.shown <= MAX_REJECTS_SHOWN:
+        if self.shown > MAX_REJECTS_SHOWN:
+            return
+        if self.listed is not None:
+            self.listed.append({"line": rejected.line, "problem": rejected.problem})
+        else:
             self.progress.interrupt()  # the line on its own, not after the progress line
             print(f"{self.where}: {self.item} {rejected.line}: {rejected.problem}", file=sys.stderr)
 
     def close(self) -> None:
-        if self.shown > MAX_REJECTS_SHOWN:
+        if self.shown > MAX_REJECTS_SHOWN and self.listed is None:
             self.progress.interrupt()
             print(
                 f"{self.where}: ... and {self.shown - MAX_REJECTS_SHOWN} more {self.item}s skipped",
@@ -116,11 +133,11 @@ def _opened_audience(
     from mailbus.campaigns.sql_audience import SqlAudience
 
     if args.audience_sql is not None:
-        rejects = _Rejects("--audience-sql", "row", progress)
+        rejects = _Rejects("--audience-sql", "row", progress, args.json)
         with SqlAudience(settings.database_url, args.audience_sql) as query:
             yield query, rejects
     else:
-        rejects = _Rejects(args.audience, "line", progress)
+        rejects = _Rejects(args.audience, "line", progress, args.json)
         try:
             stream = open(args.audience, "rb")  # noqa: SIM115 - closed below, errors named
         except OSError as exc:
@@ -132,7 +149,21 @@ def _opened_audience(
     rejects.close()
 
 
-def _imported(result: ImportReport, rejects: _Rejects) -> int:
+def _imported(
+    args: argparse.Namespace, result: ImportReport, rejects: _Rejects, *, started: bool
+) -> int:
+    if rejects.listed is not None:
+        print_document(
+            {
+                "campaign_id": result.campaign_id,
+                "recipients": result.recipients,
+                "rejected": result.rejected,
+                "rejected_lines": rejects.listed,  # the first MAX_REJECTS_SHOWN
+                "completed": result.completed,  # false: cancelled during its import
+                "started": started,  # by this command (create --start)
+            }
+        )
+        return 0
     if not result.completed:
         print(f"campaign {result.campaign_id} was cancelled during its import", file=sys.stderr)
     print(
@@ -153,8 +184,21 @@ _ROWS_SAID = {
 def _move(verb: str) -> Callable[[Settings, argparse.Namespace], int]:
     def handler(settings: Settings, args: argparse.Namespace) -> int:
         from mailbus.campaigns.store import transition
+        from mailbus.campaigns.views import collect_status
 
         said, rows = transition(settings.database_url, args.id, verb)
+        if args.json:
+            state = collect_status(settings.database_url, args.id)["state"]
+            print_document(
+                {
+                    "campaign_id": args.id,
+                    "action": verb,
+                    "state": state,
+                    "message": said,
+                    "rows": rows if verb in _ROWS_SAID else None,  # as the text names them
+                }
+            )
+            return 0
         print(said)
         if verb in _ROWS_SAID:
             print(f"{_ROWS_SAID[verb]}: {rows}")
@@ -201,7 +245,7 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
     links = Links.of(settings.unsubscribe_secret, settings.unsubscribe_base_url)  # checked first
     state = collect_status(settings.database_url, args.id)["state"]
     if state == "draft":
-        print(transition(settings.database_url, args.id, "start")[0])
+        _say(args, transition(settings.database_url, args.id, "start")[0])
     elif state != "running":
         raise CampaignError(f"campaign {args.id} is {state}: only a draft or running one can run")
     stop = stop_on_signals()
@@ -217,16 +261,30 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
         clock=time.monotonic,
         already=before["handed_out"],
     )
-    pacer.run(stop, until_idle=True, on_tick=progress.add_ticks)
-    progress.finish()
+    watch = None if args.json else progress.add_ticks  # --json: stderr is for an error only
+    pacer.run(stop, until_idle=True, on_tick=watch)
+    if watch is not None:
+        progress.finish()
     status = collect_status(settings.database_url, args.id)
+    counts = status["counts"]
+    not_final = counts["queued"] + counts["sending"]
+    if args.json:
+        print_document(
+            {
+                "campaign_id": args.id,
+                "state": status["state"],
+                "handed_out": status["handed_out"],
+                "recipients": status["recipients"],
+                "not_final": not_final,
+            }
+        )
+        return 0
     print(
         f"campaign {args.id} is {status['state']}: handed out {status['handed_out']}"
         f" of {status['recipients']}"
     )
     if status["state"] == "running":  # handed out; finished once its last mail is final
-        counts = status["counts"]
-        print(f"mails not yet final: {counts['queued'] + counts['sending']}")
+        print(f"mails not yet final: {not_final}")
     return 0
 
 
@@ -238,6 +296,7 @@ def add_campaign_commands(commands: argparse._SubParsersAction[argparse.Argument
     def action(name: str, handler: Callable[..., int], text: str) -> argparse.ArgumentParser:
         sub = add_command(actions, name, text, settings_of="campaign")
         sub.set_defaults(handler=handler)
+        add_json_option(sub)
         return sub
 
     create = action(
@@ -245,8 +304,9 @@ def add_campaign_commands(commands: argparse._SubParsersAction[argparse.Argument
         _create,
         "create a draft campaign from a CSV with the header user_id,email[,more variables]"
         " or from a SQL query over the application's tables; prints its id alone on the"
-        " last line. Invalid lines are reported on stderr (with their line number) and"
-        " skipped; a bad header (or a query without user_id and email) imports nothing.",
+        " last line. Invalid lines are reported on stderr (with their line number; with"
+        " --json in the document) and skipped; a bad header (or a query without user_id"
+        " and email) imports nothing.",
     )
     create.add_argument("--name", required=True, help="a name for people")
     create.add_argument("--template", required=True, help="the template of every mail")
@@ -314,10 +374,8 @@ def add_campaign_commands(commands: argparse._SubParsersAction[argparse.Argument
         sub.add_argument("id", type=_option(_positive), metavar="ID", help="the campaign's id")
     status = action("status", _status, "one campaign's recipients by state")
     status.add_argument("id", type=_option(_positive), metavar="ID", help="the campaign's id")
-    status.add_argument("--json", action="store_true", help="machine-readable output")
     listing = action("list", _list, "campaigns, newest first")
     listing.add_argument("--limit", type=_option(_positive), default=50, help="default 50")
-    listing.add_argument("--json", action="store_true", help="machine-readable output")
     run = action(
         "run",
         _run,

@@ -22,7 +22,6 @@ and the commands; option parsing, replay order and tables are in
 from __future__ import annotations
 
 import getpass
-import json
 import math
 import os
 import sys
@@ -50,6 +49,7 @@ from mailbus.consumer.dead_letter_views import (
     utc_time,
 )
 from mailbus.kernel.errors import ConfigError, RefusedError, StorageError
+from mailbus.kernel.json_output import print_document
 from mailbus.kernel.progress import TerminalProgress
 from mailbus.kernel.settings import Settings
 from mailbus_client.sqlfiles import load_queries
@@ -174,7 +174,7 @@ def print_list(settings: Settings, where: LetterFilter, limit: int | None, as_js
     with connect_store(settings.database_url) as store:
         letters, total = store.find(where, limit)
     if as_json:
-        print(json.dumps([jsonable(asdict(x)) for x in letters], indent=2))
+        print_document([jsonable(asdict(x)) for x in letters])
         return 0
     if not letters:
         print("no dead letters match")
@@ -190,7 +190,7 @@ def print_show(settings: Settings, letter_id: int, as_json: bool) -> int:
     with connect_store(settings.database_url) as store:
         story = store.story(letter_id)
     if as_json:
-        print(json.dumps(jsonable(story), indent=2))
+        print_document(jsonable(story))
         return 0
     d, send = story["dead_letter"], story["send"]
     code = "" if d["status_code"] is None else f" (status {d['status_code']})"
@@ -298,16 +298,23 @@ def run_replay(
     limit: int | None = None,
     stop: threading.Event | None = None,
     intake: IntakeRemap | None = None,
+    as_json: bool = False,
 ) -> int:
-    """Replay the matching dead letters not yet replayed, P0 first; print a summary.
-    ``intake`` maps an intake dead letter's event again (without it, such a letter is
-    skipped as having no send row)."""
+    """Replay the matching dead letters not yet replayed, P0 first; print a summary, or with
+    ``as_json`` one document (docs/reference/cli.md#json-documents). ``intake`` maps an
+    intake dead letter's event again (without it, such a letter is skipped as having no
+    send row)."""
     if not why.strip():
         raise ConfigError("--why", "must not be empty: it is recorded in the audit")
     stop = stop or threading.Event()
     with connect_store(settings.database_url, intake) as store:
         if dry_run:
             chosen, skipped = replay_candidates(store, where, limit)
+            if as_json:
+                would = [jsonable(asdict(x)) for x in chosen]
+                document = {"dry_run": True, "would_replay": would, "would_skip": skipped}
+                print_document(document)
+                return 0
             if chosen:
                 print(letters_table(chosen))
             print(replay_summary(len(chosen), skipped, dry_run=True))
@@ -326,5 +333,9 @@ def run_replay(
         )
         progress.finish()
     left = len(letters) - replayed - sum(skipped.values())
+    if as_json:
+        document = {"dry_run": False, "replayed": replayed, "skipped": skipped, "left": left}
+        print_document(document)
+        return 0
     print(replay_summary(replayed, skipped) + (f"; stopped, {left} left" if left else ""))
     return 0

@@ -28,6 +28,7 @@ from psycopg.rows import dict_row
 from mailbus.consumer.dead_letter_admin import operator_name
 from mailbus.consumer.dead_letter_views import jsonable
 from mailbus.kernel.errors import RefusedError, StorageError
+from mailbus.kernel.json_output import print_document
 from mailbus.kernel.provider_key import row_provider_key
 from mailbus.kernel.settings import Settings
 from mailbus_client.sqlfiles import load_queries
@@ -58,9 +59,7 @@ def _queries() -> dict[str, str]:
     return load_queries("mailbus.consumer", "send_admin.sql")
 
 
-def story(
-    database_url: str, key: str, key_prefix: str = "", *, payload: bool = True
-) -> SendStory:
+def story(database_url: str, key: str, key_prefix: str = "", *, payload: bool = True) -> SendStory:
     """The send with dedupe key ``key`` and everything recorded about it; its
     ``provider_key`` is the key the provider sees (or will see: the first claim records it,
     under the consumer's ``MAILBUS_PROVIDER_KEY_PREFIX``), beside its ``key_life``. Without
@@ -149,11 +148,21 @@ def print_show(settings: Settings, key: str, *, as_json: bool) -> int:
     return 0
 
 
-def run_change(settings: Settings, key: str, action: str, message_id: str | None = None) -> int:
+def run_change(
+    settings: Settings,
+    key: str,
+    action: str,
+    message_id: str | None = None,
+    as_json: bool = False,
+) -> int:
     """The command: 0 when changed; RefusedError (exit 3, one line saying why) when the
     send's status does not allow it or no send has the key."""
     if change(settings.database_url, key, action, operator_name(), message_id):
-        print(f"{key}: {action.replace('_', ' ')} (recorded in email_send_resolutions)")
+        if as_json:
+            document = {"key": key, "action": action, "message_id": message_id}
+            print_document(document)
+        else:
+            print(f"{key}: {action.replace('_', ' ')} (recorded in email_send_resolutions)")
         return 0
     send = story(settings.database_url, key).send  # SendNotFound when there is none
     _, needs = _CHANGES[action]

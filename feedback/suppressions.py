@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -32,6 +33,7 @@ from mailbus.feedback.suppression_file import (
     read_entries,
 )
 from mailbus.kernel.errors import ConfigError, InvalidSendError, StorageError
+from mailbus.kernel.json_output import print_document
 from mailbus.kernel.settings import Settings
 from mailbus_client.sqlfiles import load_queries
 
@@ -100,8 +102,14 @@ def stops(scope: str) -> str:
     return _STOPS[scope]
 
 
-def run_add(settings: Settings, address: str, reason: str, source: str = "cli") -> int:
+def run_add(
+    settings: Settings, address: str, reason: str, source: str = "cli", as_json: bool = False
+) -> int:
     normalised, new, scope = add(settings.database_url, address, reason, source)
+    if as_json:
+        document = {"address": normalised, "added": new, "reason": reason, "scope": scope}
+        print_document(document)
+        return 0
     print(
         f"{normalised}: {'suppressed' if new else 'already suppressed'} (reason: {reason};"
         f" stops {_STOPS[scope]})"
@@ -109,8 +117,11 @@ def run_add(settings: Settings, address: str, reason: str, source: str = "cli") 
     return 0
 
 
-def run_remove(settings: Settings, address: str) -> int:
+def run_remove(settings: Settings, address: str, as_json: bool = False) -> int:
     removed = remove(settings.database_url, address)
+    if as_json:
+        print_document({"address": address.strip().lower(), "removed": removed})
+        return 0
     if removed:
         print(f"{address.strip().lower()}: removed from the suppression list")
     else:
@@ -177,10 +188,11 @@ def import_file(
     *,
     reason: str,
     source: str,
-    errors: TextIO,
+    on_invalid: Callable[[BadLine], None],
     batch_size: int = BATCH_SIZE,
 ) -> ImportSummary:
-    """Import the CSV ``lines`` over ``conn``; each batch commits on its own."""
+    """Import the CSV ``lines`` over ``conn``; each batch commits on its own; each line
+    that is no entry is skipped and handed to ``on_invalid``."""
     summary = ImportSummary()
     query = _queries()["add_batch"]
     for batch in batches(read_entries(lines), batch_size):
@@ -189,8 +201,7 @@ def import_file(
             summary.read += 1
             if isinstance(item, BadLine):
                 summary.invalid += 1
-                if summary.invalid <= MAX_REPORTED_LINES:
-                    errors.write(f"line {item.line}: {item.text!r} {item.problem}; skipped\n")
+                on_invalid(item)
             else:
                 entries.append(item)
         if entries:
@@ -205,23 +216,43 @@ def import_file(
                     },
                 )
                 summary.added += cursor.rowcount
-    if summary.invalid > MAX_REPORTED_LINES:
-        errors.write(f"... and {summary.invalid - MAX_REPORTED_LINES} more invalid lines\n")
     return summary
 
 
-def run_import(settings: Settings, path: str, reason: str, source: str = "import") -> int:
+def run_import(
+    settings: Settings, path: str, reason: str, source: str = "import", as_json: bool = False
+) -> int:
+    """Import the file; its first MAX_REPORTED_LINES invalid lines are reported as they
+    are met on stderr, or with ``as_json`` in the document (docs/reference/cli.md)."""
     file = Path(path)
     if not file.is_file():
         raise ConfigError("FILE.csv", f"no such file: {path}")
+    reported: list[BadLine] = []
+
+    def skipped(bad: BadLine) -> None:
+        if len(reported) < MAX_REPORTED_LINES:
+            reported.append(bad)
+            if not as_json:
+                sys.stderr.write(f"line {bad.line}: {bad.text!r} {bad.problem}; skipped\n")
+
     with (
         file.open(newline="", encoding="utf-8-sig", errors="replace") as lines,
         _connect(settings.database_url) as conn,
     ):
         conn.autocommit = True  # each batch is its own transaction
         try:
-            summary = import_file(conn, lines, reason=reason, source=source, errors=sys.stderr)
+            summary = import_file(conn, lines, reason=reason, source=source, on_invalid=skipped)
         except InvalidFileError as exc:
             raise ConfigError("FILE.csv", f"{path}: {exc}") from None
+    if as_json:
+        document = {
+            "file": path, "read": summary.read, "added": summary.added,
+            "already": summary.already, "invalid": summary.invalid,
+            "invalid_lines": [asdict(bad) for bad in reported],  # the first ones
+        }  # fmt: skip
+        print_document(document)
+        return 0
+    if summary.invalid > len(reported):
+        sys.stderr.write(f"... and {summary.invalid - len(reported)} more invalid lines\n")
     print(f"imported {path}: {summary}")
     return 0

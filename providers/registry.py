@@ -28,8 +28,8 @@ def named() -> Mapping[str, NamedProvider]:
     """Every provider folder's ``PROVIDER``, by name."""
     found: dict[str, NamedProvider] = {}
     for module in pkgutil.iter_modules(mailbus.providers.__path__):
-        if not module.ispkg:
-            continue
+        if not module.ispkg or module.name == "sandbox":
+            continue  # the imitations' shared kit, a checkout's only
         package = importlib.import_module(f"mailbus.providers.{module.name}")
         entry = getattr(package, "PROVIDER", None)
         if not isinstance(entry, NamedProvider) or entry.name != module.name:

@@ -4,9 +4,9 @@
 A folder ``providers/<name>/`` holds everything mailbus knows about that provider
 (docs/guides/adding-a-provider.md): ``sending.py`` (its dialect or adapter, with its
 :class:`~mailbus.consumer.core.capability.Capability`), ``events.py`` and ``webhook.py``
-(its delivery events and their route), ``sandbox.py`` (the sandbox's imitation of it) and,
-where the provider publishes one, ``published/`` (its machine-readable API description,
-with its licence).
+(its delivery events and their route), ``sandbox/`` (the sandbox's imitation of it, in a
+checkout only) and, where the provider publishes one, ``published/`` (its machine-readable
+API description, with its licence).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from mailbus.consumer.provider import Dialect, Endpoint, http_provider
 from mailbus.feedback.native.routes import Clock, NativeReceiver
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.settings import Settings
-from mailbus.providers.sandbox_dialect import Imitation
 
 __all__ = ["NamedProvider"]
 
@@ -34,8 +33,9 @@ class NamedProvider:
     conformance suite against the sandbox); a provider that is no HTTP API (SES through
     its SDK, SMTP) has ``sender`` instead, and ``conformance`` names the test module that
     runs it against its emulator. ``receiver`` builds its webhook route when the settings
-    enable one (None: the provider has no webhooks); ``sandbox`` is what the sandbox serves
-    of it (every HTTP dialect has one: the conformance suite runs against it)."""
+    enable one (None: the provider has no webhooks). What the sandbox serves of it is in its
+    folder's ``sandbox/`` (every HTTP dialect has one: the conformance suite runs against
+    it), which only a checkout has and nothing here imports."""
 
     name: str
     capability: Capability  # as documented; MAILBUS_IDEMPOTENCY_WINDOW may shorten a window
@@ -43,7 +43,6 @@ class NamedProvider:
     sender: Callable[[Settings], Provider] | None = None
     conformance: str = "tests/integration/test_provider_conformance.py"
     receiver: Callable[[Settings, Clock], NativeReceiver | None] | None = None
-    sandbox: Imitation | None = None
     # where it is reached, as health reports name it; None: MAILBUS_PROVIDER_URL
     address: Callable[[Settings], str] | None = None
 

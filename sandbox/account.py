@@ -9,7 +9,7 @@ it); ``GET`` says how many keys are accepted and whether the quota is spent.
 ``POST /_sandbox/reset`` gives back the start-up key and a fresh quota.
 
 Each dialect's documented reply when they refuse a send is its own
-(:meth:`mailbus.providers.sandbox_dialect.Dialect.refused_key`, ``quota_spent``).
+(:meth:`mailbus.providers.sandbox.dialect.Dialect.refused_key`, ``quota_spent``).
 """
 
 from __future__ import annotations

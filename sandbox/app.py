@@ -10,7 +10,7 @@ Provider endpoints (``Authorization: Bearer <api_key>``):
   accepted under K, else 404.
 
 Named providers' send endpoints, each provider folder's imitation (``providers/<name>/
-sandbox.py``, found by :mod:`mailbus.providers.registry`) in its dialect, with the same
+sandbox/``, found by :mod:`mailbus.sandbox.imitations`) in its dialect, with the same
 faults and ledger: ``POST /emails`` (Resend), ``POST /email`` and ``GET
 /messages/outbound`` (Postmark, ``X-Postmark-Server-Token``), ``POST /v3/mail/send``
 (SendGrid), ``POST /v3/{domain}/messages`` (Mailgun).
@@ -51,11 +51,11 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from mailbus.providers.registry import named
-from mailbus.providers.sandbox_dialect import Dialect, LookupRoute
+from mailbus.providers.sandbox.dialect import Dialect, LookupRoute
 from mailbus.sandbox.account import Account, read_account
 from mailbus.sandbox.emitter import EventEmitter
 from mailbus.sandbox.faults import Fault, FaultPlan, FaultSpecError, choose_fault, plan_from_dict
+from mailbus.sandbox.imitations import imitations
 from mailbus.sandbox.ledger import Ledger, RequestRecord
 
 __all__ = ["DEFAULT_API_KEY", "STATE", "SandboxState", "make_app"]
@@ -337,12 +337,10 @@ def make_app(state: SandboxState) -> web.Application:
     app[STATE] = state
     app.router.add_post("/v1/send", _send_handler(OWN))
     app.router.add_get("/v1/messages", _lookup)
-    for provider in named().values():  # each provider folder's imitation
-        if provider.sandbox is None:
-            continue
-        for path, dialect in provider.sandbox.sends.items():
+    for imitation in imitations().values():  # each provider folder's sandbox/
+        for path, dialect in imitation.sends.items():
             app.router.add_post(path, _send_handler(dialect))
-        for path, route in provider.sandbox.lookups.items():
+        for path, route in imitation.lookups.items():
             app.router.add_get(path, _lookup_handler(route))
     app.router.add_get("/_sandbox/health", _control(_health))
     app.router.add_get("/_sandbox/ledger", _control(_ledger))

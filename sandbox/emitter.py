@@ -4,7 +4,7 @@
 (:mod:`mailbus.sandbox.outcomes`) posted to the receiver after ``delay_ms``, signed with
 ``Mailbus-Signature`` (v2: over the URL's path and the body) under the webhook secret.
 ``--native-events-to URL``: mail a named provider's dialect accepted gets that provider's
-own events instead (each provider folder's ``sandbox.py``), posted to ``URL/<provider>``
+own events instead (each provider folder's ``sandbox/``), posted to ``URL/<provider>``
 (the receiver's route, docs/providers.md#delivery-events) and signed that provider's way,
 for each provider whose signing secret or key is given (the receiver's variables:
 ``MAILBUS_RESEND_WEBHOOK_SECRET``, ``MAILBUS_MAILGUN_WEBHOOK_KEY``,
@@ -36,8 +36,8 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from mailbus.kernel.errors import ConfigError
-from mailbus.providers.registry import named
-from mailbus.providers.sandbox_events import MailbusSigner, Signer, secret_from_env
+from mailbus.providers.sandbox.events import MailbusSigner, Signer, secret_from_env
+from mailbus.sandbox.imitations import imitations
 from mailbus.sandbox.outcomes import OutcomePlan, outcome_events, posting_order
 
 __all__ = ["EventEmitter", "Route", "add_event_arguments", "emitter_from_args"]
@@ -74,9 +74,9 @@ def add_event_arguments(parser: argparse.ArgumentParser) -> None:
         help="the receiver's webhooks base, e.g. http://127.0.0.1:8026/webhooks: a provider's "
         "events go to URL/<provider>",
     )
-    for provider in named().values():  # a provider's own signing options
-        if provider.sandbox is not None and provider.sandbox.options is not None:
-            provider.sandbox.options(events)
+    for imitation in imitations().values():  # a provider's own signing options
+        if imitation.options is not None:
+            imitation.options(events)
     events.add_argument(
         "--events-delay-ms",
         metavar="MS",
@@ -133,9 +133,8 @@ def _native_signers(args: argparse.Namespace) -> dict[str, Signer]:
     """The providers whose signing secret or key is configured, with their signers (each
     provider folder's imitation reads its own)."""
     signers: dict[str, Signer] = {}
-    for name, provider in named().items():
-        make = None if provider.sandbox is None else provider.sandbox.signer
-        signer = None if make is None else make(args)
+    for name, imitation in imitations().items():
+        signer = None if imitation.signer is None else imitation.signer(args)
         if signer is not None:
             signers[name] = signer
     return signers

@@ -4,7 +4,8 @@
 
 1. ``python -m build`` the sdist and wheel of both distributions (mailbus from the
    repository's root, mailbus-client from client/), versioned by setuptools-scm from the git
-   tag (docs/releasing.md); ``twine check --strict`` their metadata.
+   tag (docs/releasing.md); ``twine check --strict`` their metadata; mailbus's sdist and
+   wheel hold nothing of the sandbox (no ``sandbox*`` path: docs/installation.md#the-sandbox).
 2. A fresh venv installs the two wheels (the runtime pinned by constraints.txt) and nothing
    of the checkout; from outside the checkout:
    - ``mailbus --version`` names the wheels' version, ``mailbus --help`` runs, and
@@ -26,8 +27,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 import uuid
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -69,6 +72,12 @@ def build(out: Path) -> tuple[Path, Path]:
     run(sys.executable, "-m", "twine", "check", "--strict", *sorted(out.glob("*")))
     [server] = out.glob("mailbus-*.whl")
     [client] = out.glob("mailbus_client-*.whl")
+    [sdist] = out.glob("mailbus-*.tar.gz")
+    with zipfile.ZipFile(server) as wheel, tarfile.open(sdist) as tar:
+        for archive, names in ((server, wheel.namelist()), (sdist, tar.getnames())):
+            sandbox = [n for n in names if any(p.startswith("sandbox") for p in Path(n).parts)]
+            if sandbox:  # the sandbox and the providers' imitations of it: a checkout's
+                raise Failed(f"{archive.name} ships the sandbox: {', '.join(sandbox)}")
     return server, client
 
 

@@ -10,10 +10,11 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from mailbus.app.exit_codes import Exit, UsageError, report, summary
-from mailbus.kernel.errors import ConfigError, MailbusError, StorageError
+from mailbus.kernel.errors import ConfigError, MailbusError, RefusedError, StorageError
+from mailbus.kernel.json_output import add_json_option, print_document
 from mailbus.kernel.logs import configure_logging, register_secret
 from mailbus.kernel.settings import Settings, load_env_file, load_settings
 from mailbus.kernel.settings_doc import add_command
@@ -119,74 +120,60 @@ def _check_kafka(settings: Settings) -> None:
 
 def _migrate(settings: Settings, args: argparse.Namespace) -> int:
     from mailbus.app.migrate import LockWait, apply_migrations
+    from mailbus.app.migrate_report import applied_lines
     from mailbus.kernel.topics import ensure_topics
 
     wait = LockWait(lock_timeout_s=args.lock_timeout, max_wait_s=args.max_wait)
     if args.status or args.dry_run:
-        return _migrate_plan(settings, dry_run=args.dry_run, roles=args.roles, wait=wait)
-    applied = apply_migrations(settings.database_url, allow_locking=args.allow_locking, wait=wait)
-    print(f"schema: applied {applied or 'nothing (up to date)'}")
+        return _migrate_plan(settings, args, wait)
+    run: dict[str, Any] = {"roles": None, "topics_created": None, "schema_registry": None}
+    run["applied"] = apply_migrations(
+        settings.database_url, allow_locking=args.allow_locking, wait=wait
+    )
     if args.roles:
         from mailbus.app.migrate import apply_roles
 
-        print(f"roles: {', '.join(apply_roles(settings.database_url))} (grants set)")
+        run["roles"] = list(apply_roles(settings.database_url))
     if not args.skip_topics:
         _check_kafka(settings)
-        created = ensure_topics(settings)
-        print(f"topics: created {created or 'nothing (all exist)'}")
+        run["topics_created"] = ensure_topics(settings)
     if settings.schema_registry_url is not None:
         from mailbus.schemas.registry import register_shipped
 
         intake_topic = os.environ.get("MAILBUS_INTAKE_TOPIC") or "orders.events"
-        print(f"schema registry: {', '.join(register_shipped(settings, intake_topic))}")
+        run["schema_registry"] = register_shipped(settings, intake_topic)
+    _print_report(args, run, applied_lines)
     return 0
 
 
-def _migrate_plan(settings: Settings, *, dry_run: bool, roles: bool, wait: LockWait) -> int:
+def _migrate_plan(settings: Settings, args: argparse.Namespace, wait: LockWait) -> int:
     """``migrate --status`` / ``--dry-run``: read the recorded versions, change nothing;
     name how each pending migration is applied: what it locks, and how long it may wait."""
     import psycopg
 
     from mailbus.app.migrate import schema_state
+    from mailbus.app.migrate_report import plan_document, plan_lines
 
     try:
         state = schema_state(settings.database_url)
     except psycopg.OperationalError as exc:
         raise StorageError(f"cannot reach the database: {exc}") from None  # exit 1
-    applied = state.applied
-    print(f"schema: database at {state.database_version}, this build at {state.build_version}")
-    print(f"applied: {_versions(applied) if applied else 'nothing'}")
-    pending = [m.label + (" (locking)" if m.locking else "") for m in state.pending]
-    print(f"pending: {', '.join(pending) if pending else 'nothing (up to date)'}")
-    for migration in state.pending:
-        print(f"  {migration.label}: {migration.plan}")
-    if any(not m.online for m in state.pending):
-        print(
-            f"locks: each try waits at most {wait.lock_timeout_s:g} s per lock (writers queued"
-            f" behind it wait no longer), tries again for up to {wait.max_wait_s:g} s"
-        )
-    if dry_run:
-        print(f"would apply: {', '.join(pending) if pending else 'nothing'}")
-        if any(m.locking for m in state.pending):
-            print(
-                "would refuse without --allow-locking on a database that holds sends:"
-                f" {', '.join(m.label for m in state.pending if m.locking)}"
-            )
-        if roles:
-            print("would set: the grants of schemas/sql/roles/grants.sql")
-        print("would ensure: the topics (nothing was applied: --dry-run)")
+    plan = plan_document(state, wait, dry_run=args.dry_run, roles=args.roles)
+    _print_report(args, plan, plan_lines)
     return 0
 
 
-def _versions(versions: Sequence[int]) -> str:
-    """1, 2, 3, 5 -> '1-3, 5'."""
-    runs: list[list[int]] = []
-    for version in versions:
-        if runs and version == runs[-1][-1] + 1:
-            runs[-1].append(version)
-        else:
-            runs.append([version])
-    return ", ".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+def _print_report(
+    args: argparse.Namespace,
+    document: dict[str, Any],
+    lines: Callable[[dict[str, Any]], list[str]],
+) -> None:
+    """A command's result: with ``--json`` the document itself on stdout (its shape:
+    docs/reference/cli.md#json-documents), else its lines."""
+    if args.json:
+        print_document(document)
+    else:
+        print("\n".join(lines(document)))
 
 
 def _relay(settings: Settings, _args: argparse.Namespace) -> int:
@@ -338,6 +325,7 @@ def _dlq_replay(settings: Settings, args: argparse.Namespace) -> int:
         limit=args.limit,
         stop=stop_on_signals(),
         intake=EventReplayer.from_settings(settings, IntakeConfig.from_environ(settings)),
+        as_json=args.json,
     )
 
 
@@ -347,47 +335,44 @@ def _send(settings: Settings, args: argparse.Namespace) -> int:
     if args.send_command == "show":
         return send_admin.print_show(settings, args.key, as_json=args.json)
     if args.send_command == "cancel":
-        return send_admin.run_change(settings, args.key, "cancelled")
+        return send_admin.run_change(settings, args.key, "cancelled", as_json=args.json)
     if args.accepted is not None:
-        return send_admin.run_change(settings, args.key, "accepted", args.accepted)
-    return send_admin.run_change(settings, args.key, "not_sent")
+        return send_admin.run_change(
+            settings, args.key, "accepted", args.accepted, as_json=args.json
+        )
+    return send_admin.run_change(settings, args.key, "not_sent", as_json=args.json)
 
 
 def _retention(settings: Settings, args: argparse.Namespace) -> int:
+    from mailbus.app import retention_report as reports
     from mailbus.app.retention_horizons import replay_horizons
     from mailbus.consumer import retention
 
     retention.refuse_short_window(settings.retention, replay_horizons(settings, os.environ))
     windows = retention.Windows.of(settings)
-    window = f"{settings.retention / 86400:g}d"
     if args.dry_run:
         left = retention.count_past_retention(settings.database_url, windows)
-        found = ", ".join(f"{b.table} {b.rows}" for b in left)
-        print(f"retention {window}: would delete {found} (nothing was deleted: --dry-run)")
+        _print_report(args, reports.dry_run_document(windows, left), reports.run_lines)
         return 0
     from mailbus.kernel.progress import TerminalProgress
 
+    window = f"{settings.retention / 86400:g}d"
     progress = TerminalProgress(f"retention {window}:", None, sys.stderr, unit="rows deleted")
     done, left = retention.prune(
         settings.database_url, windows, args.batch, args.budget, on_batch=progress.add
     )
     progress.finish()  # a terminal only: a Job's log has the lines below
-    for table in done:
-        print(f"retention {window}: {table.table} {table.rows} deleted, {table.batches} batches")
-    behind = sum(b.rows for b in left)
-    if all(table.complete for table in done):
-        print(f"retention {window}: caught up")
+    run = reports.run_document(windows, done, left, args.budget)
+    _print_report(args, run, reports.run_lines)
+    if run["caught_up"]:
         return 0
-    overdue = max(b.overdue_s for b in left) / 3600
-    print(
-        f"retention {window}: budget {args.budget:g}s spent, still behind: {behind} rows past"
-        f" their window, the oldest {overdue:.1f} h overdue (exit 3; run again, or raise"
-        " --budget or --batch)"
-    )
+    if args.json:  # the document above says what was done; stderr why it exits 3
+        report(RefusedError(reports.behind_message(run)), sys.stderr, as_json=True)
     return RETENTION_BEHIND
 
 
 def _retention_floors(settings: Settings, args: argparse.Namespace) -> int:
+    from mailbus.app.retention_report import floors_document, floors_lines
     from mailbus.consumer import retention
 
     if args.set:
@@ -397,8 +382,7 @@ def _retention_floors(settings: Settings, args: argparse.Namespace) -> int:
         floors = retention.set_floors(settings.database_url, retention.Windows.of(settings))
     else:
         floors = retention.read_floors(settings.database_url)
-    shown = ", ".join(f"{table} {floors[table] / 86400:g}d" for table, _ in retention.TABLES)
-    print(f"retention floors: {shown}")
+    _print_report(args, floors_document(floors, pinned=args.set), floors_lines)
     return 0
 
 
@@ -432,12 +416,14 @@ def _suppress(settings: Settings, args: argparse.Namespace) -> int:
     from mailbus.feedback import suppressions
 
     if args.suppress_command == "add":
-        return suppressions.run_add(settings, args.address, args.reason, args.source or "cli")
+        source = args.source or "cli"
+        return suppressions.run_add(settings, args.address, args.reason, source, args.json)
     if args.suppress_command == "remove":
-        return suppressions.run_remove(settings, args.address)
+        return suppressions.run_remove(settings, args.address, as_json=args.json)
     if args.suppress_command == "list":
         return suppressions.run_list(settings, as_json=args.json)
-    return suppressions.run_import(settings, args.file, args.reason, args.source or "import")
+    source = args.source or "import"
+    return suppressions.run_import(settings, args.file, args.reason, source, args.json)
 
 
 def _add_sandbox_command(command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -514,6 +500,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="also create the NOLOGIN group roles mailbus_enqueuer, _relay, _consumer, _intake,"
         " _webhooks, _operator and _retention and set their grants (needs CREATEROLE)",
     )
+    add_json_option(migrate)
     relay = command("relay", _relay, "publish committed outbox rows to Kafka (long-running)")
     relay.set_defaults(long_running=True)
     consume = command("consume", _consume, "deliver queued mail to the email API (long-running)")
@@ -525,7 +512,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="p0, p1, p2 or a comma list (default: all three)",
     )
     status = command("status", _status, "queue depth, oldest pending age, failures")
-    status.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_option(status)
     _add_dlq_commands(commands)
     _add_send_commands(commands)
     _add_retention_commands(commands)
@@ -576,10 +563,10 @@ def _add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     listing.add_argument(
         "--limit", type=_count, default=50, help="at most this many (default 50, 0 = all)"
     )
-    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_option(listing)
     show = action("show", _dlq_show, "one dead letter: its error, origin and attempt history")
     show.add_argument("id", metavar="ID", help="the dead letter's id (see `dlq list`)")
-    show.add_argument("--json", action="store_true", help="machine-readable output")
+    add_json_option(show)
     replay = action(
         "replay",
         _dlq_replay,
@@ -603,6 +590,7 @@ def _add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "--why", default="manual replay", help="reason recorded in the audit (email_replays)"
     )
     replay.add_argument("--limit", type=_count, default=None, help="replay at most this many")
+    add_json_option(replay)
 
 
 def _add_send_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -614,10 +602,10 @@ def _add_send_commands(commands: argparse._SubParsersAction[argparse.ArgumentPar
         sub = actions.add_parser(name, help=help_text, description=help_text)
         sub.set_defaults(handler=_send)
         sub.add_argument("key", metavar="KEY", help="the send's dedupe key")
+        add_json_option(sub)
         return sub
 
-    show = action("show", "the row, its attempts, delivery events, dead letters, resolutions")
-    show.add_argument("--json", action="store_true", help="machine-readable output")
+    action("show", "the row, its attempts, delivery events, dead letters, resolutions")
     resolve = action(
         "resolve",
         "settle a send in `unknown` after asking the provider (audited in"
@@ -657,6 +645,7 @@ def _add_retention_commands(commands: argparse._SubParsersAction[argparse.Argume
     run = actions.add_parser("run", help=run_text, description=run_text)
     run.set_defaults(handler=_retention)
     run.add_argument("--dry-run", action="store_true", help="count what would go; delete nothing")
+    add_json_option(run)
     run.add_argument(
         "--batch", type=_positive, default=1000, help="rows per transaction (default 1000)"
     )
@@ -677,6 +666,7 @@ def _add_retention_commands(commands: argparse._SubParsersAction[argparse.Argume
     floors.add_argument(
         "--set", action="store_true", help="pin the floors to the configured windows"
     )
+    add_json_option(floors)
 
 
 def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -692,6 +682,7 @@ def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.Argumen
     def action(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = add_command(actions, name, help_text, settings_of="suppress")
         sub.set_defaults(handler=_suppress)
+        add_json_option(sub)
         return sub
 
     add = action("add", "suppress one address (again: its reason is updated)")
@@ -705,10 +696,7 @@ def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.Argumen
     add.add_argument("--source", default=None, help="who (default: cli)")
     remove = action("remove", "take an address off the list (every capitalisation of it)")
     remove.add_argument("address", metavar="ADDRESS")
-    listing = action(
-        "list", "every suppressed address with reason, source, time and scope (all or bulk)"
-    )
-    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    action("list", "every suppressed address with reason, source, time and scope (all or bulk)")
     imports = action(
         "import",
         "add the addresses of a CSV with a header row email[,reason]; invalid lines are"

@@ -1,17 +1,19 @@
 """The command line's exit statuses: the one place that maps an error's kind to its code,
 and says it in text or, for a command given ``--json``, as one JSON object on stderr.
 
-    0  ok           done (a long-running command: stopped by SIGTERM/SIGINT)
+    0  ok           done (a long-running command or `dlq replay`: stopped by SIGTERM/SIGINT)
     1  unreachable  PostgreSQL, Kafka or the schema registry did not answer, or failed
                     mid-way (StorageError and every other MailbusError)
-    2  configuration a setting, option or argument is wrong (ConfigError, a usage error),
-                    or the database's schema is behind this build
+    2  configuration a setting, option or argument is wrong (ConfigError, a usage error;
+                    a missing extra, a broker refusing the TLS/SASL settings), or the
+                    database's schema is behind this build
     3  refused      everything answered, but the state met refuses the request (RefusedError:
                     no such send, dead letter or campaign; a status that does not allow the
                     change; `retention run` still behind when its budget ran out)
 
 docs/reference/cli.md#exit-statuses shows the same table; tests/unit/test_exit_codes.py
-runs every subcommand against an unreachable database and a bad setting.
+runs every subcommand against an unreachable database and a bad setting, and holds that
+table to :class:`Exit`.
 """
 
 from __future__ import annotations

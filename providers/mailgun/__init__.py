@@ -2,7 +2,6 @@
 timestamp and token."""
 
 from mailbus.providers.mailgun import webhook
-from mailbus.providers.mailgun.sandbox import IMITATION
 from mailbus.providers.mailgun.sending import MailgunDialect
 from mailbus.providers.room import NamedProvider
 
@@ -11,5 +10,4 @@ PROVIDER = NamedProvider(
     capability=MailgunDialect.capability,
     dialect=lambda settings: MailgunDialect(settings.mail_from, settings.mailgun_domain),
     receiver=webhook.receiver,
-    sandbox=IMITATION,
 )

@@ -2,7 +2,6 @@
 basic auth."""
 
 from mailbus.providers.postmark import webhook
-from mailbus.providers.postmark.sandbox import IMITATION
 from mailbus.providers.postmark.sending import PostmarkDialect
 from mailbus.providers.room import NamedProvider
 
@@ -11,5 +10,4 @@ PROVIDER = NamedProvider(
     capability=PostmarkDialect.capability,
     dialect=lambda settings: PostmarkDialect(settings.mail_from),
     receiver=webhook.receiver,
-    sandbox=IMITATION,
 )

@@ -1,7 +1,6 @@
 """Resend (docs/providers.md): an idempotency key kept 24 h; Svix-signed events."""
 
 from mailbus.providers.resend import webhook
-from mailbus.providers.resend.sandbox import IMITATION
 from mailbus.providers.resend.sending import RESEND_WINDOW_S, ResendDialect
 from mailbus.providers.room import NamedProvider
 
@@ -12,5 +11,4 @@ PROVIDER = NamedProvider(
         settings.mail_from, settings.idempotency_window or RESEND_WINDOW_S
     ),
     receiver=webhook.receiver,
-    sandbox=IMITATION,
 )

@@ -3,7 +3,6 @@ batches."""
 
 from mailbus.providers.room import NamedProvider
 from mailbus.providers.sendgrid import webhook
-from mailbus.providers.sendgrid.sandbox import IMITATION
 from mailbus.providers.sendgrid.sending import SendGridDialect
 
 PROVIDER = NamedProvider(
@@ -11,5 +10,4 @@ PROVIDER = NamedProvider(
     capability=SendGridDialect.capability,
     dialect=lambda settings: SendGridDialect(settings.mail_from),
     receiver=webhook.receiver,
-    sandbox=IMITATION,
 )

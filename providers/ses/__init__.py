@@ -6,7 +6,6 @@ from mailbus.kernel.settings import Settings
 from mailbus.providers.room import NamedProvider
 from mailbus.providers.ses import webhook
 from mailbus.providers.ses.capability import CAPABILITY
-from mailbus.providers.ses.sandbox import IMITATION
 
 
 def _sender(settings: Settings) -> Provider:
@@ -31,6 +30,5 @@ PROVIDER = NamedProvider(
     sender=_sender,
     conformance="tests/integration/test_ses_provider.py",  # against moto's SES
     receiver=webhook.receiver,
-    sandbox=IMITATION,
     address=lambda settings: settings.ses_endpoint_url or f"ses:{settings.ses_region or 'default'}",
 )

@@ -26,7 +26,7 @@ from mailbus.kernel.settings import Settings
 from mailbus.providers.mailgun.sandbox import MailgunSigner
 from mailbus.providers.postmark.sandbox import PostmarkSigner
 from mailbus.providers.resend.sandbox import ResendSigner
-from mailbus.providers.sandbox_events import Signer
+from mailbus.providers.sandbox.events import Signer
 from mailbus.providers.sendgrid.sandbox import SendGridSigner
 from mailbus.providers.ses.sandbox import SesSigner
 from mailbus.sandbox.emitter import EventEmitter, Route

@@ -297,3 +297,54 @@ def imported_through(settings: Settings) -> int:
         row = conn.execute("SELECT coalesce(sum(imported_through), 0) FROM campaigns").fetchone()
     assert row is not None
     return int(row[0])
+
+
+def test_create_import_moves_and_run_say_what_they_did_as_json(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """docs/reference/cli.md#json-documents: one document on stdout each, the skipped lines
+    in it (stderr stays empty); a refused move as the JSON error object, exit 3."""
+    env = settings_env(settings)
+    audience = tmp_path / "audience.csv"
+    audience.write_text("user_id,email\n1,ana@example.com\n2,bad address\n3,cy@example.com\n")
+
+    def document(*args: str) -> dict[str, object]:
+        done = run_mailbus("campaign", *args, "--json", env=env)
+        assert (done.returncode, done.stderr) == (0, ""), done.stderr
+        parsed: dict[str, object] = json.loads(done.stdout)
+        return parsed
+
+    created = document("create", "--name", "J", "--template", "newsletter",
+                       "--audience", str(audience))  # fmt: skip
+    campaign_id = created["campaign_id"]
+    assert isinstance(campaign_id, int)
+    assert created == {
+        "campaign_id": campaign_id, "recipients": 2, "rejected": 1, "completed": True,
+        "started": False,
+        "rejected_lines": [
+            {"line": 3, "problem": "email 'bad address': is not a valid email address"}
+        ],
+    }  # fmt: skip
+    for refused_args, why in (
+        (["import", str(campaign_id), "--audience", str(audience)], "import is not open"),
+        (["resume", str(campaign_id)], "is draft: only a paused campaign"),
+    ):
+        refused = run_mailbus("campaign", *refused_args, "--json", env=env)
+        assert (refused.returncode, refused.stdout) == (3, "")
+        error = json.loads(refused.stderr)["error"]
+        assert (error["kind"], error["exit"]) == ("refused", 3)
+        assert why in error["message"]
+
+    assert document("start", str(campaign_id)) == {
+        "campaign_id": campaign_id, "action": "start", "state": "running",
+        "message": f"campaign {campaign_id} is running", "rows": None,
+    }  # fmt: skip
+    paused = document("pause", str(campaign_id))
+    assert (paused["action"], paused["state"], paused["rows"]) == ("pause", "paused", 0)
+    assert document("resume", str(campaign_id))["state"] == "running"
+    ran = document("run", str(campaign_id))
+    assert ran == {
+        "campaign_id": campaign_id, "state": ran["state"], "handed_out": 2, "recipients": 2,
+        "not_final": 2,
+    }  # fmt: skip
+    assert ran["state"] in ("running", "finished")

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psycopg
 import pytest
+from cli_support import seed_dead_letters
 from services import REPO, settings_env
 
 from mailbus.kernel.settings import Settings
@@ -51,23 +51,6 @@ def _piped(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
     return run.returncode, run.stdout, run.stderr
 
 
-def _seed_dead_letters(database_url: str, count: int) -> None:
-    with psycopg.connect(database_url) as conn:
-        for n in range(count):
-            (send_id,) = conn.execute(
-                "INSERT INTO email_sends (dedupe_key, to_address, template, priority, status,"
-                " attempts) VALUES (%s, 'ann@example.com', 'order_shipped', 'p1', 'failed', 3)"
-                " RETURNING id",
-                (f"order-{n}-shipped",),
-            ).fetchone()  # type: ignore[misc]
-            conn.execute(
-                "INSERT INTO email_dead_letters (send_id, dedupe_key, priority, template,"
-                " reason, error, attempts) VALUES (%s, %s, 'p1', 'order_shipped',"
-                " 'max_attempts', '', 3)",
-                (send_id, f"order-{n}-shipped"),
-            )
-
-
 @pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "pipe"])
 def test_progress_is_drawn_on_a_terminal_only(
     settings: Settings, tmp_path: Path, terminal: bool
@@ -76,7 +59,7 @@ def test_progress_is_drawn_on_a_terminal_only(
     run = _on_a_terminal if terminal else _piped
     audience = tmp_path / "people.csv"
     audience.write_text("user_id,email\n" + "".join(f"{n},u{n}@example.com\n" for n in range(5)))
-    _seed_dead_letters(settings.database_url, 3)
+    seed_dead_letters(settings.database_url, 3)
 
     window = f"retention {settings.retention / 86400:g}d:"
     commands = {

@@ -119,3 +119,23 @@ def test_show_tells_the_row_its_attempts_dead_letters_and_resolutions(
     assert [r["action"] for r in story["resolutions"]] == ["accepted"]
     text = _send(settings, "show", "code-s")
     assert "status: accepted" in text.stdout and "resolutions: 1" in text.stdout
+
+
+def test_resolve_and_cancel_say_what_they_did_and_refuse_as_json(settings: Settings) -> None:
+    """docs/reference/cli.md#json-documents: the change as a document; a refusal as the
+    JSON error object on stderr, exit 3, stdout empty."""
+    _seed(settings, "code-j", "unknown", attempts=1)
+    _seed(settings, "code-k", "pending")
+    done = _send(settings, "resolve", "code-j", "--accepted", "msg-j", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"key": "code-j", "action": "accepted", "message_id": "msg-j"}
+    done = _send(settings, "cancel", "code-k", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"key": "code-k", "action": "cancelled", "message_id": None}
+
+    refused = _send(settings, "resolve", "code-j", "--not-sent", "--json")  # accepted now
+    assert (refused.returncode, refused.stdout) == (3, "")
+    error = json.loads(refused.stderr)["error"]
+    assert (error["kind"], error["exit"]) == ("refused", 3)
+    assert "code-j is accepted" in error["message"]
+    assert _row(settings, "code-j") == ("accepted", "msg-j", 1)

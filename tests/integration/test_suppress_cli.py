@@ -146,3 +146,36 @@ def test_import_refuses_a_missing_file_or_header(database_url: str, tmp_path: Pa
     result = run_mailbus("suppress", "import", str(headless), env=env)
     assert result.returncode == 2 and "'email' column" in result.stderr
     assert entries(database_url) == []
+
+
+def test_add_remove_and_import_say_what_they_did_as_json(database_url: str, tmp_path: Path) -> None:
+    """docs/reference/cli.md#json-documents: each change as one document on stdout, the
+    invalid lines of an import in it (not on stderr); a missing file as the JSON error."""
+    env, ana = env_for(database_url), "ana@example.com"
+    added = run_mailbus("suppress", "add", "Ana@Example.com", "--reason", "unsubscribed",
+                        "--json", env=env)  # fmt: skip
+    assert (added.returncode, added.stderr) == (0, ""), added.stderr
+    assert json.loads(added.stdout) == {
+        "address": "ana@example.com", "added": True, "reason": "unsubscribed", "scope": "bulk",
+    }  # fmt: skip
+    audience = tmp_path / "suppressions.csv"
+    audience.write_text("email\nbo@example.com\nnot-an-email\nana@example.com\n")
+    imported = run_mailbus("suppress", "import", str(audience), "--json", env=env)
+    assert (imported.returncode, imported.stderr) == (0, ""), imported.stderr
+    assert json.loads(imported.stdout) == {
+        "file": str(audience), "read": 3, "added": 1, "already": 1, "invalid": 1,
+        "invalid_lines": [
+            {"line": 3, "text": "not-an-email", "problem": "is not a valid email address"}
+        ],
+    }  # fmt: skip
+    removed = run_mailbus("suppress", "remove", "ANA@example.com", "--json", env=env)
+    assert json.loads(removed.stdout) == {"address": "ana@example.com", "removed": [ana]}
+    again = run_mailbus("suppress", "remove", ana, "--json", env=env)
+    assert json.loads(again.stdout) == {"address": ana, "removed": []}
+
+    missing = run_mailbus("suppress", "import", str(tmp_path / "nope.csv"), "--json", env=env)
+    assert (missing.returncode, missing.stdout) == (2, "")
+    error = json.loads(missing.stderr)["error"]
+    assert (error["kind"], error["exit"]) == ("configuration", 2)
+    assert "no such file" in error["message"]
+    assert entries(database_url) == [("bo@example.com", "manual", "import")]

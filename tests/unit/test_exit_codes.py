@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from mailbus.app.cli import _build_parser, main
+from mailbus.app.exit_codes import Exit
 
 UNREACHABLE = "postgresql://mailbus:mailbus@127.0.0.1:1/mailbus"  # nothing listens on port 1
 
@@ -163,8 +164,11 @@ def test_every_json_command_answers_its_errors_in_json(
 ) -> None:  # fmt: skip
     commands = _json_commands(csv)
     assert {name for name, _ in commands} >= {
-        "status", "dlq list", "dlq show", "send show", "suppress list", "campaign status",
-        "campaign list",
+        "status", "migrate", "retention run", "retention floors", "dlq list", "dlq show",
+        "dlq replay", "send show", "send resolve", "send cancel", "suppress add",
+        "suppress remove", "suppress list", "suppress import", "campaign create",
+        "campaign import", "campaign start", "campaign pause", "campaign resume",
+        "campaign cancel", "campaign status", "campaign list", "campaign run",
     }  # fmt: skip
     for name, argv in commands:
         assert main(argv) == 1, name
@@ -191,3 +195,14 @@ def test_help_names_the_exit_statuses(capsys: pytest.CaptureFixture[str]) -> Non
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "exit status: 0 ok, 1 unreachable, 2 configuration, 3 refused" in capsys.readouterr().out
+
+
+def test_the_docs_table_has_the_statuses_and_kinds_of_the_code() -> None:
+    """docs/reference/cli.md#exit-statuses: one row per status, its kind as `--help` and the
+    JSON error name it."""
+    text = (Path(__file__).resolve().parents[2] / "docs/reference/cli.md").read_text()
+    table = text.split("## Exit statuses", 1)[1].split("\n\n")[2]
+    rows = [line.split("|")[1:3] for line in table.splitlines()[2:]]
+    assert {int(status): kind.strip().strip("`") for status, kind in rows} == {
+        int(code): code.name.lower() for code in Exit
+    }

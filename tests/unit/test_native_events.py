@@ -31,7 +31,7 @@ from mailbus.providers.postmark.webhook import Postmark
 from mailbus.providers.resend import events as resend_events
 from mailbus.providers.resend.sandbox import ResendSigner, svix_headers
 from mailbus.providers.resend.webhook import Resend
-from mailbus.providers.sandbox_events import Signer
+from mailbus.providers.sandbox.events import Signer
 from mailbus.providers.sendgrid import events as sendgrid_events
 from mailbus.providers.sendgrid.sandbox import SendGridSigner
 from mailbus.providers.sendgrid.webhook import SendGrid

@@ -31,7 +31,7 @@ from aiohttp import web
 
 from mailbus.kernel.errors import ConfigError
 from mailbus.providers.postmark.sending import METADATA_FIELD  # where mailbus files a mail
-from mailbus.providers.sandbox_dialect import (
+from mailbus.providers.sandbox.dialect import (
     Dialect,
     Imitation,
     ParsedSend,
@@ -39,7 +39,7 @@ from mailbus.providers.sandbox_dialect import (
     json_object,
     json_reply,
 )
-from mailbus.providers.sandbox_events import (
+from mailbus.providers.sandbox.events import (
     JSON,
     Event,
     Signed,

@@ -30,14 +30,14 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from mailbus.kernel.errors import ConfigError
-from mailbus.providers.sandbox_dialect import (
+from mailbus.providers.sandbox.dialect import (
     Dialect,
     Imitation,
     ParsedSend,
     json_object,
     json_reply,
 )
-from mailbus.providers.sandbox_events import (
+from mailbus.providers.sandbox.events import (
     JSON,
     Event,
     Signed,

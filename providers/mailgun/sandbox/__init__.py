@@ -27,8 +27,8 @@ from typing import Any
 
 from aiohttp import web
 
-from mailbus.providers.sandbox_dialect import Dialect, Imitation, ParsedSend, json_reply, read_form
-from mailbus.providers.sandbox_events import (
+from mailbus.providers.sandbox.dialect import Dialect, Imitation, ParsedSend, json_reply, read_form
+from mailbus.providers.sandbox.events import (
     JSON,
     Event,
     Signed,

@@ -1,5 +1,5 @@
 """The sandbox's delivery events in a provider's own format, signed that provider's way:
-what a provider posts to a webhook, pure; each provider folder's ``sandbox.py`` has its
+what a provider posts to a webhook, pure; each provider folder's ``sandbox/`` has its
 :class:`Signer` (``<Name>Signer``) and reads its secret from the environment or the
 sandbox's options (``signer``), and mailbus's own events are :class:`MailbusSigner`'s.
 

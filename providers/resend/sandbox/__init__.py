@@ -24,14 +24,14 @@ from typing import Any
 
 from aiohttp import web
 
-from mailbus.providers.sandbox_dialect import (
+from mailbus.providers.sandbox.dialect import (
     Dialect,
     Imitation,
     ParsedSend,
     json_object,
     json_reply,
 )
-from mailbus.providers.sandbox_events import (
+from mailbus.providers.sandbox.events import (
     JSON,
     Event,
     Signed,

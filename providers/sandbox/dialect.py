@@ -1,5 +1,5 @@
 """How the sandbox speaks a provider's send API: request and reply shapes, auth; the
-defaults are the sandbox's own API, each provider folder's ``sandbox.py`` overrides them.
+defaults are the sandbox's own API, each provider folder's ``sandbox/`` overrides them.
 
 Each :class:`Dialect` reads a send request into ``(idempotency key, to, template)`` or the
 reason it is malformed, and writes the replies: accepted (with the message id), an error
@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from mailbus.providers.sandbox_events import Signer
+from mailbus.providers.sandbox.events import Signer
 
 __all__ = [
     "Dialect",

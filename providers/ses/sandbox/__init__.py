@@ -22,8 +22,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from mailbus.kernel.errors import ConfigError
-from mailbus.providers.sandbox_dialect import Imitation
-from mailbus.providers.sandbox_events import (
+from mailbus.providers.sandbox.dialect import Imitation
+from mailbus.providers.sandbox.events import (
     JSON,
     Event,
     Signed,
