@@ -52,9 +52,9 @@ SETTINGS: tuple[Setting, ...] = (
         "DATABASE_TRANSACTION_POOLING",
         "false",
         "true: MAILBUS_DATABASE_URL goes through a transaction-pooling PgBouncer, so the"
-        " connections prepare no statements; only for the commands that work under"
-        " transaction pooling (docs/guides/pgbouncer.md)",
-        {"consume", "webhooks", "intake"},
+        " connections prepare no statements; relay, migrate, console and a campaign import,"
+        " which need a session of their own, exit 2 with it (docs/guides/pgbouncer.md)",
+        {"consume", "webhooks", "intake", "relay", "migrate", "console", "campaign"},
     ),
     _s("KAFKA_BOOTSTRAP", "127.0.0.1:9092", "Kafka bootstrap servers (host:port,...)", _KAFKA),
     _s("TOPIC_PREFIX", "mailbus", "prefix of every mailbus topic", _KAFKA),

@@ -1,7 +1,13 @@
-"""MAILBUS_DATABASE_TRANSACTION_POOLING: read as a flag, and the connection keywords it
-gives the processes that may run behind a transaction-pooling PgBouncer."""
+"""MAILBUS_DATABASE_TRANSACTION_POOLING: read as a flag, the connection keywords it gives the
+processes that may run behind a transaction-pooling PgBouncer, and the commands that need a
+session of their own refusing it (docs/guides/pgbouncer.md)."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +16,7 @@ from mailbus.kernel.pooling import connect_options
 from mailbus.kernel.settings import load_settings
 
 NAME = "MAILBUS_DATABASE_TRANSACTION_POOLING"
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
@@ -29,3 +36,32 @@ def test_a_bad_value_names_the_setting() -> None:
 def test_under_transaction_pooling_no_statement_is_prepared() -> None:
     assert connect_options(True) == {"prepare_threshold": None}
     assert connect_options(False) == {}  # psycopg's default: prepared after 5 executions
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["relay"],
+        ["migrate"],
+        ["console"],
+        ["campaign", "create", "--name", "n", "--template", "t", "--audience", "a.csv"],
+        ["campaign", "import", "1", "--audience", "a.csv"],
+    ],
+)
+def test_a_command_that_needs_a_session_refuses_to_start_with_it(command: list[str]) -> None:
+    """The relay (LISTEN), migrate, the console and a campaign import (session advisory
+    locks) cannot work through transaction pooling: exit 2 before touching the database."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAILBUS_")}
+    env.update({NAME: "true", "MAILBUS_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"})
+    run = subprocess.run(
+        [sys.executable, "-m", "mailbus", *command],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 2, run.stderr
+    [line] = run.stderr.strip().splitlines()
+    assert line.startswith(f"mailbus: configuration error: {NAME}: this command needs a database")
