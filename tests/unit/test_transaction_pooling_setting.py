@@ -5,18 +5,15 @@ session of their own refusing it (docs/guides/pgbouncer.md)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from services import run_mailbus
 
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.pooling import connect_options
 from mailbus.kernel.settings import load_settings
 
 NAME = "MAILBUS_DATABASE_TRANSACTION_POOLING"
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
@@ -53,15 +50,7 @@ def test_a_command_that_needs_a_session_refuses_to_start_with_it(command: list[s
     locks) cannot work through transaction pooling: exit 2 before touching the database."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAILBUS_")}
     env.update({NAME: "true", "MAILBUS_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"})
-    run = subprocess.run(
-        [sys.executable, "-m", "mailbus", *command],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    run = run_mailbus(*command, env=env)
     assert run.returncode == 2, run.stderr
     [line] = run.stderr.strip().splitlines()
     assert line.startswith(f"mailbus: configuration error: {NAME}: this command needs a database")
