@@ -132,3 +132,17 @@ def test_pgbouncer_1_18_takes_startup_options_only_when_told_to_drop_them(
         psycopg.connect(lenient.url, options=options) as conn,
     ):
         assert conn.execute("SHOW statement_timeout").fetchone() != ("1234ms",)
+
+
+def test_a_session_set_reaches_the_next_client_through_transaction_pooling(
+    pgbouncer: PgBouncer,
+) -> None:
+    """Why the relay refuses MAILBUS_DATABASE_TRANSACTION_POOLING: its connection's
+    ``SET synchronous_commit = off`` would stay on the server session for whichever client
+    the pooler hands it to next."""
+    with (
+        psycopg.connect(pgbouncer.url, autocommit=True) as relay,
+        psycopg.connect(pgbouncer.url, autocommit=True) as other,
+    ):
+        relay.execute("SET synchronous_commit = off")
+        assert other.execute("SHOW synchronous_commit").fetchone() == ("off",)
