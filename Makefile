@@ -16,6 +16,8 @@ install:
 		-e ./client -e '.[all,test,bench]'
 	@# Debian's Chromium for the console's browser test (Playwright drives it; no download)
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+	@# Debian's PgBouncer for the transaction-pooling tests (tests/pgbouncer.py)
+	test -x /usr/sbin/pgbouncer || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null)
 
 ## constraints.txt (the image's exact versions) from pyproject.toml and what is installed.
 constraints:

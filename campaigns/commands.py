@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["MAX_REJECTS_SHOWN", "add_campaign_commands"]
 
 MAX_REJECTS_SHOWN = 1000  # lines printed one by one; the rest are only counted
+_IMPORT_LOCK = "the import's session advisory lock"  # needs_session: docs/guides/pgbouncer.md
 
 
 def _create(settings: Settings, args: argparse.Namespace) -> int:
@@ -308,6 +309,7 @@ def add_campaign_commands(commands: argparse._SubParsersAction[argparse.Argument
         " --json in the document) and skipped; a bad header (or a query without user_id"
         " and email) imports nothing.",
     )
+    create.set_defaults(needs_session=_IMPORT_LOCK)
     create.add_argument("--name", required=True, help="a name for people")
     create.add_argument("--template", required=True, help="the template of every mail")
     _audience_options(create)
@@ -349,6 +351,7 @@ def add_campaign_commands(commands: argparse._SubParsersAction[argparse.Argument
         "go on with a campaign's audience import that stopped (a crash, a kill) from its"
         " last committed part; give the same --audience or --audience-sql as at create",
     )
+    resume_import.set_defaults(needs_session=_IMPORT_LOCK)
     resume_import.add_argument(
         "id", type=_option(_positive), metavar="ID", help="the campaign's id"
     )

@@ -28,6 +28,7 @@ from mailbus.consumer.db_clock import DatabaseClock
 from mailbus.kernel import schema_guard
 from mailbus.kernel.coalescer import Coalescer
 from mailbus.kernel.errors import StorageError
+from mailbus.kernel.pooling import connect_options
 from mailbus.kernel.provider_key import row_provider_key
 from mailbus.kernel.tracecontext import TraceContext
 from mailbus_client.sqlfiles import load_queries
@@ -99,13 +100,18 @@ class SendLedger:
         lease_s: float,
         max_age_s: float | None = None,
         key_prefix: str = "",
+        transaction_pooling: bool = False,
     ) -> None:
         self._pool = AsyncConnectionPool(
             database_url,
             min_size=1,
             max_size=max_connections,
             open=False,
-            kwargs={"autocommit": True, "connect_timeout": 5},
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": 5,
+                **connect_options(transaction_pooling),
+            },
             configure=schema_guard.check_async,  # a database restored behind the build
             reconnect_timeout=3600,
         )

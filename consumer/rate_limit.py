@@ -17,6 +17,7 @@ import psycopg
 
 from mailbus.consumer.held_tokens import HeldTokens
 from mailbus.kernel import schema_guard
+from mailbus.kernel.pooling import connect_options
 from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["GlobalRateLimiter"]
@@ -25,11 +26,18 @@ log = logging.getLogger("mailbus.rate_limit")
 
 
 class GlobalRateLimiter:
-    def __init__(self, database_url: str, rate: float, name: str = "provider") -> None:
+    def __init__(
+        self,
+        database_url: str,
+        rate: float,
+        name: str = "provider",
+        transaction_pooling: bool = False,
+    ) -> None:
         self.rate = rate
         self.capacity = max(1.0, rate * 0.2)
         self.batch = int(max(1, min(self.capacity, math.ceil(rate / 20))))
         self._database_url = database_url
+        self._connect_options = connect_options(transaction_pooling)
         self._name = name
         self._queries = load_queries("mailbus.consumer", "protection.sql")
         self._conn: psycopg.AsyncConnection | None = None
@@ -64,7 +72,7 @@ class GlobalRateLimiter:
     async def _connection(self) -> psycopg.AsyncConnection:
         if self._conn is None:
             conn = await psycopg.AsyncConnection.connect(
-                self._database_url, autocommit=True, connect_timeout=5
+                self._database_url, autocommit=True, connect_timeout=5, **self._connect_options
             )
             await schema_guard.check_async(conn)
             self._conn = conn

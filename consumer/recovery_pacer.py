@@ -18,6 +18,7 @@ import psycopg
 from mailbus.consumer.core.recovery import RecoveryPolicy, recovery_rate
 from mailbus.consumer.held_tokens import HeldTokens
 from mailbus.kernel import schema_guard
+from mailbus.kernel.pooling import connect_options
 from mailbus_client.sqlfiles import load_queries
 
 __all__ = ["RecoveryPacer"]
@@ -34,9 +35,11 @@ class RecoveryPacer:
         provider: str,
         policy: RecoveryPolicy,
         clock: Callable[[], float] = time.monotonic,
+        transaction_pooling: bool = False,
     ) -> None:
         self.policy = policy
         self._database_url = database_url
+        self._connect_options = connect_options(transaction_pooling)
         self._provider = provider
         self._clock = clock
         self._queries = load_queries("mailbus.consumer", "recovery.sql")
@@ -108,7 +111,7 @@ class RecoveryPacer:
         try:
             if self._conn is None:
                 conn = await psycopg.AsyncConnection.connect(
-                    self._database_url, autocommit=True, connect_timeout=5
+                    self._database_url, autocommit=True, connect_timeout=5, **self._connect_options
                 )
                 await schema_guard.check_async(conn)
                 self._conn = conn

@@ -100,6 +100,7 @@ async def _serve(settings: Settings, priorities: Sequence[str], senders: Senders
         lease_s=lease_seconds(settings),
         max_age_s=settings.max_age,
         key_prefix=settings.provider_key_prefix,
+        transaction_pooling=settings.database_transaction_pooling,
     )
     own, provider, provider_url = _process_provider(settings, priorities, senders)
     reporter = _HealthReporter(ledger, provider_url)
@@ -109,11 +110,16 @@ async def _serve(settings: Settings, priorities: Sequence[str], senders: Senders
             settings.database_url,
             provider_url,
             RecoveryPolicy(settings.recovery_rate, settings.recovery_ramp, settings.recovery_after),
+            transaction_pooling=settings.database_transaction_pooling,
         )
     gate = ProviderGate(
         settings.max_in_flight,
         BreakerPolicy(),
-        GlobalRateLimiter(settings.database_url, settings.rate_limit)
+        GlobalRateLimiter(
+            settings.database_url,
+            settings.rate_limit,
+            transaction_pooling=settings.database_transaction_pooling,
+        )
         if settings.rate_limit
         else None,
         on_breaker_change=reporter.breaker_changed,

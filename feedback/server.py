@@ -257,6 +257,7 @@ async def _serve(settings: Settings, native: Sequence[NativeReceiver]) -> int:
         key_prefix=settings.provider_key_prefix,
         tracer=configured_tracer(settings.otel_exporter, "mailbus-webhooks"),
         fallback_through=settings.fallback_provider,
+        transaction_pooling=settings.database_transaction_pooling,
     )
     await store.open()
     host, port = settings.webhook_listen

@@ -52,6 +52,7 @@ from mailbus.feedback.events import NAMED_PROVIDERS, STATUS_RANK, DeliveryEvent
 from mailbus.kernel import schema_guard
 from mailbus.kernel.coalescer import Coalescer
 from mailbus.kernel.errors import StorageError
+from mailbus.kernel.pooling import connect_options
 from mailbus.kernel.provider_key import parse_provider_key
 from mailbus.kernel.send_routes import FALLBACK, fallback_route
 from mailbus.kernel.tracecontext import TraceContext, parse
@@ -103,6 +104,7 @@ class EventStore:
         key_prefix: str = "",
         tracer: Tracer = NOOP,
         fallback_through: str | None = None,
+        transaction_pooling: bool = False,
     ) -> None:
         self._tracer = tracer  # MAILBUS_OTEL_EXPORTER: a span per event applied to a send
         self._key_prefix = key_prefix  # MAILBUS_PROVIDER_KEY_PREFIX: events echo the key sent
@@ -111,7 +113,11 @@ class EventStore:
             min_size=1,
             max_size=max_connections,
             open=False,
-            kwargs={"autocommit": True, "connect_timeout": 5},
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": 5,
+                **connect_options(transaction_pooling),
+            },
             configure=schema_guard.check_async,  # a database restored behind the build
             reconnect_timeout=3600,
         )

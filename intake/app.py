@@ -189,7 +189,9 @@ def run_intake(settings: Settings, config: IntakeConfig, log_level: str = "WARNI
 
         start_metrics_server(settings.metrics_port)
     health.mark("intake", True)  # until a batch cannot be written (/readyz)
-    writer = RowWriter(settings.database_url, config.max_age_s)
+    writer = RowWriter(
+        settings.database_url, config.max_age_s, settings.database_transaction_pooling
+    )
     dlq = DeadLetterProducer(kafka_client_config(settings), config.dlq_topic)
     tracer = configured_tracer(settings.otel_exporter, "mailbus-intake")
     service = IntakeService(reader, writer, dlq, tracer)

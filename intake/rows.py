@@ -25,6 +25,7 @@ import psycopg
 
 from mailbus.kernel import schema_guard
 from mailbus.kernel.errors import StorageError, UnstorableError
+from mailbus.kernel.pooling import connect_options
 from mailbus_client.sqlfiles import load_queries
 
 from .dead_letters import IntakeDeadLetter
@@ -93,8 +94,11 @@ def letters_documents(letters: Sequence[IntakeDeadLetter], limit: int = MAX_DOCU
 class RowWriter:
     """One connection; :meth:`insert` commits a batch or raises, leaving nothing behind."""
 
-    def __init__(self, database_url: str, max_age_s: float) -> None:
+    def __init__(
+        self, database_url: str, max_age_s: float, transaction_pooling: bool = False
+    ) -> None:
         self._url = database_url
+        self._connect_options = connect_options(transaction_pooling)
         self._max_age_s = max_age_s
         self._conn: psycopg.AsyncConnection[Any] | None = None
         queries = load_queries("mailbus.intake", "queries.sql")
@@ -108,7 +112,9 @@ class RowWriter:
         expired (older than the maximum age)."""
         try:
             if self._conn is None or self._conn.closed:
-                conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+                conn = await psycopg.AsyncConnection.connect(
+                    self._url, autocommit=True, **self._connect_options
+                )
                 await schema_guard.check_async(conn)  # a database restored behind the build
                 self._conn = conn
             async with self._conn.transaction():

@@ -8,10 +8,12 @@ import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import replace
+from pathlib import Path
 
 import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient
+from pgbouncer import PgBouncer, running_pgbouncer
 from services import StackServices, database_url_for, find_services
 
 from mailbus.app.migrate import apply_migrations
@@ -47,6 +49,13 @@ def database_url(services: StackServices, template_database: str) -> Iterator[st
 
 
 @pytest.fixture
+def pgbouncer(database_url: str, tmp_path: Path) -> Iterator[PgBouncer]:
+    """A transaction-pooling PgBouncer in front of this test's database (tests/pgbouncer.py)."""
+    with running_pgbouncer(database_url, tmp_path) as bouncer:
+        yield bouncer
+
+
+@pytest.fixture
 def settings(services: StackServices, database_url: str, topic_prefixes: list[str]) -> Settings:
     """Settings pointing at this test's database and a topic prefix of its own."""
     base = load_settings({})
@@ -72,9 +81,7 @@ def topic_prefixes(services: StackServices) -> Iterator[list[str]]:
     yield prefixes
     admin = AdminClient({"bootstrap.servers": services.kafka_bootstrap})
     names = [
-        name
-        for name in admin.list_topics(timeout=10).topics
-        if name.startswith(tuple(prefixes))
+        name for name in admin.list_topics(timeout=10).topics if name.startswith(tuple(prefixes))
     ]
     for future in admin.delete_topics(names, operation_timeout=30).values() if names else ():
         future.result(timeout=60)

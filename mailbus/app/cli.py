@@ -67,6 +67,14 @@ def _run(args: argparse.Namespace) -> int:
     register_secret(settings.unsubscribe_secret_previous)
     for secret in settings.kafka_security.secrets:
         register_secret(secret)
+    needs_session = getattr(args, "needs_session", None)  # docs/guides/pgbouncer.md
+    if needs_session is not None and settings.database_transaction_pooling:
+        raise ConfigError(
+            "MAILBUS_DATABASE_TRANSACTION_POOLING",
+            f"this command needs a database session of its own ({needs_session}), which"
+            " transaction pooling does not keep: give it a direct or session-pooled"
+            " MAILBUS_DATABASE_URL, without this setting",
+        )
     check_options = getattr(args, "check_options", None)
     if check_options is not None:  # an option's own error comes before the schema's
         check_options(args)
@@ -461,7 +469,7 @@ def _build_parser() -> argparse.ArgumentParser:
         return sub
 
     migrate = command("migrate", _migrate, "create or upgrade the schema and the topics")
-    migrate.set_defaults(checks_schema=False)
+    migrate.set_defaults(checks_schema=False, needs_session="a session advisory lock")
     migrate.add_argument("--skip-topics", action="store_true", help="only the database schema")
     plan = migrate.add_mutually_exclusive_group()
     plan.add_argument(
@@ -502,7 +510,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     add_json_option(migrate)
     relay = command("relay", _relay, "publish committed outbox rows to Kafka (long-running)")
-    relay.set_defaults(long_running=True)
+    relay.set_defaults(long_running=True, needs_session="LISTEN, and a session SET")
     consume = command("consume", _consume, "deliver queued mail to the email API (long-running)")
     consume.set_defaults(long_running=True)
     consume.add_argument(
@@ -712,11 +720,13 @@ def _add_console_command(commands: argparse._SubParsersAction[argparse.ArgumentP
     console = add_command(
         commands, "console", text, description=text + "; /healthz and /readyz beside it"
     )
-    console.set_defaults(handler=_console, long_running=True)
+    console.set_defaults(
+        handler=_console, long_running=True, needs_session="an upload's session advisory lock"
+    )
     actions = console.add_subparsers(dest="console_command", metavar="[hash-password]")
     text = "print a users-file line NAME:ROLE:argon2 hash for a password read from stdin"
     hashing = actions.add_parser("hash-password", help=text, description=text)
-    hashing.set_defaults(checks_schema=False, long_running=False)
+    hashing.set_defaults(checks_schema=False, long_running=False, needs_session=None)
     hashing.add_argument("name", metavar="NAME")
     hashing.add_argument("role", metavar="ROLE", help="viewer or operator")
 

@@ -12,20 +12,24 @@ from mailbus.kernel.health import Probe
 
 __all__ = ["database_probe"]
 
+_TIMEOUT = "SELECT set_config('statement_timeout', %s, true)"  # until the transaction ends
+
 
 def database_probe(database_url: str, timeout_s: float = 3.0) -> Probe:
     """A :func:`mailbus.kernel.health.probe` that connects and runs ``SELECT 1``, the
-    connection and the statement each bounded by ``timeout_s``; the new connection passes
-    the schema guard too (mailbus/kernel/schema_guard.py)."""
+    connection and the statements each bounded by ``timeout_s``; the new connection passes
+    the schema guard too (mailbus/kernel/schema_guard.py). The statement timeout is set in
+    the probe's transaction, not as a startup option, which a PgBouncer drops
+    (docs/guides/pgbouncer.md)."""
 
     def check() -> tuple[bool, str]:
         try:
             with psycopg.connect(
                 database_url,
                 connect_timeout=max(2, round(timeout_s)),  # libpq's least is 2 s
-                options=f"-c statement_timeout={int(timeout_s * 1000)}",
                 application_name="mailbus readyz",
             ) as conn:
+                conn.execute(_TIMEOUT, (f"{int(timeout_s * 1000)}ms",))
                 conn.execute("SELECT 1")
                 schema_guard.check(conn)  # an idle process learns of a restore too
         except psycopg.Error as exc:

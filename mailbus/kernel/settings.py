@@ -48,6 +48,9 @@ class PriorityProvider(NamedTuple):
 @dataclass(frozen=True)
 class Settings:
     database_url: str = "postgresql://localhost/mailbus"
+    # MAILBUS_DATABASE_TRANSACTION_POOLING: the URL reaches PostgreSQL through a pooler that
+    # hands out a server connection per transaction (mailbus/kernel/pooling.py)
+    database_transaction_pooling: bool = False
     kafka_bootstrap: str = "127.0.0.1:9092"
     topic_prefix: str = "mailbus"
     provider_url: str = _DEFAULT_SANDBOX_URL
@@ -209,6 +212,9 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     settings = Settings(
         database_url=reader.url(  # it may carry a password: MAILBUS_DATABASE_URL_FILE too
             "MAILBUS_DATABASE_URL", Settings.database_url, ("postgresql", "postgres"), True
+        ),
+        database_transaction_pooling=_flag(
+            "MAILBUS_DATABASE_TRANSACTION_POOLING", env.get("MAILBUS_DATABASE_TRANSACTION_POOLING")
         ),
         kafka_bootstrap=reader.bootstrap("MAILBUS_KAFKA_BOOTSTRAP", Settings.kafka_bootstrap),
         topic_prefix=reader.topic_prefix("MAILBUS_TOPIC_PREFIX", Settings.topic_prefix),

@@ -48,6 +48,14 @@ def _s(
 
 SETTINGS: tuple[Setting, ...] = (
     _s("DATABASE_URL", "postgresql://localhost/mailbus", "PostgreSQL URL", from_file=True),
+    _s(
+        "DATABASE_TRANSACTION_POOLING",
+        "false",
+        "true: MAILBUS_DATABASE_URL goes through a transaction-pooling PgBouncer, so the"
+        " connections prepare no statements; relay, migrate, console and a campaign import,"
+        " which need a session of their own, exit 2 with it (docs/guides/pgbouncer.md)",
+        {"consume", "webhooks", "intake", "relay", "migrate", "console", "campaign"},
+    ),
     _s("KAFKA_BOOTSTRAP", "127.0.0.1:9092", "Kafka bootstrap servers (host:port,...)", _KAFKA),
     _s("TOPIC_PREFIX", "mailbus", "prefix of every mailbus topic", _KAFKA),
     _s(

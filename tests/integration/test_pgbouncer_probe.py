@@ -1,0 +1,41 @@
+"""The readiness probe's statement timeout holds through PgBouncer (docs/guides/pgbouncer.md):
+PgBouncer 1.18 drops the ``options`` startup parameter, so the probe sets the timeout in
+its own transaction. A probe whose statement waits (here the schema guard's read of the
+migration table, locked by a migration) answers "not ready" within its timeout instead
+of hanging with it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+from pgbouncer import PgBouncer
+
+from mailbus.app.database_probe import database_probe
+from mailbus.app.migration_files import available_migrations
+from mailbus.kernel import schema_guard
+
+
+@pytest.fixture
+def guard_armed() -> Iterator[None]:
+    schema_guard.arm((m.version for m in available_migrations()), stop=lambda: None)
+    yield
+    schema_guard.disarm()
+
+
+def test_the_probe_gives_up_within_its_timeout_through_pgbouncer(
+    database_url: str, pgbouncer: PgBouncer, guard_armed: None
+) -> None:
+    probe = database_probe(pgbouncer.url, timeout_s=1.0)
+    assert probe() == (True, "")
+    with psycopg.connect(database_url) as migration, ThreadPoolExecutor(1) as pool:
+        migration.execute("LOCK TABLE mailbus_schema_migrations IN ACCESS EXCLUSIVE MODE")
+        answer = pool.submit(probe)
+        try:
+            ready, reason = answer.result(timeout=10)
+        finally:
+            migration.rollback()  # a probe still waiting returns now
+    assert not ready and "statement timeout" in reason
+    assert probe() == (True, "")
