@@ -289,7 +289,12 @@ def _fallback_gate(settings: Settings, changed: Callable[[BreakerState], None]) 
     return ProviderGate(
         settings.max_in_flight,
         BreakerPolicy(),
-        GlobalRateLimiter(settings.database_url, settings.fallback_rate_limit, name="fallback")
+        GlobalRateLimiter(
+            settings.database_url,
+            settings.fallback_rate_limit,
+            name="fallback",
+            transaction_pooling=settings.database_transaction_pooling,
+        )
         if settings.fallback_rate_limit
         else None,
         on_breaker_change=changed,
