@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from mailbus.campaigns.errors import CampaignError, CampaignInputError
 from mailbus.kernel.json_output import add_json_option, print_document
+from mailbus.kernel.pooling import REPEATED_STATEMENT
 from mailbus.kernel.settings_doc import add_command
 
 if TYPE_CHECKING:
@@ -386,6 +387,7 @@ def add_campaign_commands(commands: argparse._SubParsersAction[argparse.Argument
         " (starts a draft); it is finished once its last mail is final. Not needed while"
         " `mailbus relay` runs, which paces every running campaign",
     )
+    run.set_defaults(needs_session=REPEATED_STATEMENT)  # the pacer's round per tick
     run.add_argument("id", type=_option(_positive), metavar="ID", help="the campaign's id")
     run.add_argument(
         "--no-progress",

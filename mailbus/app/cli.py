@@ -16,6 +16,7 @@ from mailbus.app.exit_codes import Exit, UsageError, report, summary
 from mailbus.kernel.errors import ConfigError, MailbusError, RefusedError, StorageError
 from mailbus.kernel.json_output import add_json_option, print_document
 from mailbus.kernel.logs import configure_logging, register_secret
+from mailbus.kernel.pooling import REPEATED_STATEMENT
 from mailbus.kernel.settings import Settings, load_env_file, load_settings
 from mailbus.kernel.settings_doc import add_command
 from mailbus.kernel.settings_doc import epilog as settings_epilog
@@ -598,6 +599,7 @@ def _add_dlq_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
         "--why", default="manual replay", help="reason recorded in the audit (email_replays)"
     )
     replay.add_argument("--limit", type=_count, default=None, help="replay at most this many")
+    replay.set_defaults(needs_session=REPEATED_STATEMENT)  # a transaction per dead letter
     add_json_option(replay)
 
 
@@ -642,6 +644,7 @@ def _add_retention_commands(commands: argparse._SubParsersAction[argparse.Argume
         " (MAILBUS_RETENTION*, docs/retention.md)"
     )
     group = add_command(commands, "retention", text)
+    group.set_defaults(needs_session=REPEATED_STATEMENT)  # a statement per batch or table
     actions = group.add_subparsers(dest="retention_command", required=True, metavar="ACTION")
     run_text = (
         "delete, in batches, settled sends (with their attempts and dead letters), dead"
@@ -710,6 +713,7 @@ def _add_feedback_commands(commands: argparse._SubParsersAction[argparse.Argumen
         "add the addresses of a CSV with a header row email[,reason]; invalid lines are"
         " reported with their line numbers and skipped",
     )
+    imports.set_defaults(needs_session=REPEATED_STATEMENT)  # an INSERT per batch of lines
     imports.add_argument("file", metavar="FILE.csv")
     imports.add_argument("--reason", default="manual", help="for rows without one (manual)")
     imports.add_argument("--source", default=None, help="who (default: import)")

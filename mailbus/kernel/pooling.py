@@ -16,7 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["connect_options"]
+__all__ = ["REPEATED_STATEMENT", "connect_options"]
+
+# Why a one-shot command that runs a statement over and over on its connection (a batch, a
+# dead letter, a tick at a time) refuses transaction pooling: psycopg prepares it there.
+REPEATED_STATEMENT = "a statement it repeats, which psycopg prepares in the session"
 
 
 def connect_options(transaction_pooling: bool) -> dict[str, Any]:

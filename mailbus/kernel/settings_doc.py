@@ -52,9 +52,11 @@ SETTINGS: tuple[Setting, ...] = (
         "DATABASE_TRANSACTION_POOLING",
         "false",
         "true: MAILBUS_DATABASE_URL goes through a transaction-pooling PgBouncer, so the"
-        " connections prepare no statements; relay, migrate, console and a campaign import,"
-        " which need a session of their own, exit 2 with it (docs/guides/pgbouncer.md)",
-        {"consume", "webhooks", "intake", "relay", "migrate", "console", "campaign"},
+        " connections prepare no statements; relay, migrate, console, a campaign import or"
+        " run, retention, dlq replay and suppress import, which need a session of their own,"
+        " exit 2 with it (docs/guides/pgbouncer.md)",
+        {"consume", "webhooks", "intake", "relay", "migrate", "console", "campaign"}
+        | {"retention", "dlq", "suppress"},
     ),
     _s("KAFKA_BOOTSTRAP", "127.0.0.1:9092", "Kafka bootstrap servers (host:port,...)", _KAFKA),
     _s("TOPIC_PREFIX", "mailbus", "prefix of every mailbus topic", _KAFKA),
