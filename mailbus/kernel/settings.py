@@ -210,9 +210,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
     reader = _Reader(env)
     settings = Settings(
-        database_url=reader.url(  # it may carry a password: MAILBUS_DATABASE_URL_FILE too
-            "MAILBUS_DATABASE_URL", Settings.database_url, ("postgresql", "postgres"), True
-        ),
+        database_url=reader.database_url("MAILBUS_DATABASE_URL", Settings.database_url),
         database_transaction_pooling=_flag(
             "MAILBUS_DATABASE_TRANSACTION_POOLING", env.get("MAILBUS_DATABASE_TRANSACTION_POOLING")
         ),
@@ -639,13 +637,33 @@ class _Reader:
         """``credentials=False``: a URL that is shown (`mailbus status`, logs) must carry
         no ``user:password@``; the key has its own secret setting."""
         value = (self.secret(name) if from_file else self._raw(name)) or default
-        parts = urlsplit(value)
+        try:
+            parts = urlsplit(value)
+        except ValueError as exc:  # its text unquoted: it may hold a password
+            raise ConfigError(name, f"expected a {schemes[0]}:// URL: {exc}") from None
         if parts.scheme not in schemes or not (parts.hostname or parts.path):
             raise ConfigError(name, f"expected a {schemes[0]}:// URL, got {_redact_url(value)!r}")
         if not credentials and "@" in parts.netloc:
             raise ConfigError(
                 name, "must not carry credentials (user:password@): give the key in its _API_KEY"
             )
+        return value
+
+    def database_url(self, name: str, default: str) -> str:
+        """A PostgreSQL URL (it may carry a password: ``_FILE`` too) that libpq can read: an
+        option it does not know, a ``%`` not followed by two hex digits (a password's own is
+        written ``%25``) is this setting's error, not every command's traceback quoting it."""
+        from psycopg import ProgrammingError
+        from psycopg.conninfo import conninfo_to_dict
+
+        value = self.url(name, default, ("postgresql", "postgres"), True)
+        try:
+            conninfo_to_dict(value)
+        except ProgrammingError as exc:
+            problem = str(exc).partition(":")[0]  # after it libpq quotes the text: a password?
+            raise ConfigError(
+                name, f"libpq cannot read {_redact_url(value)!r}: {problem}"
+            ) from None
         return value
 
     def optional_url(

@@ -140,6 +140,31 @@ def test_a_malformed_setting_and_a_usage_error_exit_2(
     assert "mailbus: configuration error: MAILBUS_DATABASE_URL" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://mailbus:Hunter%2%Secret@127.0.0.1:1/mailbus",  # a % not written %25
+        "postgresql://mailbus:Hunter2Secret@127.0.0.1:1/mailbus?fallback=on",  # no such option
+        "postgresql://mailbus:Hunter2Secret@[::1:1/mailbus",  # an IPv6 address unclosed
+    ],
+)
+def test_a_database_url_libpq_cannot_read_is_a_configuration_error_without_its_password(
+    url: str, environment: None, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    monkeypatch.setenv("MAILBUS_DATABASE_URL", url)
+    assert main(["status", "--json"]) == 2
+    err = capsys.readouterr().err
+    error = _error_of(err)
+    assert error["kind"] == "configuration", error
+    assert str(error["message"]).startswith("MAILBUS_DATABASE_URL: "), error
+    assert "Secret" not in err
+    assert main(["status"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("mailbus: configuration error: MAILBUS_DATABASE_URL: "), err
+    assert "Secret" not in err
+
+
 def _json_commands(csv: Path) -> list[tuple[str, list[str]]]:
     return [
         (name, [*argv, "--json"])
