@@ -124,7 +124,7 @@ def _read_secret_file(path: str) -> str:
             cached = (mtime, Path(path).read_text().strip())
             _file_cache[path] = cached
         return cached[1]
-    except OSError:
+    except (OSError, UnicodeDecodeError):  # the setting's own error says so
         return ""
 
 

@@ -193,8 +193,8 @@ def load_env_file(path: Path, environ: MutableMapping[str, str]) -> None:
     """
     try:
         text = path.read_text()
-    except OSError as exc:
-        raise ConfigError("--env-file", f"cannot read {path}: {exc.strerror}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError("--env-file", f"cannot read {path}: {_unread(exc)}") from None
     pairs: dict[str, str] = {}
     for binding in parse_stream(io.StringIO(text)):
         if binding.error or (binding.key is not None and binding.value is None):
@@ -703,8 +703,8 @@ class _Reader:
         if file_name:
             try:
                 return Path(file_name).read_text().strip()
-            except OSError as exc:
-                raise ConfigError(f"{name}_FILE", f"cannot read: {exc.strerror}") from None
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"{name}_FILE", f"cannot read: {_unread(exc)}") from None
         return self._raw(name) or ""
 
     def secret_file(self, name: str) -> str | None:
@@ -767,6 +767,13 @@ class _Reader:
                 raise ConfigError(name, f"no such file: {path}")
             load_policy_book(path)  # a malformed file fails at start-up, naming the entry
         return path
+
+
+def _unread(exc: OSError | UnicodeDecodeError) -> str:
+    """Why a file was not read, without quoting it (it may hold a password)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text (byte {exc.start})"
+    return str(exc.strerror)
 
 
 def _redact_url(url: str) -> str:

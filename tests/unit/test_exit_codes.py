@@ -165,6 +165,22 @@ def test_a_database_url_libpq_cannot_read_is_a_configuration_error_without_its_p
     assert "Secret" not in err
 
 
+def test_a_settings_file_that_is_not_utf8_is_a_configuration_error(
+    environment: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    latin1 = tmp_path / "latin1"
+    latin1.write_bytes("postgresql://mailbus:Geheimnis\u00e4@127.0.0.1:1/mailbus".encode("latin-1"))
+    assert main(["--env-file", str(latin1), "status", "--json"]) == 2
+    error = _error_of(capsys.readouterr().err)
+    assert str(error["message"]).startswith("--env-file: cannot read"), error
+    monkeypatch.delenv("MAILBUS_DATABASE_URL")
+    monkeypatch.setenv("MAILBUS_DATABASE_URL_FILE", str(latin1))
+    assert main(["status", "--json"]) == 2
+    error = _error_of(capsys.readouterr().err)
+    assert str(error["message"]).startswith("MAILBUS_DATABASE_URL_FILE: cannot read"), error
+
+
 def _json_commands(csv: Path) -> list[tuple[str, list[str]]]:
     return [
         (name, [*argv, "--json"])
