@@ -73,7 +73,7 @@ def _run(args: argparse.Namespace) -> int:
         from mailbus.app.migrate import check_schema  # (after its options' errors)
 
         until = stop_on_signals() if getattr(args, "long_running", False) else None
-        if not check_schema(settings.database_url, until):  # behind: exit 2
+        if not check_schema(settings.database_url, until, settings.db_schema):  # behind: exit 2
             return Exit.OK  # stopped while it waited for the database
     if not getattr(args, "long_running", False):
         return int(args.handler(settings, args))
@@ -83,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
 
     health.probe("database round trip", database_probe(settings.database_url))  # /readyz
     # every new connection judged too: a database restored or failed over behind the build
-    schema_guard.arm(m.version for m in available_migrations())
+    schema_guard.arm((m.version for m in available_migrations()), schema=settings.db_schema)
     try:
         return int(args.handler(settings, args))
     finally:
@@ -124,12 +124,18 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
     wait = LockWait(lock_timeout_s=args.lock_timeout, max_wait_s=args.max_wait)
     if args.status or args.dry_run:
         return _migrate_plan(settings, dry_run=args.dry_run, roles=args.roles, wait=wait)
-    applied = apply_migrations(settings.database_url, allow_locking=args.allow_locking, wait=wait)
+    applied = apply_migrations(
+        settings.database_url,
+        schema=settings.db_schema,
+        allow_locking=args.allow_locking,
+        wait=wait,
+    )
     print(f"schema: applied {applied or 'nothing (up to date)'}")
     if args.roles:
         from mailbus.app.migrate import apply_roles
 
-        print(f"roles: {', '.join(apply_roles(settings.database_url))} (grants set)")
+        roles = apply_roles(settings.database_url, settings.db_schema)
+        print(f"roles: {', '.join(roles)} (grants set)")
     if not args.skip_topics:
         _check_kafka(settings)
         created = ensure_topics(settings)
@@ -150,7 +156,7 @@ def _migrate_plan(settings: Settings, *, dry_run: bool, roles: bool, wait: LockW
     from mailbus.app.migrate import schema_state
 
     try:
-        state = schema_state(settings.database_url)
+        state = schema_state(settings.database_url, schema=settings.db_schema)
     except psycopg.OperationalError as exc:
         raise StorageError(f"cannot reach the database: {exc}") from None  # exit 1
     applied = state.applied

@@ -48,6 +48,13 @@ def _s(
 
 SETTINGS: tuple[Setting, ...] = (
     _s("DATABASE_URL", "postgresql://localhost/mailbus", "PostgreSQL URL", from_file=True),
+    _s(
+        "DB_SCHEMA",
+        "mailbus",
+        "the PostgreSQL schema of mailbus's tables, views and functions (a plain identifier;"
+        " `mailbus migrate` creates it and moves an install from `public` into it); every"
+        " connection's search_path is this schema, then public",
+    ),
     _s("KAFKA_BOOTSTRAP", "127.0.0.1:9092", "Kafka bootstrap servers (host:port,...)", _KAFKA),
     _s("TOPIC_PREFIX", "mailbus", "prefix of every mailbus topic", _KAFKA),
     _s(
