@@ -23,8 +23,9 @@ schema (``public.mailbus_schema_migrations``, none in the schema) is applied the
 older migrations in ``public``, as they always were, then moved by migration 0072.
 Every function of the schema (trigger functions too: a trigger runs under the path of the
 session that writes, an application's) is pinned to ``<schema>, pg_temp`` by the run, in
-each migration's transaction: a migration creates its functions ``SET search_path FROM
-CURRENT`` and never names the schema.
+each migration's transaction (never one in ``public``, which may be the application's): a
+migration creates its functions ``SET search_path FROM CURRENT`` and never names the
+schema.
 
 Every other command first compares the database's recorded versions with the build's
 (:func:`check_schema`): a database behind the build is refused with one line that says to
@@ -193,18 +194,17 @@ def _apply_pending(
         if in_public and migration.version >= MOVED_FROM_PUBLIC:
             _use_path(conn, own_path)  # 0072 moves everything, the migration table too
             in_public = False
+        pin = not in_public  # public's functions may be the application's: never touched
         if migration.online:  # never blocks writers: no lock timeout, it waits its turn
             _drop_invalid_indexes(conn, migration.index_names)
             for statement in statements(migration.sql):
                 conn.execute(statement.encode())
-            pin_functions(conn)
-            _record(conn, migration)
+            _record(conn, migration, pin)
         else:
 
-            def apply(migration: Migration = migration) -> None:
+            def apply(migration: Migration = migration, pin: bool = pin) -> None:
                 conn.execute(migration.sql.encode())
-                pin_functions(conn)
-                _record(conn, migration)
+                _record(conn, migration, pin)
 
             waiter.run(conn, migration.label, apply)
         applied.append(migration.version)
@@ -229,7 +229,10 @@ def pin_functions(conn: psycopg.Connection[tuple[object, ...]]) -> None:
         conn.execute(str(statement).encode())
 
 
-def _record(conn: psycopg.Connection[tuple[object, ...]], migration: Migration) -> None:
+def _record(conn: psycopg.Connection[tuple[object, ...]], migration: Migration, pin: bool) -> None:
+    """Pin the schema's functions (``pin``) and record ``migration`` as applied."""
+    if pin:
+        pin_functions(conn)
     conn.execute(
         "INSERT INTO mailbus_schema_migrations (version, name) VALUES (%s, %s)",
         (migration.version, migration.name),
