@@ -23,9 +23,9 @@ def database_probe(database_url: str, timeout_s: float = 3.0) -> Probe:
             with psycopg.connect(
                 database_url,
                 connect_timeout=max(2, round(timeout_s)),  # libpq's least is 2 s
-                options=f"-c statement_timeout={int(timeout_s * 1000)}",
                 application_name="mailbus readyz",
-            ) as conn:
+            ) as conn:  # options= would replace the URL's (its search_path)
+                conn.execute(f"SET statement_timeout = {int(timeout_s * 1000)}")
                 conn.execute("SELECT 1")
                 schema_guard.check(conn)  # an idle process learns of a restore too
         except psycopg.Error as exc:
