@@ -31,7 +31,9 @@ from mailbus.kernel.errors import RefusedError, StorageError
 from mailbus.kernel.json_output import print_document
 from mailbus.kernel.provider_key import row_provider_key
 from mailbus.kernel.settings import Settings
+from mailbus_client.db_schema import DEFAULT_SCHEMA
 from mailbus_client.sqlfiles import load_queries
+from mailbus_client.steps import client_queries
 
 __all__ = ["SendNotFound", "SendStory", "change", "print_show", "run_change", "story"]
 
@@ -92,16 +94,22 @@ def story(database_url: str, key: str, key_prefix: str = "", *, payload: bool = 
 
 
 def change(
-    database_url: str, key: str, action: str, by: str, message_id: str | None = None
+    database_url: str,
+    key: str,
+    action: str,
+    by: str,
+    message_id: str | None = None,
+    schema: str = DEFAULT_SCHEMA,
 ) -> bool:
     """Apply ``action`` (accepted, not_sent, cancelled) to the send ``key`` if its status
-    allows it, with the audit row; False (nothing changed) when it does not."""
+    allows it, with the audit row; False (nothing changed) when it does not. ``schema``:
+    where the client's cancel finds its function (MAILBUS_DB_SCHEMA)."""
     q = _queries()
     query, _ = _CHANGES[action]
     try:
         with psycopg.connect(database_url) as conn:
             if action == "cancelled":
-                cancel = load_queries("mailbus_client", "queries.sql")[query]
+                cancel = client_queries(schema)[query]
                 cancelled = conn.execute(cancel, {"key": key, "by": by}).fetchone()
                 return cancelled is not None and cancelled[0] is not None
             row = conn.execute(q[query], {"key": key, "message_id": message_id}).fetchone()
@@ -157,7 +165,9 @@ def run_change(
 ) -> int:
     """The command: 0 when changed; RefusedError (exit 3, one line saying why) when the
     send's status does not allow it or no send has the key."""
-    if change(settings.database_url, key, action, operator_name(), message_id):
+    if change(
+        settings.database_url, key, action, operator_name(), message_id, settings.db_schema
+    ):
         if as_json:
             document = {"key": key, "action": action, "message_id": message_id}
             print_document(document)

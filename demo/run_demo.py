@@ -52,13 +52,16 @@ def start(*args: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
 def place_orders(database_url: str, run: str) -> None:
     rng = random.Random(7)
     with psycopg.connect(database_url) as conn:
-        conn.execute("CREATE TABLE IF NOT EXISTS demo_orders (id text PRIMARY KEY, total numeric)")
+        conn.execute(  # the business table: the application's, in public
+            "CREATE TABLE IF NOT EXISTS public.demo_orders (id text PRIMARY KEY, total numeric)"
+        )
         conn.commit()
         for n in range(ORDERS):
             order_id = f"{run}-{n}"
             with conn.transaction():  # the business change and its mail commit together
                 conn.execute(
-                    "INSERT INTO demo_orders VALUES (%s, %s)", (order_id, rng.randint(5, 500))
+                    "INSERT INTO public.demo_orders VALUES (%s, %s)",
+                    (order_id, rng.randint(5, 500)),
                 )
                 enqueue(
                     conn,

@@ -144,9 +144,9 @@ class OutboxCollector(Collector):
                         self.database_url,
                         autocommit=True,
                         connect_timeout=max(1, int(self.timeout_s)),
-                        options=f"-c statement_timeout={timeout_ms}",
                         application_name="mailbus-metrics",
-                    )
+                    )  # options= would replace the URL's (its search_path)
+                    self._conn.execute(f"SET statement_timeout = {timeout_ms}")
                     schema_guard.check(self._conn)
                 rows = self._conn.execute(_OUTBOX_QUERY).fetchall()
                 retention: Any = self._conn.execute(_RETENTION_QUERY).fetchone()

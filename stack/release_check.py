@@ -146,7 +146,9 @@ def wait_accepted(url: str, key: str) -> None:
     status = None
     while time.monotonic() < deadline:
         with psycopg.connect(url) as conn:
-            row = conn.execute("SELECT status FROM email_sends WHERE dedupe_key = %s", (key,))
+            row = conn.execute(
+                "SELECT status FROM mailbus.email_sends WHERE dedupe_key = %s", (key,)
+            )
             status = (row.fetchone() or (None,))[0]
         if status == "accepted":
             return

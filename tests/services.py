@@ -148,12 +148,12 @@ def database_url_for(base_url: str, dbname: str) -> str:
 def run_mailbus(
     *args: str, env: Mapping[str, str], timeout: float = 60, build: Path = REPO
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m mailbus ARGS`` of the checkout ``build`` (this repository unless told),
-    its output captured as text."""
+    """``python -m mailbus ARGS`` of the checkout ``build`` (this repository unless told)
+    with that checkout's client, its output captured as text."""
     return subprocess.run(
         [sys.executable, "-m", "mailbus", *args],
         cwd=build,
-        env=dict(env),
+        env={"PYTHONPATH": str(build / "client"), **env},
         capture_output=True,
         text=True,
         timeout=timeout,

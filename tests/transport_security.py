@@ -18,6 +18,7 @@ import psycopg
 import pytest
 from services import REPO
 
+from mailbus.kernel.db_schema import DEFAULT_SCHEMA, with_search_path
 from mailbus.kernel.settings import load_env_file
 
 __all__ = [
@@ -71,8 +72,9 @@ def stack_security() -> StackSecurity:
 
 
 @contextmanager
-def login_as(database_url: str, group: str) -> Iterator[str]:
-    """A login role of its own in ``group``; yields ``database_url`` logging in as it."""
+def login_as(database_url: str, group: str, schema: str = DEFAULT_SCHEMA) -> Iterator[str]:
+    """A login role of its own in ``group``; yields ``database_url`` logging in as it, with
+    mailbus's search_path in its options as every process connects (Settings.database_url)."""
     name = f"test_{group}_{uuid.uuid4().hex[:8]}"
     password = uuid.uuid4().hex
     with psycopg.connect(database_url, autocommit=True) as admin:
@@ -80,7 +82,7 @@ def login_as(database_url: str, group: str) -> Iterator[str]:
     parts = urlsplit(database_url)
     netloc = f"{name}:{password}@{parts.hostname}:{parts.port or 5432}"
     try:
-        yield urlunsplit(parts._replace(netloc=netloc))
+        yield with_search_path(urlunsplit(parts._replace(netloc=netloc)), schema)
     finally:
         with psycopg.connect(database_url, autocommit=True) as admin:
             admin.execute(f"DROP ROLE {name}")

@@ -19,7 +19,7 @@
 -- Lock level: CREATE/DROP TRIGGER take SHARE ROW EXCLUSIVE on email_sends for an instant
 -- (no row is read); `mailbus migrate` takes it with its lock timeout.
 CREATE OR REPLACE FUNCTION mailbus_record_send_event() RETURNS trigger LANGUAGE plpgsql
-    SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     recorded bigint;
 BEGIN

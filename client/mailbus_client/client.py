@@ -13,12 +13,14 @@ leaves neither. Both run the flows of :mod:`mailbus_client.steps`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import psycopg
 
+from mailbus_client.db_schema import DEFAULT_SCHEMA, parse_schema
 from mailbus_client.policies import PolicyBook, QueueCap, configured_policy_book
 from mailbus_client.send_request import SendRequest
 from mailbus_client.steps import (
@@ -46,17 +48,28 @@ def _shipped_book() -> PolicyBook:
 class _Config:
     """``policies``: the default expiry per template (default: the shipped book).
     ``cap``: the bound on open rows (default unbounded). ``trace``: record the current
-    OpenTelemetry span's context on rows that name none (default True)."""
+    OpenTelemetry span's context on rows that name none (default True). ``schema``: where
+    mailbus's tables are (MAILBUS_DB_SCHEMA of its processes; default ``mailbus``), named
+    in every statement, so the connection's own search_path does not matter."""
 
     policies: PolicyBook = field(default_factory=_shipped_book)
     cap: QueueCap = field(default_factory=QueueCap)
     trace: bool = True
+    schema: str = DEFAULT_SCHEMA
+
+    def __post_init__(self) -> None:  # a bad name fails here, not in the first enqueue
+        parse_schema(self.schema, "schema")
 
     @classmethod
     def from_environ(cls: type[C], environ: Mapping[str, str] | None = None) -> C:
-        """Configured by MAILBUS_POLICY_FILE, MAILBUS_QUEUE_CAP and MAILBUS_QUEUE_CAP_SHARES,
-        read now, once (ConfigError naming a bad one)."""
-        return cls(configured_policy_book(environ), QueueCap.from_environ(environ))
+        """Configured by MAILBUS_POLICY_FILE, MAILBUS_QUEUE_CAP, MAILBUS_QUEUE_CAP_SHARES and
+        MAILBUS_DB_SCHEMA, read now, once (ConfigError naming a bad one)."""
+        env = os.environ if environ is None else environ
+        return cls(
+            configured_policy_book(environ),
+            QueueCap.from_environ(environ),
+            schema=parse_schema(env.get("MAILBUS_DB_SCHEMA")),
+        )
 
     def _trace(self) -> TraceContext:
         return current_trace_context() if self.trace else (None, None)
@@ -94,7 +107,9 @@ class Client(_Config):
         """Insert ``request`` unless its dedupe key exists (then ``created=False``).
         InvalidSendError before any I/O; QueueFullError past the cap (nothing written, the
         transaction stays usable)."""
-        return run(conn, enqueue_steps(request, self.policies, self.cap, self._trace()))
+        return run(
+            conn, enqueue_steps(request, self.policies, self.cap, self._trace(), schema=self.schema)
+        )
 
     def enqueue_many(
         self, conn: psycopg.Connection[Any], requests: Iterable[SendRequest]
@@ -102,17 +117,22 @@ class Client(_Config):
         """:meth:`enqueue` for many requests in one statement, results in their order;
         every request is checked before anything is written. With a cap, the batch is
         written whole or refused whole."""
-        return run(conn, enqueue_many_steps(list(requests), self.policies, self.cap, self._trace()))
+        return run(
+            conn,
+            enqueue_many_steps(
+                list(requests), self.policies, self.cap, self._trace(), schema=self.schema
+            ),
+        )
 
     def status(self, conn: psycopg.Connection[Any], key: str) -> SendStatus | None:
         """The send with dedupe key ``key`` as it stands, or None when there is none."""
-        return run(conn, status_steps(key))
+        return run(conn, status_steps(key, self.schema))
 
     def cancel(self, conn: psycopg.Connection[Any], key: str, *, by: str | None = None) -> bool:
         """Stop the send ``key`` if it is pending and no call was made for it (it becomes
         ``expired``, audited with ``by``, default the database user): True; else False and
         nothing changes. The same guard as ``mailbus send cancel``."""
-        return run(conn, cancel_steps(key, by))
+        return run(conn, cancel_steps(key, by, self.schema))
 
 
 @dataclass(frozen=True)
@@ -122,19 +142,24 @@ class AsyncClient(_Config):
     async def enqueue(
         self, conn: psycopg.AsyncConnection[Any], request: SendRequest
     ) -> EnqueueResult:
-        return await run_async(conn, enqueue_steps(request, self.policies, self.cap, self._trace()))
+        return await run_async(
+            conn, enqueue_steps(request, self.policies, self.cap, self._trace(), schema=self.schema)
+        )
 
     async def enqueue_many(
         self, conn: psycopg.AsyncConnection[Any], requests: Iterable[SendRequest]
     ) -> list[EnqueueResult]:
         return await run_async(
-            conn, enqueue_many_steps(list(requests), self.policies, self.cap, self._trace())
+            conn,
+            enqueue_many_steps(
+                list(requests), self.policies, self.cap, self._trace(), schema=self.schema
+            ),
         )
 
     async def status(self, conn: psycopg.AsyncConnection[Any], key: str) -> SendStatus | None:
-        return await run_async(conn, status_steps(key))
+        return await run_async(conn, status_steps(key, self.schema))
 
     async def cancel(
         self, conn: psycopg.AsyncConnection[Any], key: str, *, by: str | None = None
     ) -> bool:
-        return await run_async(conn, cancel_steps(key, by))
+        return await run_async(conn, cancel_steps(key, by, self.schema))

@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 
 from mailbus_client.client import run
+from mailbus_client.db_schema import DEFAULT_SCHEMA
 from mailbus_client.policies import PolicyBook, QueueCap, configured_policy_book
 from mailbus_client.send_request import SendRequest
 from mailbus_client.steps import EnqueueResult, enqueue_steps
@@ -34,6 +35,7 @@ def enqueue(
     policies: PolicyBook | None = None,
     cap: QueueCap | None = None,
     now: datetime | None = None,
+    schema: str = DEFAULT_SCHEMA,
 ) -> EnqueueResult:
     """Validate ``request`` and insert it unless its dedupe key exists.
 
@@ -57,8 +59,11 @@ def enqueue(
     Both defaults are read from the environment on every call; a
     :class:`~mailbus_client.Client` reads them once.
 
+    ``schema``: where mailbus's tables are (MAILBUS_DB_SCHEMA of its processes), named in
+    the statement: the connection's search_path does not matter.
+
     Raises :class:`InvalidSendError` before touching the database.
     """
     book = configured_policy_book() if policies is None else policies
     bound = QueueCap.from_environ() if cap is None else cap
-    return run(conn, enqueue_steps(request, book, bound, current_trace_context(), now))
+    return run(conn, enqueue_steps(request, book, bound, current_trace_context(), now, schema))

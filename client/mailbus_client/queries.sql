@@ -1,4 +1,6 @@
--- Named queries of the client (mailbus_client/steps.py). Times the relay compares are the
+-- Named queries of the client (mailbus_client/steps.py), each table and function named in
+-- mailbus's schema (`{schema}.`, mailbus_client/db_schema.py): they run in the application's
+-- connection, whatever its search_path. Times the relay compares are the
 -- database's: a delay (delay_s) and a policy's expiry (expire_after_s) count from now(),
 -- the caller's transaction start, the same instant created_at gets.
 
@@ -6,7 +8,7 @@
 -- Inserts unless the dedupe key exists. next_try_at (not before): the given instant, else
 -- now() + delay_s, else NULL (at once). A missing expires_at defaults to the send time
 -- (next_try_at, else now()) + expire_after_s seconds; both NULL: the row never expires.
-INSERT INTO email_sends (dedupe_key, to_address, template, payload_json, priority, next_try_at,
+INSERT INTO {schema}.email_sends (dedupe_key, to_address, template, payload_json, priority, next_try_at,
                          expires_at, traceparent, tracestate)
 SELECT %(dedupe_key)s::text, %(to_address)s::text, %(template)s::text,
        %(payload_json)s::jsonb, %(priority)s::text, due.at,
@@ -23,9 +25,9 @@ RETURNING id
 -- (an index-only scan of email_sends_open_idx) and inserts only below the threshold.
 -- Returns (open_rows, id): id NULL when refused (open_rows >= threshold) or a duplicate.
 WITH open_rows AS (
-    SELECT count(*) AS n FROM email_sends WHERE status IN ('pending', 'sending', 'unknown')
+    SELECT count(*) AS n FROM {schema}.email_sends WHERE status IN ('pending', 'sending', 'unknown')
 ), inserted AS (
-    INSERT INTO email_sends (dedupe_key, to_address, template, payload_json, priority,
+    INSERT INTO {schema}.email_sends (dedupe_key, to_address, template, payload_json, priority,
                              next_try_at, expires_at, traceparent, tracestate)
     SELECT %(dedupe_key)s::text, %(to_address)s::text, %(template)s::text,
            %(payload_json)s::jsonb, %(priority)s::text, due.at,
@@ -60,17 +62,17 @@ WITH input AS (
                               next_try_at, delay_s, expires_at, expire_after_s, traceparent,
                               tracestate, n)
 ), open_rows AS (
-    SELECT count(*) AS n FROM email_sends
+    SELECT count(*) AS n FROM {schema}.email_sends
     WHERE %(threshold)s::bigint IS NOT NULL AND status IN ('pending', 'sending', 'unknown')
 ), fresh AS (
     SELECT count(*) AS n FROM input
     WHERE %(threshold)s::bigint IS NOT NULL
-      AND (SELECT true FROM email_sends AS s WHERE s.dedupe_key = input.dedupe_key) IS NULL
+      AND (SELECT true FROM {schema}.email_sends AS s WHERE s.dedupe_key = input.dedupe_key) IS NULL
 ), admitted AS (
     SELECT %(threshold)s::bigint IS NULL OR (SELECT n FROM fresh) = 0
            OR (SELECT n FROM open_rows) + (SELECT n FROM fresh) <= %(threshold)s::bigint AS ok
 ), inserted AS (
-    INSERT INTO email_sends (dedupe_key, to_address, template, payload_json, priority,
+    INSERT INTO {schema}.email_sends (dedupe_key, to_address, template, payload_json, priority,
                              next_try_at, expires_at, traceparent, tracestate)
     SELECT dedupe_key, to_address, template, payload_json, priority, due.at,
            COALESCE(expires_at, COALESCE(due.at, now()) + expire_after_s * interval '1 second'),
@@ -83,23 +85,23 @@ WITH input AS (
     RETURNING id, dedupe_key
 )
 SELECT COALESCE(inserted.id,
-                (SELECT s.id FROM email_sends AS s WHERE s.dedupe_key = input.dedupe_key)),
+                (SELECT s.id FROM {schema}.email_sends AS s WHERE s.dedupe_key = input.dedupe_key)),
        inserted.id IS NOT NULL, (SELECT n FROM open_rows), (SELECT ok FROM admitted)
 FROM input
 LEFT JOIN inserted ON inserted.dedupe_key = input.dedupe_key
 ORDER BY input.n
 
 -- name: find_by_dedupe_key
-SELECT id FROM email_sends WHERE dedupe_key = %(dedupe_key)s
+SELECT id FROM {schema}.email_sends WHERE dedupe_key = %(dedupe_key)s
 
 -- name: send_status
 -- What the enqueuer may read of its send (no address, payload or error text).
 SELECT id, status, delivery_status, attempts, message_id, next_try_at, expires_at,
        created_at, updated_at
-FROM email_sends WHERE dedupe_key = %(key)s
+FROM {schema}.email_sends WHERE dedupe_key = %(key)s
 
 -- name: cancel_send
 -- `mailbus send cancel` and Client.cancel: pending -> expired for a send no call was made
 -- for, with its audit row; the guard is the function's (schemas/sql/0056_client_api.sql).
 -- Returns the send's id, or NULL when no send with this key may be cancelled.
-SELECT mailbus_cancel_send(%(key)s::text, COALESCE(%(by)s::text, session_user::text))
+SELECT {schema}.mailbus_cancel_send(%(key)s::text, COALESCE(%(by)s::text, session_user::text))

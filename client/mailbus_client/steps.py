@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any
 
+from mailbus_client.db_schema import DEFAULT_SCHEMA, qualified
 from mailbus_client.errors import InvalidSendError, QueueFullError
 from mailbus_client.policies import PolicyBook, QueueCap
 from mailbus_client.send_request import SendRequest, validate_send_request
@@ -25,6 +27,7 @@ __all__ = [
     "Statement",
     "Steps",
     "cancel_steps",
+    "client_queries",
     "enqueue_many_steps",
     "enqueue_steps",
     "row_values",
@@ -64,8 +67,13 @@ class SendStatus:
     updated_at: datetime
 
 
-def _queries() -> dict[str, str]:
-    return load_queries("mailbus_client", "queries.sql")
+@cache
+def client_queries(schema: str = DEFAULT_SCHEMA) -> dict[str, str]:
+    """The client's statements (queries.sql), naming ``schema``'s table and function."""
+    return {
+        name: qualified(sql, schema)
+        for name, sql in load_queries("mailbus_client", "queries.sql").items()
+    }
 
 
 def row_values(
@@ -119,11 +127,12 @@ def enqueue_steps(
     cap: QueueCap,
     trace: TraceContext,
     now: datetime | None = None,
+    schema: str = DEFAULT_SCHEMA,
 ) -> Generator[Statement, Rows, EnqueueResult]:
     """Insert ``request`` unless its key exists; past ``cap`` raise QueueFullError (a key
     already in the table is a no-op even then)."""
     params = row_values(request, book, now, trace)
-    queries = _queries()
+    queries = client_queries(schema)
     threshold = cap.threshold(request.priority)
     while True:
         if threshold is None:
@@ -152,6 +161,7 @@ def enqueue_many_steps(
     cap: QueueCap,
     trace: TraceContext,
     now: datetime | None = None,
+    schema: str = DEFAULT_SCHEMA,
 ) -> Generator[Statement, Rows, list[EnqueueResult]]:
     """Insert every request whose key is not in the table, in one statement; results in
     the order of ``requests``. A key given twice is written once (the first), the second
@@ -168,7 +178,9 @@ def enqueue_many_steps(
     while values:
         threshold, priority = _batch_threshold(cap, values)
         columns = {name: [row[name] for row in values] for name in values[0]}
-        rows = yield Statement(_queries()["enqueue_many"], {**columns, "threshold": threshold})
+        rows = yield Statement(
+            client_queries(schema)["enqueue_many"], {**columns, "threshold": threshold}
+        )
         if rows and not rows[0][3]:
             raise QueueFullError(priority, rows[0][2], threshold or 0, cap.limit or 0)
         again = []
@@ -200,12 +212,16 @@ def _batch_threshold(cap: QueueCap, values: list[dict[str, Any]]) -> tuple[int |
     return min(found)
 
 
-def status_steps(key: str) -> Generator[Statement, Rows, SendStatus | None]:
-    rows = yield Statement(_queries()["send_status"], {"key": key})
+def status_steps(
+    key: str, schema: str = DEFAULT_SCHEMA
+) -> Generator[Statement, Rows, SendStatus | None]:
+    rows = yield Statement(client_queries(schema)["send_status"], {"key": key})
     return SendStatus(*rows[0]) if rows else None
 
 
-def cancel_steps(key: str, by: str | None) -> Generator[Statement, Rows, bool]:
+def cancel_steps(
+    key: str, by: str | None, schema: str = DEFAULT_SCHEMA
+) -> Generator[Statement, Rows, bool]:
     """True when the send ``key`` was pending with no attempt made and is now expired."""
-    rows = yield Statement(_queries()["cancel_send"], {"key": key, "by": by})
+    rows = yield Statement(client_queries(schema)["cancel_send"], {"key": key, "by": by})
     return bool(rows) and rows[0][0] is not None

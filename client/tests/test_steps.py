@@ -9,14 +9,21 @@ from typing import Any
 
 import pytest
 
-from mailbus_client import InvalidSendError, QueueCap, QueueFullError, SendRequest
+from mailbus_client import (
+    Client,
+    ConfigError,
+    InvalidSendError,
+    QueueCap,
+    QueueFullError,
+    SendRequest,
+)
 from mailbus_client.policies import configured_policy_book
-from mailbus_client.sqlfiles import load_queries
 from mailbus_client.steps import (
     EnqueueResult,
     Rows,
     Statement,
     cancel_steps,
+    client_queries,
     enqueue_many_steps,
     enqueue_steps,
     row_values,
@@ -118,7 +125,7 @@ def test_the_current_span_context_is_taken_when_a_span_is_active() -> None:
 def test_enqueue_finds_the_existing_row_of_a_duplicate() -> None:
     flow = enqueue_steps(SendRequest("k", "a@x.org", "welcome"), BOOK, QueueCap(), NO_TRACE)
     asked, result = drive(flow, [], [(7,)])
-    queries = load_queries("mailbus_client", "queries.sql")
+    queries = client_queries()
     assert [s.sql for s in asked] == [queries["enqueue_with_policy"], queries["find_by_dedupe_key"]]
     assert result == EnqueueResult(send_id=7, created=False)
 
@@ -185,3 +192,28 @@ def test_enqueue_many_is_capped_at_its_lowest_priority() -> None:
 def test_cancel_says_whether_a_send_was_cancelled() -> None:
     assert drive(cancel_steps("k", None), [(3,)])[1] is True
     assert drive(cancel_steps("k", "ana"), [(None,)])[1] is False
+
+
+def test_every_statement_names_mailbus_schema() -> None:
+    """The application's connection has a search_path of its own: the client's statements
+    name the schema (MAILBUS_DB_SCHEMA), never rely on the path."""
+    asked, _ = drive(
+        enqueue_steps(
+            SendRequest("k", "a@x.org", "welcome"), BOOK, QueueCap(), NO_TRACE, schema="mb_x"
+        ),
+        [(1,)],
+    )
+    cancel, _ = drive(cancel_steps("k", None, "mb_x"), [(3,)])
+    assert 'INTO "mb_x".email_sends' in asked[0].sql
+    assert 'SELECT "mb_x".mailbus_cancel_send(' in cancel[0].sql
+    for sql in client_queries("mb_x").values():
+        assert "{schema}" not in sql and '"mb_x".' in sql
+
+
+@pytest.mark.parametrize("bad", ["Mail-Bus", "public", "pg_x", "1x", "x" * 64])
+def test_a_schema_that_is_no_plain_identifier_is_refused_at_once(bad: str) -> None:
+    assert Client().schema == Client.from_environ({}).schema == "mailbus"
+    with pytest.raises(ConfigError, match="schema"):
+        Client(schema=bad)
+    with pytest.raises(ConfigError, match="MAILBUS_DB_SCHEMA"):
+        Client.from_environ({"MAILBUS_DB_SCHEMA": bad})

@@ -83,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
         from mailbus.app.migrate import check_schema  # (after its options' errors)
 
         until = stop_on_signals() if getattr(args, "long_running", False) else None
-        if not check_schema(settings.database_url, until):  # behind: exit 2
+        if not check_schema(settings.database_url, until, settings.db_schema):  # behind: exit 2
             return Exit.OK  # stopped while it waited for the database
     if not getattr(args, "long_running", False):
         return int(args.handler(settings, args))
@@ -93,7 +93,7 @@ def _run(args: argparse.Namespace) -> int:
 
     health.probe("database round trip", database_probe(settings.database_url))  # /readyz
     # every new connection judged too: a database restored or failed over behind the build
-    schema_guard.arm(m.version for m in available_migrations())
+    schema_guard.arm((m.version for m in available_migrations()), schema=settings.db_schema)
     try:
         return int(args.handler(settings, args))
     finally:
@@ -137,12 +137,15 @@ def _migrate(settings: Settings, args: argparse.Namespace) -> int:
         return _migrate_plan(settings, args, wait)
     run: dict[str, Any] = {"roles": None, "topics_created": None, "schema_registry": None}
     run["applied"] = apply_migrations(
-        settings.database_url, allow_locking=args.allow_locking, wait=wait
+        settings.database_url,
+        schema=settings.db_schema,
+        allow_locking=args.allow_locking,
+        wait=wait,
     )
     if args.roles:
         from mailbus.app.migrate import apply_roles
 
-        run["roles"] = list(apply_roles(settings.database_url))
+        run["roles"] = list(apply_roles(settings.database_url, settings.db_schema))
     if not args.skip_topics:
         _check_kafka(settings)
         run["topics_created"] = ensure_topics(settings)
@@ -164,7 +167,7 @@ def _migrate_plan(settings: Settings, args: argparse.Namespace, wait: LockWait) 
     from mailbus.app.migrate_report import plan_document, plan_lines
 
     try:
-        state = schema_state(settings.database_url)
+        state = schema_state(settings.database_url, schema=settings.db_schema)
     except psycopg.OperationalError as exc:
         raise StorageError(f"cannot reach the database: {exc}") from None  # exit 1
     plan = plan_document(state, wait, dry_run=args.dry_run, roles=args.roles)

@@ -16,6 +16,17 @@ when its client goes: ``client_connection_check_interval`` cancels a statement w
 client is gone and TCP keepalives find a vanished host, so a killed ``migrate`` leaves no
 session behind holding the advisory lock or waiting in a lock queue.
 
+Everything lands in the schema MAILBUS_DB_SCHEMA (mailbus/kernel/db_schema.py): the run
+creates it when missing and applies each migration with the session's ``search_path`` set
+to it, so the migrations' unqualified names are the schema's. An install from before the
+schema (``public.mailbus_schema_migrations``, none in the schema) is applied the rest of its
+older migrations in ``public``, as they always were, then moved by migration 0072.
+Every function of the schema (trigger functions too: a trigger runs under the path of the
+session that writes, an application's) is pinned to ``<schema>, pg_temp`` by the run, in
+each migration's transaction (never one in ``public``, which may be the application's): a
+migration creates its functions ``SET search_path FROM CURRENT`` and never names the
+schema.
+
 Every other command first compares the database's recorded versions with the build's
 (:func:`check_schema`): a database behind the build is refused with one line that says to
 run ``mailbus migrate``, never left to fail later on a missing table. A database ahead of
@@ -34,9 +45,11 @@ from dataclasses import dataclass
 from importlib import resources
 
 import psycopg
+from psycopg import sql
 
 from mailbus.app.migrate_waits import LockWait, LockWaiter, retry_delay
 from mailbus.app.migration_files import Migration, available_migrations, statements
+from mailbus.kernel.db_schema import DEFAULT_SCHEMA, search_path
 from mailbus.kernel.errors import ConfigError, StorageError
 from mailbus.kernel.schema_version import behind
 
@@ -49,6 +62,7 @@ __all__ = [
     "apply_roles",
     "available_migrations",
     "check_schema",
+    "pin_functions",
     "retry_delay",
     "schema_state",
     "statements",
@@ -77,6 +91,7 @@ ROLES = (
     "mailbus_retention",
     "mailbus_console",
 )
+MOVED_FROM_PUBLIC = 72  # 0072_own_schema.sql moves an install from before the schema
 
 
 @dataclass(frozen=True)
@@ -99,6 +114,7 @@ class SchemaState:
 def apply_migrations(
     database_url: str,
     *,
+    schema: str = DEFAULT_SCHEMA,
     allow_locking: bool = False,
     wait: LockWait | None = None,
     sleep: Callable[[float], None] = time.sleep,
@@ -116,8 +132,10 @@ def apply_migrations(
                 conn.execute(setting)
             _lock(conn)
             try:
+                _create_schema(conn, schema)
                 return _apply_pending(
                     conn,
+                    schema,
                     migrations,
                     allow_locking,
                     LockWaiter(wait or LockWait(), sleep, clock, rand),
@@ -135,12 +153,27 @@ def _lock(conn: psycopg.Connection[tuple[object, ...]]) -> None:
         time.sleep(_LOCK_POLL_S)
 
 
+def _create_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
+    """The schema, created when missing (by a role that may create one in the database; a
+    schema a DBA created beforehand needs no such right)."""
+    if conn.execute("SELECT to_regnamespace(%s)", (schema,)).fetchone() == (None,):
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+
+
+def _use_path(conn: psycopg.Connection[tuple[object, ...]], path: str) -> None:
+    conn.execute(sql.SQL("SET search_path = {}").format(sql.SQL(path)))
+
+
 def _apply_pending(
     conn: psycopg.Connection[tuple[object, ...]],
+    schema: str,
     migrations: list[Migration],
     allow_locking: bool,
     waiter: LockWaiter,
 ) -> list[int]:
+    in_public = _migrations_schema(conn, schema) == "public"  # an install from before 0072
+    own_path = search_path(sql.Identifier(schema).as_string(conn))
+    _use_path(conn, "public" if in_public else own_path)
     conn.execute(
         "CREATE TABLE IF NOT EXISTS mailbus_schema_migrations ("
         " version int PRIMARY KEY, name text NOT NULL,"
@@ -158,23 +191,48 @@ def _apply_pending(
         )
     applied = []
     for migration in pending:
+        if in_public and migration.version >= MOVED_FROM_PUBLIC:
+            _use_path(conn, own_path)  # 0072 moves everything, the migration table too
+            in_public = False
+        pin = not in_public  # public's functions may be the application's: never touched
         if migration.online:  # never blocks writers: no lock timeout, it waits its turn
             _drop_invalid_indexes(conn, migration.index_names)
             for statement in statements(migration.sql):
                 conn.execute(statement.encode())
-            _record(conn, migration)
+            _record(conn, migration, pin)
         else:
 
-            def apply(migration: Migration = migration) -> None:
+            def apply(migration: Migration = migration, pin: bool = pin) -> None:
                 conn.execute(migration.sql.encode())
-                _record(conn, migration)
+                _record(conn, migration, pin)
 
             waiter.run(conn, migration.label, apply)
         applied.append(migration.version)
     return applied
 
 
-def _record(conn: psycopg.Connection[tuple[object, ...]], migration: Migration) -> None:
+# the functions of the session's schema (an extension's own excepted) not yet pinned to it
+_UNPINNED = """
+SELECT format('ALTER FUNCTION %s SET search_path = %I, pg_temp', p.oid::regprocedure, n.nspname)
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE n.nspname = current_schema() AND p.prokind = 'f'
+  AND NOT format('search_path=%I, pg_temp', n.nspname) = ANY(coalesce(p.proconfig, '{}'))
+  AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass
+                  AND d.objid = p.oid AND d.deptype = 'e')
+"""
+
+
+def pin_functions(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """Pin every function of the schema to it: a caller's path (an application's, its
+    temporary tables) never decides which table a function or trigger reads."""
+    for (statement,) in conn.execute(_UNPINNED).fetchall():
+        conn.execute(str(statement).encode())
+
+
+def _record(conn: psycopg.Connection[tuple[object, ...]], migration: Migration, pin: bool) -> None:
+    """Pin the schema's functions (``pin``) and record ``migration`` as applied."""
+    if pin:
+        pin_functions(conn)
     conn.execute(
         "INSERT INTO mailbus_schema_migrations (version, name) VALUES (%s, %s)",
         (migration.version, migration.name),
@@ -203,19 +261,35 @@ def _drop_invalid_indexes(
         conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}".encode())
 
 
-def schema_state(database_url: str, connect_timeout: float = 10) -> SchemaState:
+def _migrations_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> str | None:
+    """Where the versions are recorded: ``schema``, else ``public`` (an install from before
+    the schema), else None (never migrated)."""
+    row = conn.execute(
+        "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE c.relname = 'mailbus_schema_migrations' AND n.nspname IN (%s, 'public')"
+        " ORDER BY n.nspname = 'public' LIMIT 1",
+        (schema,),
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def schema_state(
+    database_url: str, connect_timeout: float = 10, schema: str = DEFAULT_SCHEMA
+) -> SchemaState:
     """The versions ``database_url`` recorded (none on a database never migrated) and the
     shipped migrations it has not. Raises psycopg's OperationalError when the database
     cannot be reached, StorageError when it refuses the read."""
     migrations = available_migrations()
     with psycopg.connect(database_url, connect_timeout=int(connect_timeout)) as conn:
         try:
-            if conn.execute("SELECT to_regclass('mailbus_schema_migrations')").fetchone() == (
-                None,
-            ):
-                applied: set[int] = set()
-            else:
-                rows = conn.execute("SELECT version FROM mailbus_schema_migrations")
+            where = _migrations_schema(conn, schema)
+            applied: set[int] = set()
+            if where is not None:
+                rows = conn.execute(
+                    sql.SQL("SELECT version FROM {}.mailbus_schema_migrations").format(
+                        sql.Identifier(where)
+                    )
+                )
                 applied = {version for (version,) in rows}
         except psycopg.Error as exc:
             raise StorageError(f"cannot read mailbus_schema_migrations: {exc}") from exc
@@ -226,7 +300,9 @@ def schema_state(database_url: str, connect_timeout: float = 10) -> SchemaState:
     )
 
 
-def check_schema(database_url: str, until: threading.Event | None = None) -> bool:
+def check_schema(
+    database_url: str, until: threading.Event | None = None, schema: str = DEFAULT_SCHEMA
+) -> bool:
     """Raise ConfigError when the database is behind this build. A long-running process
     (``until``: its stop event) waits for a database that cannot be reached yet, trying
     again with backoff, and is judged once it answers; False if it was stopped meanwhile.
@@ -235,7 +311,7 @@ def check_schema(database_url: str, until: threading.Event | None = None) -> boo
     delay = 1.0
     while True:
         try:
-            state = schema_state(database_url, connect_timeout=5)
+            state = schema_state(database_url, connect_timeout=5, schema=schema)
             break
         except psycopg.OperationalError as exc:
             if until is None:
@@ -254,16 +330,18 @@ def check_schema(database_url: str, until: threading.Event | None = None) -> boo
     return True
 
 
-def apply_roles(database_url: str) -> tuple[str, ...]:
+def apply_roles(database_url: str, schema: str = DEFAULT_SCHEMA) -> tuple[str, ...]:
     """Create the group roles (once per cluster) and set their grants in this database to
-    exactly those of ``grants.sql``; return the role names. Run after the migrations."""
-    sql = resources.files("mailbus.schemas").joinpath("sql", "roles", "grants.sql").read_text()
+    exactly those of ``grants.sql``, all in ``schema``; return the role names. Run after
+    the migrations."""
+    grants = resources.files("mailbus.schemas").joinpath("sql", "roles", "grants.sql").read_text()
     try:
         with psycopg.connect(database_url, autocommit=True) as conn:
             _lock(conn)
             try:
+                _use_path(conn, search_path(sql.Identifier(schema).as_string(conn)))
                 with conn.transaction():
-                    conn.execute(sql.encode())
+                    conn.execute(grants.encode())
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_KEY,))
     except psycopg.Error as exc:

@@ -15,7 +15,12 @@ import time
 
 import psycopg
 
-from mailbus.app.migrate import available_migrations
+from mailbus.app.migrate import (
+    MOVED_FROM_PUBLIC,
+    available_migrations,
+    pin_functions,
+    statements,
+)
 
 __all__ = ["drop_database", "schema_as_of"]
 
@@ -41,15 +46,20 @@ def drop_database(admin_url: str, name: str, attempts: int = 10) -> None:
 
 def schema_as_of(url: str, last: int) -> None:
     """The schema as a release that shipped migrations up to ``last`` left it, recorded as
-    that release's ``mailbus migrate`` recorded it."""
+    that release's ``mailbus migrate`` recorded it: in ``public`` before 0072."""
+    if last >= MOVED_FROM_PUBLIC:
+        raise ValueError(f"releases after {MOVED_FROM_PUBLIC - 1} migrate into their schema")
     with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET search_path = public")
         conn.execute(
             "CREATE TABLE mailbus_schema_migrations (version int PRIMARY KEY,"
             " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
         )
         for migration in available_migrations():
             if migration.version <= last:
-                conn.execute(migration.sql.encode())
+                for statement in statements(migration.sql) if migration.online else [migration.sql]:
+                    conn.execute(statement.encode())
+                pin_functions(conn)
                 conn.execute(
                     "INSERT INTO mailbus_schema_migrations VALUES (%s, %s)",
                     (migration.version, migration.name),

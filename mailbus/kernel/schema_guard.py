@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg import errors
+from psycopg import errors, sql
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
 from mailbus.kernel import health
+from mailbus.kernel.db_schema import DEFAULT_SCHEMA
 from mailbus.kernel.schema_version import behind
 
 __all__ = ["SchemaBehind", "arm", "check", "check_async", "disarm", "tripped"]
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 
 _QUERY = (
     "SELECT count(*) FILTER (WHERE version = ANY(%(build)s)), coalesce(max(version), 0)"
-    " FROM mailbus_schema_migrations"
+    " FROM {}.mailbus_schema_migrations"
 )
 
 
@@ -53,6 +54,7 @@ class SchemaBehind(psycopg.OperationalError):
 class _Guard:
     build: tuple[int, ...]
     stop: Callable[[], None]
+    query: sql.Composed
     reason: str | None = None
 
 
@@ -64,12 +66,18 @@ def _terminate() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def arm(build_versions: Iterable[int], stop: Callable[[], None] = _terminate) -> None:
+def arm(
+    build_versions: Iterable[int],
+    stop: Callable[[], None] = _terminate,
+    schema: str = DEFAULT_SCHEMA,
+) -> None:
     """Check every new connection from now on against ``build_versions`` (the migrations
-    this build ships); ``stop``: how the process is stopped (SIGTERM to itself)."""
+    this build ships) recorded in ``schema``; ``stop``: how the process is stopped
+    (SIGTERM to itself)."""
     global _guard
+    query = sql.SQL(_QUERY).format(sql.Identifier(schema))
     with _lock:
-        _guard = _Guard(tuple(sorted(build_versions)), stop)
+        _guard = _Guard(tuple(sorted(build_versions)), stop, query)
 
 
 def disarm() -> None:
@@ -93,8 +101,8 @@ def check(conn: psycopg.Connection[Any]) -> None:
         return
     try:
         with conn.cursor(row_factory=tuple_row) as cursor:  # whatever rows the room reads
-            row = cursor.execute(_QUERY, {"build": list(guard.build)}).fetchone()
-    except errors.UndefinedTable:  # a database restored from before any migration
+            row = cursor.execute(guard.query, {"build": list(guard.build)}).fetchone()
+    except (errors.UndefinedTable, errors.InvalidSchemaName):  # before any migration
         row = (0, 0)
     finally:
         if conn.info.transaction_status != TransactionStatus.IDLE:
@@ -112,9 +120,9 @@ async def check_async(conn: psycopg.AsyncConnection[Any]) -> None:
         return
     try:
         async with conn.cursor(row_factory=tuple_row) as cursor:
-            await cursor.execute(_QUERY, {"build": list(guard.build)})
+            await cursor.execute(guard.query, {"build": list(guard.build)})
             row = await cursor.fetchone()
-    except errors.UndefinedTable:
+    except (errors.UndefinedTable, errors.InvalidSchemaName):
         row = (0, 0)
     finally:
         if conn.info.transaction_status != TransactionStatus.IDLE:

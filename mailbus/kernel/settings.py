@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from dotenv.parser import parse_stream
 
+from mailbus.kernel.db_schema import DEFAULT_SCHEMA, parse_schema, with_search_path
 from mailbus.kernel.durations import parse_duration, parse_rate, parse_schedule
 from mailbus.kernel.errors import ConfigError
 from mailbus.kernel.kafka_security import KafkaSecurity, parse_kafka_security
@@ -47,10 +48,12 @@ class PriorityProvider(NamedTuple):
 
 @dataclass(frozen=True)
 class Settings:
+    # with its search_path set to db_schema, whatever it was given (__post_init__)
     database_url: str = "postgresql://localhost/mailbus"
     # MAILBUS_DATABASE_TRANSACTION_POOLING: the URL reaches PostgreSQL through a pooler that
     # hands out a server connection per transaction (mailbus/kernel/pooling.py)
     database_transaction_pooling: bool = False
+    db_schema: str = DEFAULT_SCHEMA  # where mailbus's tables are (mailbus/kernel/db_schema.py)
     kafka_bootstrap: str = "127.0.0.1:9092"
     topic_prefix: str = "mailbus"
     provider_url: str = _DEFAULT_SANDBOX_URL
@@ -152,6 +155,10 @@ class Settings:
     # where spans go (docs/guides/tracing.md): otlp | console; None: no OpenTelemetry at all
     otel_exporter: str | None = None
 
+    def __post_init__(self) -> None:  # every connection of every process finds the schema
+        url = with_search_path(self.database_url, self.db_schema)
+        object.__setattr__(self, "database_url", url)
+
     def __repr__(self) -> str:  # never print the API key
         return f"Settings(database={_redact_url(self.database_url)}, kafka={self.kafka_bootstrap})"
 
@@ -214,6 +221,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         database_transaction_pooling=_flag(
             "MAILBUS_DATABASE_TRANSACTION_POOLING", env.get("MAILBUS_DATABASE_TRANSACTION_POOLING")
         ),
+        db_schema=parse_schema(env.get("MAILBUS_DB_SCHEMA")),
         kafka_bootstrap=reader.bootstrap("MAILBUS_KAFKA_BOOTSTRAP", Settings.kafka_bootstrap),
         topic_prefix=reader.topic_prefix("MAILBUS_TOPIC_PREFIX", Settings.topic_prefix),
         provider_url=reader.url(

@@ -58,6 +58,13 @@ SETTINGS: tuple[Setting, ...] = (
         {"consume", "webhooks", "intake", "relay", "migrate", "console", "campaign"}
         | {"retention", "dlq", "suppress"},
     ),
+    _s(
+        "DB_SCHEMA",
+        "mailbus",
+        "the PostgreSQL schema of mailbus's tables, views and functions (a plain identifier;"
+        " `mailbus migrate` creates it and moves an install from `public` into it); every"
+        " connection's search_path is this schema, then public",
+    ),
     _s("KAFKA_BOOTSTRAP", "127.0.0.1:9092", "Kafka bootstrap servers (host:port,...)", _KAFKA),
     _s("TOPIC_PREFIX", "mailbus", "prefix of every mailbus topic", _KAFKA),
     _s(

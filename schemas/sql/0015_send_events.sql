@@ -33,7 +33,7 @@ CREATE INDEX IF NOT EXISTS email_send_events_published_idx ON email_send_events 
 -- relay, operator; schemas/sql/roles/grants.sql) records its event without a grant on the
 -- events table of its own.
 CREATE OR REPLACE FUNCTION mailbus_record_send_event() RETURNS trigger LANGUAGE plpgsql
-    SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
     IF NEW.status IN ('accepted', 'failed', 'unknown', 'expired', 'suppressed')
        AND (TG_OP = 'INSERT' OR OLD.status IS DISTINCT FROM NEW.status) THEN

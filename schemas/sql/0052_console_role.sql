@@ -20,7 +20,7 @@ ALTER TABLE console_audit ADD CONSTRAINT console_audit_role_check
 -- validating would read the table under the lock just taken.
 
 CREATE OR REPLACE FUNCTION console_audit_append_only() RETURNS trigger
-LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     IF TG_OP = 'UPDATE' THEN
         RAISE EXCEPTION 'console_audit is append-only' USING ERRCODE = 'insufficient_privilege';

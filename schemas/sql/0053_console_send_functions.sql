@@ -14,7 +14,7 @@
 -- No lock is taken on a table: creating a function reads the catalog only.
 
 CREATE OR REPLACE FUNCTION mailbus_replay_send(send bigint) RETURNS SETOF bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path FROM CURRENT AS $$
     UPDATE email_sends
     SET status = 'pending', attempts = 0, next_try_at = NULL, published_at = NULL,
         last_error = NULL, lease_until = NULL, lease_token = NULL
@@ -25,7 +25,7 @@ LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 $$;
 
 CREATE OR REPLACE FUNCTION mailbus_campaign_lock_open(campaign bigint) RETURNS SETOF bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path FROM CURRENT AS $$
     SELECT id FROM email_sends
     WHERE campaign_id = campaign AND status IN ('pending', 'sending', 'unknown')
       AND EXISTS (SELECT 1 FROM campaigns c WHERE c.id = campaign AND c.state = 'cancelled')
@@ -34,7 +34,7 @@ LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 $$;
 
 CREATE OR REPLACE FUNCTION mailbus_campaign_expire_unsent(campaign bigint) RETURNS SETOF bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path FROM CURRENT AS $$
     UPDATE email_sends
     SET status = 'expired', last_error = 'campaign cancelled', published_at = NULL
     WHERE campaign_id = campaign AND status = 'pending' AND in_doubt_since IS NULL
@@ -44,7 +44,7 @@ $$;
 
 CREATE OR REPLACE FUNCTION mailbus_campaign_expire_in_doubt(campaign bigint)
 RETURNS SETOF bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path FROM CURRENT AS $$
     UPDATE email_sends
     SET expires_at = LEAST(expires_at, now()),
         next_try_at = CASE WHEN status = 'sending' THEN next_try_at END,
@@ -55,7 +55,7 @@ LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 $$;
 
 CREATE OR REPLACE FUNCTION mailbus_campaign_hold(campaign bigint) RETURNS SETOF bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path FROM CURRENT AS $$
     UPDATE email_sends
     SET next_try_at = coalesce(next_try_at, now()) + interval '100 years', published_at = NULL
     WHERE campaign_id = campaign AND status = 'pending'
@@ -65,7 +65,7 @@ LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
 $$;
 
 CREATE OR REPLACE FUNCTION mailbus_campaign_release(campaign bigint) RETURNS SETOF bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path FROM CURRENT AS $$
     UPDATE email_sends
     SET next_try_at = CASE WHEN next_try_at > now() + interval '50 years'
                            THEN next_try_at - interval '100 years' ELSE next_try_at END,

@@ -15,7 +15,7 @@
 -- to choose ("shop (login svc_shop)").
 CREATE OR REPLACE FUNCTION mailbus_cancel_send(send_key text, cancelled_by text)
     RETURNS bigint LANGUAGE plpgsql
-    SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     cancelled bigint;
     service boolean := EXISTS (

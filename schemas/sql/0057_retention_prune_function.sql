@@ -13,7 +13,7 @@
 -- Lock level: CREATE FUNCTION takes no lock on a table; writers never wait for it.
 CREATE OR REPLACE FUNCTION mailbus_prune(what text, retention_s double precision,
                                          batch integer) RETURNS bigint
-    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     deleted bigint;
 BEGIN

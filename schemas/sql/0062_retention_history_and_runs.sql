@@ -14,7 +14,7 @@
 -- Lock level: CREATE TABLE/FUNCTION take no lock on an existing table; writers never wait.
 CREATE OR REPLACE FUNCTION mailbus_prune_history(what text, window_s double precision,
                                                  batch integer) RETURNS bigint
-    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     deleted bigint;
     cutoff timestamptz;
@@ -71,7 +71,7 @@ CREATE OR REPLACE FUNCTION mailbus_retention_backlog(what text, window_s double 
                                                      cap bigint,
                                                      OUT backlog_rows bigint,
                                                      OUT overdue_s double precision)
-    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     cutoff timestamptz := now() - make_interval(secs => window_s);
     oldest timestamptz;
@@ -132,7 +132,7 @@ CREATE OR REPLACE FUNCTION mailbus_retention_report(complete boolean, deleted bi
                                                     backlog_rows bigint,
                                                     overdue_s double precision)
     RETURNS void
-    LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    LANGUAGE sql SECURITY DEFINER SET search_path FROM CURRENT AS $$
     DELETE FROM retention_runs WHERE finished_at < now() - interval '30 days';
     INSERT INTO retention_runs (complete, deleted, backlog_rows, overdue_s)
     VALUES (complete, greatest(deleted, 0), greatest(backlog_rows, 0), greatest(overdue_s, 0));

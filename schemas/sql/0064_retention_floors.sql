@@ -46,7 +46,7 @@ ON CONFLICT (what) DO NOTHING;
 CREATE OR REPLACE FUNCTION mailbus_retention_check(fn text, tables text[], what text,
                                                    window_s double precision, batch integer)
     RETURNS void
-    LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
+    LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
     least_s double precision;
 BEGIN
@@ -72,7 +72,7 @@ END $$;
 CREATE OR REPLACE FUNCTION mailbus_retention_record(what text, window_s double precision,
                                                     batch integer, deleted bigint)
     RETURNS bigint
-    LANGUAGE sql SET search_path = public, pg_temp AS $$
+    LANGUAGE sql SET search_path FROM CURRENT AS $$
     UPDATE retention_progress p
     SET deleted = p.deleted + mailbus_retention_record.deleted,
         caught_up_at = CASE WHEN mailbus_retention_record.deleted < batch
@@ -87,7 +87,7 @@ $$;
 -- their record in the two functions above.
 CREATE OR REPLACE FUNCTION mailbus_prune(what text, retention_s double precision,
                                          batch integer) RETURNS bigint
-    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     deleted bigint;
 BEGIN
@@ -131,7 +131,7 @@ END $$;
 
 CREATE OR REPLACE FUNCTION mailbus_prune_history(what text, window_s double precision,
                                                  batch integer) RETURNS bigint
-    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     deleted bigint;
     cutoff timestamptz;
@@ -176,7 +176,7 @@ END $$;
 CREATE OR REPLACE FUNCTION mailbus_retention_report(OUT kind text, OUT left_rows bigint,
                                                     OUT left_s double precision)
     RETURNS SETOF record
-    LANGUAGE plpgsql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     previous timestamptz;
     all_caught_up boolean;

@@ -41,7 +41,7 @@
 -- lock timeout.
 CREATE OR REPLACE FUNCTION mailbus_settle_from_events(settle jsonb, through jsonb)
     RETURNS SETOF text
-    LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp AS $$
+    LANGUAGE sql SECURITY DEFINER SET search_path FROM CURRENT AS $$
     UPDATE email_sends s
     SET status = 'accepted', message_id = b.message_id, next_try_at = NULL, last_error = NULL,
         updated_at = now()
@@ -59,7 +59,7 @@ $$;
 REVOKE ALL ON FUNCTION mailbus_settle_from_events(jsonb, jsonb) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION mailbus_suppression_kept() RETURNS trigger
-    LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
+    LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     IF NOT has_table_privilege(current_user, 'email_suppressions', 'DELETE') THEN
         RAISE EXCEPTION 'only a role that may remove a suppression may narrow it to bulk mail'
@@ -74,7 +74,7 @@ CREATE OR REPLACE TRIGGER email_suppressions_kept AFTER UPDATE ON email_suppress
 ALTER TABLE email_send_resolutions ADD COLUMN IF NOT EXISTS db_user text;
 ALTER TABLE email_replays ADD COLUMN IF NOT EXISTS db_user text;
 CREATE OR REPLACE FUNCTION mailbus_audit_row_stamped() RETURNS trigger
-    LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
+    LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     IF TG_OP = 'UPDATE' THEN
         RAISE EXCEPTION '% is append-only', TG_TABLE_NAME
@@ -92,7 +92,7 @@ CREATE OR REPLACE TRIGGER email_replays_stamped
     FOR EACH ROW EXECUTE FUNCTION mailbus_audit_row_stamped();
 
 CREATE OR REPLACE FUNCTION mailbus_campaign_times_stamped() RETURNS trigger
-    LANGUAGE plpgsql SET search_path = public, pg_temp AS $$
+    LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     IF has_table_privilege(current_user, 'campaigns', 'DELETE') THEN
         RETURN NEW;

@@ -22,6 +22,7 @@ from mailbus.campaigns.pacer import Pacer
 from mailbus.campaigns.store import CampaignSpec, create_campaign, transition
 from mailbus.campaigns.views import collect_status
 from mailbus.consumer.core.decide import SEND_HEADROOM_S
+from mailbus.kernel.db_schema import DEFAULT_SCHEMA
 from mailbus_client.sqlfiles import load_queries
 
 
@@ -361,7 +362,8 @@ def test_the_rate_holds_on_the_database_clock(database_url: str) -> None:
 def forget_statistics(database_url: str, table: str) -> None:
     """Drop the planner's statistics of ``table``, as if ANALYZE had not seen the import.
     pg_statistic is a superuser's (the app role is not one): psql as the cluster's
-    ``postgres`` user over the local socket of the stack's cluster."""
+    ``postgres`` user over the local socket of the stack's cluster, whose search_path knows
+    no mailbus schema."""
     info = psycopg.conninfo.conninfo_to_dict(database_url)
     subprocess.run(
         [
@@ -378,7 +380,7 @@ def forget_statistics(database_url: str, table: str) -> None:
             "-d",
             str(info["dbname"]),
             "-c",
-            f"DELETE FROM pg_statistic WHERE starelid = '{table}'::regclass",
+            f"DELETE FROM pg_statistic WHERE starelid = '{DEFAULT_SCHEMA}.{table}'::regclass",
         ],
         check=True,
     )

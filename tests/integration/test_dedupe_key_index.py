@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import psycopg
 
-from mailbus_client.sqlfiles import load_queries
+from mailbus_client.steps import client_queries
 
 
 def test_dedupe_keys_are_compared_bytewise(database_url: str) -> None:
@@ -20,7 +20,7 @@ def test_dedupe_keys_are_compared_bytewise(database_url: str) -> None:
 def test_a_lookup_by_key_is_answered_by_the_unique_index(database_url: str) -> None:
     """The client's lookup passes the key as a parameter of the database's collation: the
     column's "C" must win, or the index could not serve it."""
-    lookup = load_queries("mailbus_client", "queries.sql")["find_by_dedupe_key"]
+    lookup = client_queries()["find_by_dedupe_key"]
     with psycopg.connect(database_url) as conn:
         conn.execute("SET enable_seqscan = off")  # a seq scan only if no index can serve
         plan = conn.execute(f"EXPLAIN {lookup}", {"dedupe_key": "order-1-confirmation"}).fetchall()

@@ -13,9 +13,9 @@ from mailbus.app.scratch_database import drop_database
 
 _SCHEMA = """
 SELECT table_name, column_name, data_type, is_nullable, column_default
-FROM information_schema.columns WHERE table_schema = 'public' ORDER BY 1, 2
+FROM information_schema.columns WHERE table_schema = 'mailbus' ORDER BY 1, 2
 """
-_INDEXES = "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' ORDER BY 1"
+_INDEXES = "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'mailbus' ORDER BY 1"
 
 
 def _schema(url: str) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
@@ -28,7 +28,7 @@ def test_migrate_twice_and_concurrently_gives_one_schema(services: StackServices
     with psycopg.connect(services.database_url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     url = database_url_for(services.database_url, name)
-    env = {"MAILBUS_DATABASE_URL": url, "PATH": "/usr/bin:/bin"}
+    env = {"MAILBUS_DATABASE_URL": url, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "client")}
     command = [sys.executable, "-m", "mailbus", "migrate", "--skip-topics"]
     try:
         runs = [

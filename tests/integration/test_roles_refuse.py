@@ -18,6 +18,7 @@ from mailbus.app.migrate import apply_roles
 from mailbus.app.migration_files import available_migrations
 from mailbus.feedback.events import NAMED_PROVIDERS, STATUS_RANK
 from mailbus_client.sqlfiles import load_queries
+from mailbus_client.steps import client_queries
 
 pytestmark = pytest.mark.stack
 
@@ -28,7 +29,7 @@ RELAY = load_queries("mailbus.relay", "queries.sql")
 CAMPAIGNS = load_queries("mailbus.campaigns", "queries.sql")
 CONSUMER = load_queries("mailbus.consumer", "queries.sql")
 SEND_ADMIN = load_queries("mailbus.consumer", "send_admin.sql")
-CLIENT = load_queries("mailbus_client", "queries.sql")
+CLIENT = client_queries()
 FEEDBACK = load_queries("mailbus.feedback", "events.sql")
 UNSUBSCRIBE = load_queries("mailbus.feedback", "unsubscribe.sql")["unsubscribe"]
 LETTERS = load_queries("mailbus.consumer", "dead_letters.sql")

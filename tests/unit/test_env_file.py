@@ -110,7 +110,9 @@ def test_database_url_from_a_file(tmp_path: Path) -> None:
     secret = tmp_path / "database-url"
     secret.write_text("postgresql://app:s3cret@db.internal:5432/mailbus\n")
     settings = load_settings({"MAILBUS_DATABASE_URL_FILE": str(secret)})
-    assert settings.database_url == "postgresql://app:s3cret@db.internal:5432/mailbus"
+    assert settings.database_url == (
+        "postgresql://app:s3cret@db.internal:5432/mailbus?options=-csearch_path%3Dmailbus%2Cpublic"
+    )
     with pytest.raises(ConfigError, match="MAILBUS_DATABASE_URL_FILE"):
         load_settings({"MAILBUS_DATABASE_URL_FILE": str(tmp_path / "absent")})
     secret.write_text("mysql://nope\n")

@@ -4,7 +4,9 @@
 -- cluster, grants to this database: run it once per database, again after each upgrade
 -- (it first revokes what it grants, so a grant removed here is removed there too).
 -- Run it as the owner of the tables (the role that ran `mailbus migrate`), which needs
--- CREATEROLE for the first run.
+-- CREATEROLE for the first run. Every grant is in mailbus's schema, the session's
+-- current_schema() (`migrate --roles` sets search_path to MAILBUS_DB_SCHEMA, so the names
+-- below are its objects); none is on anything in public or any other schema.
 
 DO $$
 DECLARE
@@ -23,29 +25,52 @@ BEGIN
     END LOOP;
 END $$;
 
-REVOKE ALL ON ALL TABLES IN SCHEMA public FROM mailbus_enqueuer, mailbus_relay,
-    mailbus_consumer, mailbus_intake, mailbus_webhooks, mailbus_operator, mailbus_retention,
-    mailbus_console;
 DO $$
 DECLARE
+    roles text := 'mailbus_enqueuer, mailbus_relay, mailbus_consumer, mailbus_intake,'
+                  ' mailbus_webhooks, mailbus_operator, mailbus_retention, mailbus_console';
+    place text;
     col record;
-BEGIN  -- column grants survive a table-level REVOKE ALL
-    FOR col IN SELECT c.relname AS tab, a.attname AS name, r.rolname AS who
+BEGIN  -- revoked in the schema, and in public: what releases before 0072 granted there
+    FOREACH place IN ARRAY ARRAY[current_schema(), 'public'] LOOP
+        EXECUTE format('REVOKE ALL ON ALL TABLES IN SCHEMA %I FROM %s', place, roles);
+        -- the functions of migration 0053 and later are granted below
+        EXECUTE format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA %I FROM %s', place, roles);
+    END LOOP;
+    FOR col IN SELECT n.nspname AS place, c.relname AS tab, a.attname AS name,
+                      r.rolname AS who
                FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
                JOIN pg_namespace n ON n.oid = c.relnamespace
                CROSS JOIN LATERAL aclexplode(a.attacl) acl
                JOIN pg_roles r ON r.oid = acl.grantee
-               WHERE n.nspname = 'public' AND a.attacl IS NOT NULL
-                 AND r.rolname LIKE 'mailbus\_%' LOOP
-        EXECUTE format('REVOKE ALL (%I) ON %I FROM %I', col.name, col.tab, col.who);
+               WHERE n.nspname IN (current_schema(), 'public') AND a.attacl IS NOT NULL
+                 AND r.rolname LIKE 'mailbus\_%' LOOP  -- survive a table-level REVOKE ALL
+        EXECUTE format('REVOKE ALL (%I) ON %I.%I FROM %I', col.name, col.place, col.tab,
+                       col.who);
+    END LOOP;
+    EXECUTE format('REVOKE ALL ON SCHEMA public FROM %s', roles);
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO %s', current_schema(), roles);
+END $$;
+-- Role settings are not inherited from a group: each login of a process role gets the
+-- schema's search_path in this database, so one that cannot pass startup options (through
+-- PgBouncer) finds its tables. Not the enqueuer's logins: they are the application's, with
+-- a path of its own (mailbus_client names the schema). A login added later: run this again
+-- (docs/installation.md#the-database).
+DO $$
+DECLARE
+    login text;
+BEGIN
+    FOR login IN SELECT DISTINCT m.rolname FROM pg_auth_members am
+                 JOIN pg_roles g ON g.oid = am.roleid JOIN pg_roles m ON m.oid = am.member
+                 WHERE g.rolname IN ('mailbus_relay', 'mailbus_consumer', 'mailbus_intake',
+                                     'mailbus_webhooks', 'mailbus_operator',
+                                     'mailbus_retention', 'mailbus_console')
+                   AND m.rolcanlogin AND NOT m.rolsuper
+                   AND NOT pg_has_role(m.oid, 'mailbus_enqueuer', 'MEMBER') LOOP
+        EXECUTE format('ALTER ROLE %I IN DATABASE %I SET search_path = %I, public', login,
+                       current_database(), current_schema());
     END LOOP;
 END $$;
--- The functions of migration 0053 (the console's moves on sends) are granted below.
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA public FROM mailbus_enqueuer, mailbus_relay,
-    mailbus_consumer, mailbus_intake, mailbus_webhooks, mailbus_operator, mailbus_retention,
-    mailbus_console;
-GRANT USAGE ON SCHEMA public TO mailbus_enqueuer, mailbus_relay, mailbus_consumer,
-    mailbus_intake, mailbus_webhooks, mailbus_operator, mailbus_retention, mailbus_console;
 -- Every process compares the recorded schema versions with its build at start.
 GRANT SELECT ON mailbus_schema_migrations TO mailbus_relay, mailbus_consumer, mailbus_intake,
     mailbus_webhooks, mailbus_retention, mailbus_console;
@@ -165,7 +190,11 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON webhook_tokens TO mailbus_webhooks;
 -- address, template, payload, priority, campaign, trace context, creation time) nor the
 -- webhooks' delivery status; never deletes a send or its history, and (owning nothing)
 -- cannot change the schema.
-GRANT SELECT ON ALL TABLES IN SCHEMA public TO mailbus_operator;
+DO $$
+BEGIN
+    EXECUTE format('GRANT SELECT ON ALL TABLES IN SCHEMA %I TO mailbus_operator',
+                   current_schema());
+END $$;
 GRANT UPDATE (status, attempts, next_try_at, expires_at, message_id, last_error, updated_at,
               published_at, lease_until, accepted_at, lease_token, provider, in_doubt_since,
               provider_code, guarantee, first_tried_at, provider_kind)
