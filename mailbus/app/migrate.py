@@ -173,7 +173,9 @@ def _apply_pending(
 ) -> list[int]:
     in_public = _migrations_schema(conn, schema) == "public"  # an install from before 0072
     own_path = search_path(sql.Identifier(schema).as_string(conn))
-    _use_path(conn, "public" if in_public else own_path)
+    # public's older migrations: their functions' `SET search_path FROM CURRENT` is then
+    # what releases before the schema pinned, pg_temp last, should 0072 never come
+    _use_path(conn, "public, pg_temp" if in_public else own_path)
     conn.execute(
         "CREATE TABLE IF NOT EXISTS mailbus_schema_migrations ("
         " version int PRIMARY KEY, name text NOT NULL,"

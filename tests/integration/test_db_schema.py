@@ -18,8 +18,10 @@ from services import StackServices, database_url_for, run_mailbus
 from transport_security import login_as
 
 from mailbus.app.migrate import ROLES, apply_migrations, apply_roles, schema_state
+from mailbus.app.migrate_waits import LockWait
 from mailbus.app.scratch_database import drop_database, schema_as_of
 from mailbus.kernel.db_schema import with_search_path
+from mailbus.kernel.errors import StorageError
 from mailbus_client import Client, SendRequest
 
 SCHEMA = "mb_x"
@@ -209,3 +211,28 @@ def test_a_schema_name_that_is_no_plain_identifier_exits_2(scratch: str) -> None
         )
         assert done.returncode == 2 and "MAILBUS_DB_SCHEMA" in done.stderr, done
     assert _rows(scratch, "SELECT to_regnamespace('mb_x') IS NULL") == [(True,)]
+
+
+def test_an_upgrade_stopped_before_the_move_leaves_no_function_on_an_unpinned_path(
+    scratch: str,
+) -> None:
+    """The older migrations an install in public still lacks are applied there; their
+    functions (SECURITY DEFINER ones among them) are created ``SET search_path FROM
+    CURRENT``. Should 0072 then fail (its locks never free), the run stops with them as
+    they are: each must keep pg_temp last, as releases before the schema pinned it, never
+    searched first for the tables it names."""
+    schema_as_of(scratch, 60)
+    with psycopg.connect(scratch) as holder:
+        holder.execute("LOCK TABLE public.webhook_tokens IN ACCESS SHARE MODE")
+        with pytest.raises(StorageError):
+            apply_migrations(scratch, schema=SCHEMA, wait=LockWait(max_wait_s=0))
+    assert schema_state(scratch, schema=SCHEMA).database_version == 71
+    configs = _rows(
+        scratch,
+        "SELECT p.oid::regprocedure::text, p.prosecdef, array_to_string(p.proconfig, ';')"
+        " FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace AND NOT EXISTS"
+        " (SELECT FROM pg_depend d WHERE d.objid = p.oid AND d.deptype = 'e')",
+    )
+    definers = {config for _, definer, config in configs if definer}
+    assert definers == {"search_path=public, pg_temp"}, configs
+    assert not [name for name, _, config in configs if config == "search_path=public"]
