@@ -488,3 +488,31 @@ def test_the_relay_cannot_date_a_campaigns_end_for_retention(seeded: str, forged
             " ended_at > now() - interval '1 minute' FROM campaigns"
         ).fetchall()
     assert left == [(1, True)]  # ended now, by the database's clock: nothing is past a window
+
+
+# A role's own temporary table with the columns the outcome-event trigger reads: attached
+# to it, the trigger function (SECURITY DEFINER, the owner's rights) writes whatever row
+# the role inserts there into email_send_events, which the relay publishes as the outcome
+# of a real send: here, mail 1 (pending) "accepted" and "delivered".
+FORGE_OUTCOME = (
+    "CREATE TEMP TABLE forged (id bigint, dedupe_key text, template text, status text,"
+    " delivery_status text, message_id text, last_error text, updated_at timestamptz,"
+    " last_event_at timestamptz);"
+    " CREATE TRIGGER forge AFTER INSERT ON forged FOR EACH ROW"
+    " EXECUTE FUNCTION mailbus_record_send_event();"
+    " INSERT INTO forged VALUES (1, 'pending', 't', 'accepted', 'delivered', 'm-x', NULL,"
+    " now(), now())"
+)
+
+
+@pytest.mark.parametrize("role", sorted(MUST_NOT))
+def test_no_role_attaches_a_trigger_function_of_mailbus_to_a_table_of_its_own(
+    seeded: str, role: str
+) -> None:
+    """PostgreSQL grants EXECUTE on a new function to PUBLIC, and creating a trigger needs
+    only that: the grants take it back (a trigger fires whatever the writer's rights)."""
+    with login_as(seeded, role) as url:
+        assert refused(url, FORGE_OUTCOME), role
+        with psycopg.connect(url) as conn:  # the triggers of mailbus's tables still fire
+            conn.execute("CREATE TEMP TABLE mine (id int)")
+            conn.rollback()

@@ -51,6 +51,22 @@ BEGIN  -- revoked in the schema, and in public: what releases before 0072 grante
     EXECUTE format('REVOKE ALL ON SCHEMA public FROM %s', roles);
     EXECUTE format('GRANT USAGE ON SCHEMA %I TO %s', current_schema(), roles);
 END $$;
+-- PostgreSQL grants EXECUTE on a new function to PUBLIC, and attaching a trigger function
+-- to a table of one's own (a temporary one will do) needs only that: any role with USAGE
+-- on the schema could have the outcome-event trigger (SECURITY DEFINER) write the events of
+-- a send it names. A trigger fires whatever its writer's rights, so nothing of mailbus's
+-- needs it; an extension's functions (pg_trgm's, on a fresh install) keep theirs.
+DO $$
+DECLARE
+    fn regprocedure;
+BEGIN
+    FOR fn IN SELECT p.oid FROM pg_proc p
+              WHERE p.pronamespace = current_schema()::regnamespace
+                AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass
+                                AND d.objid = p.oid AND d.deptype = 'e') LOOP
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', fn);
+    END LOOP;
+END $$;
 -- Role settings are not inherited from a group: each login of a process role gets the
 -- schema's search_path in this database, so one that cannot pass startup options (through
 -- PgBouncer) finds its tables. Not the enqueuer's logins: they are the application's, with
