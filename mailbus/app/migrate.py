@@ -265,14 +265,28 @@ def _drop_invalid_indexes(
 
 def _migrations_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> str | None:
     """Where the versions are recorded: ``schema``, else ``public`` (an install from before
-    the schema), else None (never migrated)."""
-    row = conn.execute(
-        "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE c.relname = 'mailbus_schema_migrations' AND n.nspname IN (%s, 'public')"
-        " ORDER BY n.nspname = 'public' LIMIT 1",
-        (schema,),
-    ).fetchone()
-    return None if row is None else str(row[0])
+    the schema), else None (never migrated). ConfigError when both hold them: a release
+    from before the schema migrated a second install into public after the move, and the
+    sends written there since are not in the schema's tables."""
+    places = [
+        str(name)
+        for (name,) in conn.execute(
+            "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE c.relname = 'mailbus_schema_migrations' AND n.nspname IN (%s, 'public')"
+            " ORDER BY n.nspname = 'public'",
+            (schema,),
+        )
+    ]
+    if len(places) > 1:
+        raise ConfigError(
+            "MAILBUS_DB_SCHEMA",
+            f"both {schema}.mailbus_schema_migrations and public.mailbus_schema_migrations"
+            f" exist: a release from before the schema migrated public again after migration"
+            f" {MOVED_FROM_PUBLIC:04d} moved mailbus into {schema}, and the sends written to"
+            " public's tables since are not in the schema's (docs/upgrading.md, its"
+            " section on the schema)",
+        )
+    return places[0] if places else None
 
 
 def schema_state(

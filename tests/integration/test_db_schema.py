@@ -21,7 +21,7 @@ from mailbus.app.migrate import ROLES, apply_migrations, apply_roles, schema_sta
 from mailbus.app.migrate_waits import LockWait
 from mailbus.app.scratch_database import drop_database, schema_as_of
 from mailbus.kernel.db_schema import with_search_path
-from mailbus.kernel.errors import StorageError
+from mailbus.kernel.errors import ConfigError, StorageError
 from mailbus_client import Client, SendRequest
 
 SCHEMA = "mb_x"
@@ -236,3 +236,24 @@ def test_an_upgrade_stopped_before_the_move_leaves_no_function_on_an_unpinned_pa
     definers = {config for _, definer, config in configs if definer}
     assert definers == {"search_path=public, pg_temp"}, configs
     assert not [name for name, _, config in configs if config == "search_path=public"]
+
+
+def test_a_second_install_in_public_after_the_move_is_refused(scratch: str) -> None:
+    """A release from before the schema finds no mailbus_schema_migrations on its path
+    after the move and migrates an empty install into public (its migrate run again on a
+    rollback, with a login not named like the schema): its processes and the applications'
+    path of docs/upgrading.md then write sends there, which a later release, reading its
+    schema alone, would never send. Every command of a later release refuses the database
+    instead (exit 2), naming both."""
+    schema_as_of(scratch, 71)  # an install from before the schema (pg_trgm in public)
+    _migrate(scratch)  # moved
+    schema_as_of(scratch, 71)  # what that release's migrate then leaves in public
+    with pytest.raises(ConfigError, match="public"):
+        schema_state(scratch, schema=SCHEMA)
+    with pytest.raises(ConfigError, match="public"):
+        apply_migrations(scratch, schema=SCHEMA)
+    for args in (("migrate", "--skip-topics"), ("status",)):
+        done = run_mailbus(
+            *args, env={"MAILBUS_DATABASE_URL": scratch, "MAILBUS_DB_SCHEMA": SCHEMA}
+        )
+        assert done.returncode == 2 and "public.mailbus_schema_migrations" in done.stderr, done
