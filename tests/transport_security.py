@@ -8,6 +8,7 @@ PostgreSQL's certificate, and the TLS-only listener.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -84,5 +85,18 @@ def login_as(database_url: str, group: str, schema: str = DEFAULT_SCHEMA) -> Ite
     try:
         yield with_search_path(urlunsplit(parts._replace(netloc=netloc)), schema)
     finally:
-        with psycopg.connect(database_url, autocommit=True) as admin:
-            admin.execute(f"DROP ROLE {name}")
+        drop_role(database_url, name)
+
+
+def drop_role(database_url: str, name: str) -> None:
+    """DROP ROLE, tried again while another test's `migrate --roles` is setting the same
+    login's search_path in its own database ("tuple concurrently updated/deleted")."""
+    for attempt in range(10):
+        try:
+            with psycopg.connect(database_url, autocommit=True) as admin:
+                admin.execute(f"DROP ROLE {name}")
+            return
+        except psycopg.errors.InternalError_:
+            if attempt == 9:
+                raise
+            time.sleep(0.1)

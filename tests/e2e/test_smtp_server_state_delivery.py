@@ -87,7 +87,8 @@ def test_a_rotated_password_and_a_refusing_greeting_are_the_servers_state(
 
     wait_until(lambda: server.refused["auth"] >= 5 and breaker(2), 60, "the breaker open on 535")
     _no_mail_blamed(stack, port, first)
-    assert _metric(port, 'mailbus_provider_server_failures_total{stage="auth"}') >= 5
+    failures = 'mailbus_provider_server_failures_total{provider="smtp",stage="auth"}'
+    assert _metric(port, failures) >= 5
     server.password = PASSWORD  # the server takes it again
     stack.wait_settled(60)
     wait_until(lambda: breaker(0), 10, "the breaker closed")

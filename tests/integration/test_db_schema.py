@@ -165,6 +165,25 @@ def test_a_process_login_finds_the_schema_without_startup_options(scratch: str) 
             assert conn.execute("SELECT count(*) > 0 FROM mailbus_schema_migrations").fetchone()
 
 
+def test_roles_again_writes_no_login_setting_it_finds_set(scratch: str) -> None:
+    """Each write of a login's setting races with a DROP ROLE of that login elsewhere in the
+    cluster ("tuple concurrently deleted"): a run of `--roles` writes only what is missing."""
+    apply_migrations(scratch, schema=SCHEMA)
+    setting = (
+        "SELECT s.xmin::text FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole"
+        " WHERE r.rolname = %s AND s.setdatabase = (SELECT oid FROM pg_database"
+        " WHERE datname = current_database())"
+    )
+    with login_as(scratch, "mailbus_relay", SCHEMA) as url:
+        login = url.split("://", 1)[1].split(":", 1)[0]
+        apply_roles(scratch, SCHEMA)
+        with psycopg.connect(scratch) as conn:
+            first = conn.execute(setting, (login,)).fetchall()
+        apply_roles(scratch, SCHEMA)
+        with psycopg.connect(scratch) as conn:
+            assert conn.execute(setting, (login,)).fetchall() == first != []
+
+
 def test_an_install_in_public_is_moved_and_ends_as_a_fresh_one(
     services: StackServices, scratch: str
 ) -> None:

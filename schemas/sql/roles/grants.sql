@@ -82,9 +82,18 @@ BEGIN
                                      'mailbus_webhooks', 'mailbus_operator',
                                      'mailbus_retention', 'mailbus_console')
                    AND m.rolcanlogin AND NOT m.rolsuper
-                   AND NOT pg_has_role(m.oid, 'mailbus_enqueuer', 'MEMBER') LOOP
-        EXECUTE format('ALTER ROLE %I IN DATABASE %I SET search_path = %I, public', login,
-                       current_database(), current_schema());
+                   AND NOT pg_has_role(m.oid, 'mailbus_enqueuer', 'MEMBER')
+                   AND NOT EXISTS (  -- set already: no write, so no race with a DROP ROLE
+                       SELECT FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase
+                       WHERE s.setrole = m.oid AND d.datname = current_database()
+                         AND format('search_path=%I, public', current_schema()) = ANY (s.setconfig))
+                 LOOP
+        BEGIN
+            EXECUTE format('ALTER ROLE %I IN DATABASE %I SET search_path = %I, public', login,
+                           current_database(), current_schema());
+        EXCEPTION WHEN undefined_object OR internal_error THEN
+            NULL;  -- dropped meanwhile ("tuple concurrently deleted"): it needs no setting
+        END;
     END LOOP;
 END $$;
 -- Every process compares the recorded schema versions with its build at start.
