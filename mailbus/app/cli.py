@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from mailbus.app.exit_codes import Exit, UsageError, report, summary
 from mailbus.kernel.errors import ConfigError, MailbusError, RefusedError, StorageError
+from mailbus.kernel.garbage import tune_collector
 from mailbus.kernel.json_output import add_json_option, print_document
 from mailbus.kernel.logs import configure_logging, register_secret
 from mailbus.kernel.pooling import REPEATED_STATEMENT
@@ -190,7 +191,6 @@ def _print_report(
 
 def _relay(settings: Settings, _args: argparse.Namespace) -> int:
     from mailbus.campaigns.pacer import start_pacer_thread
-    from mailbus.relay.garbage import tune_collector
     from mailbus.relay.relay import EVENTS, P0_POINTERS, Relay
     from mailbus.relay.workers import PointerWorkers
 
@@ -213,7 +213,7 @@ def _relay(settings: Settings, _args: argparse.Namespace) -> int:
         from mailbus.relay.outbox_metrics import OutboxCollector
 
         start_metrics_server(settings.metrics_port, OutboxCollector(settings.database_url))
-    tune_collector()  # batches of rows, not a heap walk per 120 rows (relay/garbage.py)
+    tune_collector()  # batches of rows, not a heap walk per 120 rows (kernel/garbage.py)
     events_thread.start()
     p0_thread.start()
     relay.run(stop)
@@ -243,7 +243,9 @@ def _consume(settings: Settings, args: argparse.Namespace) -> int:
     from mailbus.providers.registry import senders
 
     _check_kafka(settings)
-    return run_consumer(settings, args.priority, senders())
+    providers = senders()
+    tune_collector()  # start-up's imports frozen; in-flight mails are no heap walk per 700 objects
+    return run_consumer(settings, args.priority, providers)
 
 
 def _intake(settings: Settings, _args: argparse.Namespace) -> int:

@@ -298,10 +298,32 @@ for _kind in ("send", "lookup"):
     PROVIDER_REQUESTS.labels(_kind)
 
 
+class _Children:
+    """A labelled metric's children, each looked up with ``.labels()`` once: that call
+    validates and stringifies the values and takes the metric's lock every time, and the
+    consumer records several per mail. For labels of a small fixed set of values only."""
+
+    def __init__(self, metric: MetricWrapperBase) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self._metric.labels(*values)
+        return child
+
+
+_sends = _Children(SENDS)
+_sent_under_guarantee = _Children(SENT_UNDER_GUARANTEE)
+_enqueue_to_accepted = _Children(ENQUEUE_TO_ACCEPTED)
+_provider_requests = _Children(PROVIDER_REQUESTS)
+
+
 def observe_call(priority: str, outcome: str, latency_s: float, status_code: int | None) -> None:
     """One provider send call: counts it by outcome, times it, counts a 429."""
-    SENDS.labels(priority, outcome).inc()
-    PROVIDER_REQUESTS.labels("send").inc()
+    _sends(priority, outcome).inc()
+    _provider_requests("send").inc()
     PROVIDER_LATENCY.observe(max(latency_s, 0.0))
     if status_code == 429:
         PROVIDER_RATE_LIMITED.inc()
@@ -343,7 +365,7 @@ def _exemplar(trace: TraceContext | None) -> dict[str, str] | None:
 
 def observe_accepted(priority: str, since_enqueue_s: float, trace: TraceContext | None) -> None:
     """A mail's acceptance recorded ``since_enqueue_s`` after its enqueue."""
-    ENQUEUE_TO_ACCEPTED.labels(priority).observe(max(since_enqueue_s, 0.0), _exemplar(trace))
+    _enqueue_to_accepted(priority).observe(max(since_enqueue_s, 0.0), _exemplar(trace))
 
 
 def observe_relay_delay(seconds: float, trace: TraceContext | None) -> None:
@@ -353,7 +375,7 @@ def observe_relay_delay(seconds: float, trace: TraceContext | None) -> None:
 
 def observe_guarantee(guarantee: str) -> None:
     """A row's first call was made, under ``guarantee`` (email_sends.guarantee)."""
-    SENT_UNDER_GUARANTEE.labels(guarantee).inc()
+    _sent_under_guarantee(guarantee).inc()
 
 
 def observe_attempt_warning(priority: str) -> None:

@@ -53,6 +53,28 @@ def test_observe_call_counts_a_429() -> None:
     assert sample("mailbus_sends_total", priority="p2", outcome="pending") == before_pending + 2
 
 
+def test_a_mails_metrics_look_their_labels_up_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``.labels()`` validates and locks on each call: the per-mail observations keep the
+    children they looked up (docs/benchmarks/speed.md, issue 37)."""
+    looked_up: list[tuple[str, ...]] = []
+    original = metrics.MetricWrapperBase.labels
+
+    def counting(self: metrics.MetricWrapperBase, *values: str) -> object:
+        looked_up.append(values)
+        return original(self, *values)
+
+    monkeypatch.setattr(metrics.MetricWrapperBase, "labels", counting)
+    for _ in range(3):  # the first round may look each child up once, if it is new
+        metrics.observe_call("p1", "accepted", 0.05, 202)
+        metrics.observe_accepted("p1", 0.2, None)
+        metrics.observe_guarantee("exactly_once")
+    looked_up.clear()
+    metrics.observe_call("p1", "accepted", 0.05, 202)
+    metrics.observe_accepted("p1", 0.2, None)
+    metrics.observe_guarantee("exactly_once")
+    assert looked_up == []
+
+
 def test_latency_buckets_span_5ms_to_30s() -> None:
     text = generate_latest().decode()
     assert 'mailbus_provider_latency_seconds_bucket{le="0.005"}' in text
