@@ -39,6 +39,7 @@ another receiver process is retried once first.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Sequence
@@ -224,9 +225,11 @@ class EventStore:
         return added is not None
 
     async def ready(self) -> bool:
-        """Whether PostgreSQL answers within a second or two."""
+        """Whether PostgreSQL answers within two seconds, the wait for a pooled connection
+        and the statement together: a PgBouncer holds a statement until a server session is
+        free (up to its query_wait_timeout, 120 s), which no statement timeout counts."""
         try:
-            async with self._pool.connection(timeout=2) as conn:
+            async with asyncio.timeout(2), self._pool.connection() as conn:
                 await conn.execute(self._queries["ready"])
         except (psycopg.Error, TimeoutError):
             return False
