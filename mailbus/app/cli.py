@@ -42,8 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _build_parser()
     try:
         args = parser.parse_args(words)
-    except UsageError as exc:  # a command given --json hears of its typo in JSON too
-        return report(exc, sys.stderr, as_json="--json" in words)
+    except UsageError as exc:  # a command given --json (or --js, argparse's abbreviation)
+        asks_json = any(w.startswith("--j") and "--json".startswith(w) for w in words)
+        return report(exc, sys.stderr, as_json=asks_json)  # hears of its typo in JSON too
     if args.command == "completion":  # reads no settings, so a shell's rc file never fails
         import shtab
 

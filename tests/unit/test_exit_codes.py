@@ -223,6 +223,9 @@ def test_every_json_command_answers_its_errors_in_json(
         error = _error_of(capsys.readouterr().err)
         assert (error["kind"], error["exit"]) == ("configuration", 2), name
         assert "unrecognized arguments: --no-such-option" in str(error["message"]), name
+        abbreviated = [*(w if w != "--json" else "--js" for w in argv), "--no-such-option"]
+        assert main(abbreviated) == 2, name  # argparse takes --js for --json
+        assert _error_of(capsys.readouterr().err)["kind"] == "configuration", name
 
     monkeypatch.setenv("MAILBUS_RATELIMIT", "5")
     for name, argv in commands:
