@@ -12,7 +12,7 @@ from dataclasses import replace
 import psycopg
 import pytest
 from kafka_reader import read_pointers
-from relay_runner import relay_thread, wait_until
+from relay_runner import children, relay_thread, running, wait_until
 from services import REPO, settings_env, stack_script
 
 from mailbus.kernel.settings import Settings
@@ -200,8 +200,12 @@ def test_sigkill_mid_backlog_loses_nothing(settings: Settings) -> None:
         120,
         "part of the backlog",
     )
+    # the P0 lane's process (relay/p0_process.py), and multiprocessing's resource tracker
+    spawned = children(relay.pid)
+    assert spawned
     relay.send_signal(signal.SIGKILL)
     relay.communicate(timeout=30)
+    wait_until(lambda: not any(running(pid) for pid in spawned), 30, "its processes ended with it")
     at_kill = published(settings.database_url)
     assert at_kill < total, "the relay finished before it was killed; the test proves nothing"
 
