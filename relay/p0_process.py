@@ -111,9 +111,18 @@ class P0LaneProcess:
     def run(self, stop: threading.Event) -> None:
         """Start the child and relay its reports; start another when it ends; return once
         ``stop`` is set and the child has ended."""
+        try:
+            self._supervise(stop)
+        except BaseException as exc:  # this thread ends: so does the lane's readiness
+            health.mark(COMPONENT, False, f"stopped: {type(exc).__name__}: {exc}")
+            raise
+        health.mark(COMPONENT, False, "stopping")
+
+    def _supervise(self, stop: threading.Event) -> None:
         context = multiprocessing.get_context("spawn")
         delay = _FIRST_RESTART_S
         while not stop.is_set():
+            health.mark(COMPONENT, False, "P0 lane process starting")
             ours, theirs = context.Pipe()
             child = context.Process(
                 target=self._target, args=(theirs, self._args), name="mailbus-relay-p0"
@@ -131,21 +140,19 @@ class P0LaneProcess:
             self.pid = None
             self._ended, self._current = self.stats, RelayStats()
             if stop.is_set():
-                break
+                return
+            if time.monotonic() - started >= _STEADY_S:
+                delay = _FIRST_RESTART_S
             why = f"P0 lane process exited with code {child.exitcode}; restarting"
             health.mark(COMPONENT, False, why)
             log.error("%s in %.0f s", why, delay)
-            if time.monotonic() - started >= _STEADY_S:
-                delay = _FIRST_RESTART_S
             stop.wait(delay)
             delay = min(delay * 2, _LAST_RESTART_S)
             self.restarts += 1
-        health.mark(COMPONENT, False, "stopping")
 
     def _relay_reports(self, conn: Connection, stop: threading.Event) -> None:
         """Until the child ends or ``stop`` is set: mark its readiness, count what it
         observed."""
-        health.mark(COMPONENT, False, "P0 lane process starting", heartbeat_s=_STALE_S)
         while not stop.is_set():
             try:
                 if not conn.poll(0.25):
@@ -216,8 +223,8 @@ def _report_until_stopped(
     stop: threading.Event,
 ) -> None:
     while not stop.is_set():
-        # the parent never writes: readable means its end closed; a failed send, it is gone
-        if conn.poll(REPORT_S) or not _send(conn, relay, observed):
+        # a failed send: the parent is gone; it never writes, so readable means its end closed
+        if not _send(conn, relay, observed) or conn.poll(REPORT_S):
             stop.set()
 
 
