@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -202,10 +203,14 @@ def test_sigkill_mid_backlog_loses_nothing(settings: Settings) -> None:
     )
     # the P0 lane's process (relay/p0_process.py), and multiprocessing's resource tracker
     spawned = children(relay.pid)
-    assert spawned
     relay.send_signal(signal.SIGKILL)
     relay.communicate(timeout=30)
-    wait_until(lambda: not any(running(pid) for pid in spawned), 30, "its processes ended with it")
+    assert spawned  # (checked once the relay is gone, so a failure leaves nothing running)
+    try:
+        wait_until(lambda: not any(running(p) for p in spawned), 30, "its processes ended with it")
+    finally:
+        for pid in filter(running, spawned):  # never left running on a shared machine
+            os.kill(pid, signal.SIGKILL)
     at_kill = published(settings.database_url)
     assert at_kill < total, "the relay finished before it was killed; the test proves nothing"
 
