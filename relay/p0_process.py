@@ -6,13 +6,13 @@ for the CPU before its lane even woke (docs/benchmarks/speed.md). :class:`P0Lane
 runs the same lane (a P0-only :class:`~mailbus.relay.relay.Relay`) in a child process
 instead, started with ``spawn`` (no copy of the parent's threads, locks or connections):
 
-- **It dies with its parent.** The two share one pipe; the child stops at the pipe's end,
-  so a parent that stops, or is killed with SIGKILL, ends it too. A terminal's Ctrl-C is
-  the parent's to handle: the child ignores SIGINT.
+- **It dies with its parent.** The two share one pipe; the child stops when its parent
+  says so on it or at the pipe's end, so a parent killed with SIGKILL ends it too. A
+  terminal's Ctrl-C is the parent's to handle: the child ignores SIGINT.
 - **The parent notices its end and starts another** after a delay that doubles to
   30 s (a child that ran a minute starts over at 1 s); meanwhile ``relay.p0`` is unready
   in ``/readyz`` with the child's exit code, and the pointer workers take P0 rows that
-  waited a second (``claim_due_beside_p0``), so no P0 mail waits for the restart.
+  waited a second (``claim_due_beside_p0``): a P0 mail waits a second, not for the restart.
 - **Readiness and metrics come through the pipe**: every second the child sends its lane's
   readiness (``relay.p0``, the lane's own heartbeat included), which the parent marks with
   a heartbeat of its own (a child hung or gone goes stale), and what its lane observed
@@ -132,7 +132,7 @@ class P0LaneProcess:
             theirs.close()  # the child's end lives in the child alone: its end is EOF here
             self.pid = child.pid
             self._relay_reports(ours, stop)
-            ours.close()  # the child's signal to stop, if it still runs
+            ours.close()  # the child's end of the pipe: it stops, if it still runs
             child.join(60)  # a pass cut short is published again later
             if child.is_alive():
                 child.kill()
@@ -151,10 +151,14 @@ class P0LaneProcess:
             self.restarts += 1
 
     def _relay_reports(self, conn: Connection, stop: threading.Event) -> None:
-        """Until the child ends or ``stop`` is set: mark its readiness, count what it
-        observed."""
-        while not stop.is_set():
+        """Until the child ends: mark its readiness, count what it observed. Once ``stop``
+        is set, tell it to stop, and wait up to a minute for its last report."""
+        deadline: float | None = None
+        while deadline is None or time.monotonic() < deadline:
             try:
+                if deadline is None and stop.is_set():
+                    deadline = time.monotonic() + 60.0
+                    conn.send(None)  # any message: stop
                 if not conn.poll(0.25):
                     continue
                 report: _Report = conn.recv()
@@ -223,7 +227,7 @@ def _report_until_stopped(
     stop: threading.Event,
 ) -> None:
     while not stop.is_set():
-        # a failed send: the parent is gone; it never writes, so readable means its end closed
+        # a failed send: the parent is gone; readable: it said stop, or its end closed
         if not _send(conn, relay, observed) or conn.poll(REPORT_S):
             stop.set()
 
