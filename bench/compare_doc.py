@@ -34,6 +34,11 @@ BENCHES: dict[str, tuple[str, tuple[str, ...]]] = {
             "8",
         ),
     ),
+    # P0 rows at 100/s while 100,000 newsletters drain: the P0 lane's commit→broker
+    "lanes": (
+        "relay_lane_parts.py",
+        ("--rate", "100", "--seconds", "10", "--backlog", "100000", "--runs", "1"),
+    ),
     "steady": (
         "delivery_throughput.py",
         ("--runs", "1", "--rows", "2000", "--max-consumers", "1", "--seconds", "20"),

@@ -4,11 +4,13 @@ newsletters drains.
 
     python3 bench/relay_lane_parts.py [--rate 500] [--seconds 15] [--backlog 0] [--runs 3]
 
-Needs the local stack. The relay's lanes run in this process as ``mailbus relay`` runs
-them (the pointer workers, the P0 lane, the event lane: mailbus/app/cli.py), each pass
-timed by wrapping two of the relay's functions: its wait for work (the wait's return is
-the wake-up) and its claim-publish-commit pass (the claim's rows in hand, Kafka's last
-acknowledgement, the commit). P0 rows are committed one by one at ``--rate``/s on topics
+Needs the local stack. The relay's lanes run as ``mailbus relay`` runs them
+(mailbus/app/cli.py): the pointer workers and the event lane in threads of this process,
+the P0 lane in a child process of its own (relay/p0_process.py). Each pass is timed by
+wrapping two of the relay's functions, in this process and in the child: its wait for
+work (the wait's return is the wake-up) and its claim-publish-commit pass (the claim's
+rows in hand, Kafka's last acknowledgement, the commit); the child hands its times back
+in a file when it ends. P0 rows are committed one by one at ``--rate``/s on topics
 with LogAppendTime; for each row, p50 and p99 of:
 
 - **insert+commit**: the INSERT and its COMMIT as the client sees them;
@@ -30,13 +32,18 @@ publishes, so its CPU is the relay's and more; every time is a wall-clock time.
 from __future__ import annotations
 
 import argparse
+import functools
+import os
+import pickle
 import statistics
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from typing import Any
 
 import psycopg
@@ -47,8 +54,9 @@ from results import record
 
 import mailbus.relay.relay as relay_module
 from mailbus.kernel.settings import load_settings
+from mailbus.relay.p0_process import LaneArgs, P0LaneProcess, run_lane
 from mailbus.relay.publisher import OutgoingMessage, PointerPublisher
-from mailbus.relay.relay import EVENTS, P0_POINTERS, Relay
+from mailbus.relay.relay import EVENTS, Relay
 from mailbus.relay.workers import PointerWorkers
 from mailbus.schemas.codec import send_pointer_codec
 
@@ -111,27 +119,48 @@ def timed_passes(times: PassTimes) -> Iterator[None]:
         relay_module.publish_claimed = one_pass
 
 
+def timed_p0_lane(path: str, conn: Connection, args: LaneArgs) -> None:
+    """The P0 lane's child process, its passes timed; its times pickled to ``path`` at its
+    end."""
+    threading.current_thread().name = P0_THREAD
+    times = PassTimes()
+    try:
+        with timed_passes(times):
+            run_lane(conn, args)
+    finally:
+        with open(path, "wb") as out:
+            pickle.dump(times, out)
+
+
 @contextmanager
-def relay_lanes(bench: Bench) -> Iterator[None]:
-    """The lanes of one ``mailbus relay``, each in a thread of this process."""
+def relay_lanes(bench: Bench, times: PassTimes) -> Iterator[None]:
+    """The lanes of one ``mailbus relay``: the P0 lane's process, the others' threads; the
+    P0 lane's times added to ``times`` once it ended."""
     settings, stop = bench.settings, threading.Event()
     workers = PointerWorkers(settings, p0_lane_apart=True)
-    p0 = Relay(settings, lanes=frozenset({P0_POINTERS}), component="relay.p0")
+    fd, child_times = tempfile.mkstemp(suffix=".pickle")
+    os.close(fd)
+    p0 = P0LaneProcess(settings, target=functools.partial(timed_p0_lane, child_times))
     events = Relay(settings, lanes=frozenset({EVENTS}))
     threads = [
         threading.Thread(target=workers.run, args=(stop,), daemon=True),
-        threading.Thread(target=p0.run, args=(stop,), name=P0_THREAD, daemon=True),
+        threading.Thread(target=p0.run, args=(stop,), daemon=True),
         threading.Thread(target=events.run, args=(stop,), daemon=True),
     ]
     for thread in threads:
         thread.start()
     try:
-        time.sleep(3)  # connected and listening
+        time.sleep(5)  # connected and listening, the child too
         yield
     finally:
         stop.set()
         for thread in threads:
-            thread.join(60)
+            thread.join(70)
+        with open(child_times, "rb") as source:
+            lane: PassTimes = pickle.load(source)
+        os.unlink(child_times)
+        for name in ("wake", "claimed", "acked", "committed", "lane"):
+            getattr(times, name).update(getattr(lane, name))
 
 
 def fan_out(url: str, rows: int) -> None:
@@ -173,7 +202,7 @@ def one_run(rate: int, seconds: int, backlog: int) -> dict[str, list[float]]:
     times, started, returned, appended = PassTimes(), {}, {}, {}
     done = threading.Event()
     try:
-        with timed_passes(times), relay_lanes(bench):
+        with timed_passes(times), relay_lanes(bench, times):
             reader = threading.Thread(
                 target=read_appends,
                 args=(bench.settings.kafka_bootstrap, bench.settings.topic("p0"), done,

@@ -45,7 +45,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TypeVar
 
 import psycopg
@@ -99,6 +99,11 @@ class RelayStats:
     send_events: int = 0  # outcome events acknowledged by Kafka
     batches: int = 0
     unacknowledged: int = 0
+
+    def __add__(self, other: RelayStats) -> RelayStats:
+        return RelayStats(
+            **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
+        )
 
 
 class Relay:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import fields
 
 from mailbus.kernel.settings import Settings
 from mailbus.kernel.tracing import NOOP, Tracer
@@ -72,9 +71,4 @@ class PointerWorkers:
     @property
     def stats(self) -> RelayStats:
         """The workers' counts added up."""
-        total = RelayStats()
-        for relay in self.relays:
-            for field in fields(total):
-                name = field.name
-                setattr(total, name, getattr(total, name) + getattr(relay.stats, name))
-        return total
+        return sum((relay.stats for relay in self.relays), RelayStats())

@@ -1,7 +1,9 @@
-"""A relay running in a thread of the test process, and waiting for what it does."""
+"""A relay running in a thread of the test process, waiting for what it does, and its
+processes."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -10,7 +12,7 @@ from contextlib import contextmanager
 from mailbus.kernel.settings import Settings
 from mailbus.relay.relay import Relay
 
-__all__ = ["relay_thread", "wait_until"]
+__all__ = ["children", "relay_thread", "running", "wait_until"]
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -33,3 +35,26 @@ def relay_thread(settings: Settings) -> Iterator[Relay]:
         stop.set()
         thread.join(timeout=30)
         assert not thread.is_alive()
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # ended meanwhile
+    return found
+
+
+def running(pid: int) -> bool:
+    """A process that neither exited nor is a zombie waiting to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False

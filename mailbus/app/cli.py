@@ -191,8 +191,10 @@ def _print_report(
 
 
 def _relay(settings: Settings, _args: argparse.Namespace) -> int:
+    from mailbus.app.migration_files import available_migrations
     from mailbus.campaigns.pacer import start_pacer_thread
-    from mailbus.relay.relay import EVENTS, P0_POINTERS, Relay
+    from mailbus.relay.p0_process import P0LaneProcess
+    from mailbus.relay.relay import EVENTS, Relay
     from mailbus.relay.workers import PointerWorkers
 
     _check_kafka(settings)
@@ -205,8 +207,9 @@ def _relay(settings: Settings, _args: argparse.Namespace) -> int:
     events_thread = threading.Thread(
         target=events.run, args=(stop,), name="relay-events", daemon=True
     )
-    # P0 alone: a password reset never waits behind a batch of newsletters (relay/relay.py)
-    p0 = Relay(settings, lanes=frozenset({P0_POINTERS}), component="relay.p0", tracer=tracer)
+    # P0 alone, in a process of its own: a password reset never waits behind a batch of
+    # newsletters, nor for the GIL its workers hold (relay/p0_process.py)
+    p0 = P0LaneProcess(settings, tuple(m.version for m in available_migrations()))
     p0_thread = threading.Thread(target=p0.run, args=(stop,), name="relay-p0", daemon=True)
     pacer = start_pacer_thread(settings, stop)  # paces running campaigns (campaigns/pacer.py)
     if settings.metrics_port is not None:
@@ -219,19 +222,18 @@ def _relay(settings: Settings, _args: argparse.Namespace) -> int:
     p0_thread.start()
     relay.run(stop)
     for thread in (events_thread, p0_thread):
-        thread.join(timeout=60)  # a pass cut short is published again by the next relay
+        thread.join(timeout=70)  # a pass cut short is published again by the next relay
     pacer.join(timeout=10)
-    stats = relay.stats
-    published, batches = stats.published + p0.stats.published, stats.batches + p0.stats.batches
+    stats = relay.stats + p0.stats
     logging.getLogger("mailbus.relay").info(
         "relay stopped: %d published in %d batches, %d dead letters, %d outcome events",
-        published,
-        batches,
+        stats.published,
+        stats.batches,
         stats.dead_letters,
         events.stats.send_events,
         extra={
-            "published": published,
-            "batches": batches,
+            "published": stats.published,
+            "batches": stats.batches,
             "dead_letters": stats.dead_letters,
             "outcome_events": events.stats.send_events,
         },

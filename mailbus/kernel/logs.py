@@ -41,6 +41,7 @@ __all__ = [
     "extra_fields",
     "redact",
     "register_secret",
+    "registered_secrets",
 ]
 
 MASK = "***"
@@ -99,6 +100,12 @@ def register_secret(value: str | None) -> None:
     if value and len(value.strip()) >= _MIN_SECRET_LEN:
         with _registered_lock:
             _registered.add(value.strip())
+
+
+def registered_secrets() -> frozenset[str]:
+    """What :func:`register_secret` was given (for a child process's logs)."""
+    with _registered_lock:
+        return frozenset(_registered)
 
 
 def _secret_values() -> list[str]:

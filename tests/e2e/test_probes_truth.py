@@ -1,10 +1,13 @@
 """Probes that tell the truth (issue 35, review 2026-12-06 hole 16): the relay's ``/readyz``
 fails within 30 s of its database being black-holed and recovers once it is back, and
-fails when one of its lane threads died."""
+fails when one of its lane threads died, or its P0 lane's process, until that is started
+again."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import time
 import urllib.error
@@ -15,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 from conftest import Stack
-from relay_runner import wait_until
+from relay_runner import children, wait_until
 from tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.stack
@@ -82,3 +85,31 @@ def test_a_dead_relay_lane_makes_the_relay_unready(stack: Stack) -> None:
     _, document = _readyz(port)
     assert not document["components"]["relay.events"]["ready"]
     stack.kill("relay")
+
+
+def test_a_killed_p0_lane_process_makes_the_relay_unready_until_it_is_restarted(
+    stack: Stack,
+) -> None:
+    port = _free_port()
+    relay = stack.start_relay(MAILBUS_METRICS_PORT=str(port))
+    wait_until(lambda: _readyz(port)[0] == 200, 60, "the relay ready")
+    [lane] = [pid for pid in children(relay.pid) if b"spawn_main" in _cmdline(pid)]
+    os.kill(lane, signal.SIGKILL)
+    wait_until(lambda: _readyz(port)[0] == 503, 30, "/readyz failing with the lane's process")
+    _, document = _readyz(port)
+    assert "exited with code -9" in document["components"]["relay.p0"]["detail"]
+    wait_until(lambda: _readyz(port)[0] == 200, 60, "/readyz ready with a new process")
+    [key] = stack.seed(1, prefix="after", priority="p0")
+
+    def published() -> bool:
+        return stack.query(
+            "SELECT published_at IS NOT NULL FROM email_sends WHERE dedupe_key = %s", key
+        ) == [(True,)]
+
+    wait_until(published, 30, "the new process publishing")
+    assert stack.terminate("relay") == 0
+
+
+def _cmdline(pid: int) -> bytes:
+    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+        return cmdline.read()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from dataclasses import replace
 import psycopg
 import pytest
 from kafka_reader import read_pointers
-from relay_runner import relay_thread, wait_until
+from relay_runner import children, relay_thread, running, wait_until
 from services import REPO, settings_env, stack_script
 
 from mailbus.kernel.settings import Settings
@@ -200,8 +201,16 @@ def test_sigkill_mid_backlog_loses_nothing(settings: Settings) -> None:
         120,
         "part of the backlog",
     )
+    # the P0 lane's process (relay/p0_process.py), and multiprocessing's resource tracker
+    spawned = children(relay.pid)
     relay.send_signal(signal.SIGKILL)
     relay.communicate(timeout=30)
+    assert spawned  # (checked once the relay is gone, so a failure leaves nothing running)
+    try:
+        wait_until(lambda: not any(running(p) for p in spawned), 30, "its processes ended with it")
+    finally:
+        for pid in filter(running, spawned):  # never left running on a shared machine
+            os.kill(pid, signal.SIGKILL)
     at_kill = published(settings.database_url)
     assert at_kill < total, "the relay finished before it was killed; the test proves nothing"
 
