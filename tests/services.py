@@ -85,7 +85,7 @@ def _start_containers(cleanup: ExitStack) -> StackServices:
     )
 
     postgres = cleanup.enter_context(PostgresContainer("postgres:15", driver=None))
-    port = _free_port()
+    port = free_port()
     kafka = DockerContainer(APACHE_KAFKA_IMAGE).with_bind_ports(9092, port)
     for name, value in apache_kafka_env("127.0.0.1", port).items():
         kafka.with_env(name, value)
@@ -113,7 +113,7 @@ def apache_kafka_env(host: str, port: int) -> dict[str, str]:
     }
 
 
-def _free_port() -> int:
+def free_port() -> int:
     # The advertised listener must name the host port before the broker starts, so the
     # port is chosen here rather than by Docker.
     with socket.socket() as probe:

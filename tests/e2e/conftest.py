@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -16,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 from relay_runner import wait_until
-from services import REPO, settings_env
+from services import REPO, free_port, settings_env
 
 from mailbus.kernel.provider_key import provider_key
 from mailbus.kernel.settings import Settings
@@ -63,8 +64,18 @@ class Stack:
         self.processes[name] = process
         return process
 
-    def start_relay(self, name: str = "relay", **env: str) -> subprocess.Popen[bytes]:
-        return self.start(name, "relay", **env)
+    def start_relay(
+        self, name: str = "relay", ready: bool = False, **env: str
+    ) -> subprocess.Popen[bytes]:
+        """``ready``: and wait for its /readyz, the P0 lane's own process up too (until then
+        a P0 row waits a second for the pointer workers)."""
+        if ready:
+            env.setdefault("MAILBUS_METRICS_PORT", str(free_port()))
+        process = self.start(name, "relay", **env)
+        if ready:
+            url = f"http://127.0.0.1:{env['MAILBUS_METRICS_PORT']}/readyz"
+            wait_until(lambda: _answers_200(url), 60, f"{name} ready")
+        return process
 
     def start_consumer(
         self, name: str = "consumer", priorities: str = "p0,p1,p2", **env: str
@@ -230,3 +241,15 @@ def stack(settings: Settings, tmp_path: Path) -> Iterator[Stack]:
         deployed.stop_all()
         sandbox.stop()
         time.sleep(0)  # let the sandbox thread finish closing
+
+
+def _answers_200(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return bool(reply.status == 200)
+    except urllib.error.HTTPError as refused:  # 503: not ready yet
+        refused.close()
+        return False
+    except OSError:  # not listening yet
+        return False
+

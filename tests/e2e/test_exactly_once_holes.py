@@ -24,8 +24,9 @@ def seed_sql(stack: Stack, sql_values: str, *params: object) -> None:
 
 
 def start_warm(stack: Stack, **consumer_env: str) -> None:
-    """Relay and consumer running, and one mail through them: timing starts now."""
-    stack.start_relay()
+    """Relay (its P0 lane's process too) and consumer running, and one mail through them:
+    timing starts now."""
+    stack.start_relay(ready=True)
     stack.start_consumer(**consumer_env)
     stack.seed(1, prefix="warm-up")
     wait_until(lambda: stack.statuses()["accepted"] == 1, 60, "the warm-up mail")
