@@ -101,7 +101,10 @@ RETURNING id
 -- reached it) hands its attempt back and leaves no history row. A `failed` whose call
 -- said the address itself is bad (`suppress_source`, e.g. SMTP 550 5.1.1) suppresses the
 -- address as a webhook hard bounce does, in the same statement (widening a bulk-only
--- entry to all mail). The rows are found by `id = ANY(ARRAY(…))`, as in claim_for_send.
+-- entry to all mail). The rows are found by `id = ANY(ARRAY(…))` and locked in id order
+-- first, as in claim_for_send: a campaign's pause waits for them in that order too, and
+-- two statements that lock in one order never deadlock
+-- (schemas/sql/0073_campaign_rows_locked_in_order.sql).
 -- Returns the ids whose decision was recorded.
 WITH decided AS (
     SELECT * FROM jsonb_to_recordset(%(decisions)s::jsonb) AS d (
@@ -109,6 +112,9 @@ WITH decided AS (
         in_doubt_since timestamptz, last_error text, message_id text, latency_ms int, status_code int, provider_code text, dead_letter bool,
         dl_reason text, dl_error text, topic text, kafka_partition int, kafka_offset bigint,
         uncounted bool, suppress_source text)
+), locked AS (
+    SELECT s.id FROM email_sends s WHERE s.id = ANY(ARRAY(SELECT id FROM decided))
+    ORDER BY s.id FOR UPDATE
 ), settled AS (
     UPDATE email_sends s
     SET status = d.status,
@@ -122,7 +128,7 @@ WITH decided AS (
         accepted_at = CASE WHEN d.status = 'accepted' THEN now() ELSE s.accepted_at END,
         lease_until = NULL, lease_token = NULL, published_at = NULL
     FROM decided d
-    WHERE s.id = ANY(ARRAY(SELECT id FROM decided)) AND s.id = d.id
+    WHERE s.id = ANY(ARRAY(SELECT id FROM locked)) AND s.id = d.id
       AND CASE WHEN d.token IS NULL
                THEN s.status = 'pending' AND s.attempts = d.attempt
                ELSE s.status = 'sending' AND s.lease_token = d.token END
