@@ -9,7 +9,7 @@ DOCS_SITE := NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
 export MAILBUS_DATABASE_URL ?= postgresql://mailbus:mailbus@127.0.0.1:5432/mailbus
 export MAILBUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:9092
 
-.PHONY: install constraints stack-up stack-down stack-status demo test test-unit test-client release-check checks lint validate bench bench-report docs docs-site
+.PHONY: install constraints stack-up stack-down stack-status demo test test-unit test-client test-distributions release-check checks lint validate bench bench-report docs docs-site
 
 install:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -c constraints.txt \
@@ -45,13 +45,16 @@ checks: lint
 	PYTHON=$(PYTHON) bash stack/validate.sh
 
 ## The whole test suite against the real broker and database. The checks run while the
-## stack starts (mostly waiting for its JVMs); then two lanes, then the tests that stop a
-## service, alone.
+## stack starts (mostly waiting for its JVMs) and the distributions are tried; then the
+## tests that stop a service, alone, while the broker holds few partitions (a restart
+## loads every one of them: about 40 s once the lanes have made thousands); then three lanes.
 test: install
-	$(MAKE) --no-print-directory -j2 --output-sync=target checks stack-up
-	$(PYTHON) -m pytest -n 3 --dist loadfile -m "not serial"
+	$(MAKE) --no-print-directory -j2 --output-sync=target checks test-distributions
 	$(PYTHON) -m pytest -m serial
-	$(MAKE) --no-print-directory test-client
+	$(PYTHON) -m pytest -n 3 --dist loadfile -m "not serial"
+
+## The slim client's own tests, then the release check (both start the stack).
+test-distributions: test-client
 	$(MAKE) --no-print-directory release-check
 
 ## Both distributions built (sdist and wheel, versioned by the git tag), twine-checked,

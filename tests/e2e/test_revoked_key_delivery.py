@@ -1,10 +1,10 @@
 """A revoked or rotated API key under load is the provider's state, never the mail's
 (docs/providers.md#account-sender-and-quota-replies, docs/runbook.md).
 
-The sandbox refuses our key for 20 s while a backlog drains, answering each dialect's own
-bad-key reply: nothing is ``failed``, no dead letter is written, the breaker opens (so the
-refused calls are a handful, not the backlog retried over and over), and once the key is
-accepted again every mail is accepted exactly once. A key rotated in
+The sandbox refuses our key for REVOKED_S seconds while a backlog drains, answering each
+dialect's own bad-key reply: nothing is ``failed``, no dead letter is written, the breaker
+opens (so the refused calls are a handful, not the backlog retried over and over), and once
+the key is accepted again every mail is accepted exactly once. A key rotated in
 MAILBUS_PROVIDER_API_KEY_FILE is taken up by a running consumer. Each run ends with the
 table agreeing with the provider.
 """
@@ -30,6 +30,7 @@ DIALECTS = {  # a key and a look-up; a key; a look-up; neither
     },
 }
 ROTATED_KEY = "e2e-rotated-key-9876543210"
+REVOKED_S = 8  # long enough for the breaker to open and send its probes
 
 
 def accepted(stack: Stack) -> int:
@@ -37,7 +38,7 @@ def accepted(stack: Stack) -> int:
 
 
 @pytest.mark.parametrize("dialect", sorted(DIALECTS))
-def test_a_key_revoked_for_20s_under_load_fails_nothing(stack: Stack, dialect: str) -> None:
+def test_a_key_revoked_under_load_fails_nothing(stack: Stack, dialect: str) -> None:
     keys = stack.seed(300, prefix=f"revoked-{dialect}")
     stack.set_faults(latency_ms=100)  # about 40 mails a second through 4 slots
     stack.start_relay()
@@ -45,7 +46,7 @@ def test_a_key_revoked_for_20s_under_load_fails_nothing(stack: Stack, dialect: s
     stack.start_consumer(MAILBUS_MAX_IN_FLIGHT="4", MAILBUS_RECOVERY_RATE="0", **DIALECTS[dialect])
     wait_until(lambda: accepted(stack) >= 20, 60, "the backlog draining")
     stack.control("account", {"keys": []})  # the key is revoked
-    time.sleep(20)
+    time.sleep(REVOKED_S)
     during = stack.statuses()
     stack.control("account", {"keys": [API_KEY]})  # and valid again
     assert during["accepted"] < len(keys), "the backlog drained before the key was revoked"
