@@ -1,0 +1,146 @@
+"""The statements that wait for many rows' locks, beside those of
+tests/integration/test_campaign_lock_order.py, take them in one order, so no two of them
+deadlock: each, started while another transaction holds the row that comes first in that
+order, waits for it holding no lock on a row that comes after it (the other transaction's
+next lock, which would close a circle). The heap is made to hold the rows in the other
+order, which a statement locking in the order its plan meets the rows would follow."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+from relay_runner import wait_until
+from test_campaign_lock_order import waiting_for_a_lock
+from transport_security import login_as
+
+from mailbus.app.migrate import apply_roles
+from mailbus.feedback.events import DeliveryEvent
+from mailbus.feedback.store import EventStore
+
+Rows = tuple[int, int]  # two send ids, lower first
+
+
+def waits_holding_nothing_after(
+    database_url: str, hold: str, statement: Callable[[], Any], probe: str
+) -> Any:
+    """Run ``statement`` in a thread while a transaction holds what ``hold`` locks (the
+    first row in lock order), and once it waits, ``probe`` (the next row's lock) with a
+    short lock_timeout; what ``statement`` returned once ``hold`` is released."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = statement()
+        except Exception as exc:  # a deadlock, should its lock order differ
+            outcome["error"] = exc
+
+    with psycopg.connect(database_url) as holder:
+        holder.execute(hold)
+        thread = threading.Thread(target=run)
+        thread.start()
+        wait_until(lambda: waiting_for_a_lock(database_url), 10, "the statement waiting")
+        try:
+            holder.execute("SET LOCAL lock_timeout = '200ms'")
+            holder.execute(probe)
+        except psycopg.errors.LockNotAvailable:
+            pytest.fail(f"the statement held {probe!r} before waiting for {hold!r}")
+        finally:
+            holder.rollback()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert "error" not in outcome, outcome["error"]
+    return outcome["result"]
+
+
+def two_sends_higher_id_first(database_url: str) -> Rows:
+    """Two accepted sends (message ids m-<id>), written again higher id first: every scan
+    of them meets the higher id first."""
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template, status)"
+            " SELECT 'lock-' || n, 'u' || n || '@example.com', 't', 'accepted'"
+            " FROM generate_series(1, 2) n"
+        )
+        conn.execute(
+            "WITH gone AS (DELETE FROM email_sends RETURNING *)"
+            " INSERT INTO email_sends OVERRIDING SYSTEM VALUE"
+            " SELECT * FROM gone ORDER BY id DESC"
+        )
+        conn.execute("UPDATE email_sends SET message_id = 'm-' || id")  # in place: no reorder
+        in_heap = [r[0] for r in conn.execute("SELECT id FROM email_sends ORDER BY ctid")]
+    assert len(in_heap) == 2 and in_heap[0] > in_heap[1]
+    return in_heap[1], in_heap[0]
+
+
+def lock_send(id_: int) -> str:
+    return f"SELECT id FROM email_sends WHERE id = {id_} FOR UPDATE"
+
+
+@pytest.fixture
+def webhooks_url(database_url: str) -> Iterator[str]:
+    apply_roles(database_url)
+    with login_as(database_url, "mailbus_webhooks") as url:
+        yield url
+
+
+def delivered(id_: int) -> DeliveryEvent:
+    return DeliveryEvent(f"ev-{id_}", "delivered", f"m-{id_}", datetime.now(UTC))
+
+
+async def with_store(webhooks_url: str, use: Callable[[EventStore], Any]) -> Any:
+    store = EventStore(webhooks_url, max_connections=1)
+    await store.open()
+    try:
+        return await use(store)
+    finally:
+        await store.close()
+
+
+def test_a_webhook_batch_waiting_for_the_lower_send_holds_no_lock_on_the_higher(
+    database_url: str, webhooks_url: str
+) -> None:
+    """Two receivers (or a receiver and the late-events sweep) updating the same sends."""
+    lower, higher = two_sends_higher_id_first(database_url)
+
+    async def record(store: EventStore) -> list[int]:
+        batch = [store.record("sandbox", delivered(i)) for i in (higher, lower)]
+        return [r.updated for r in await asyncio.gather(*batch)]
+
+    updated = waits_holding_nothing_after(
+        database_url,
+        lock_send(lower),
+        lambda: asyncio.run(with_store(webhooks_url, record)),
+        lock_send(higher),
+    )
+    assert updated == [1, 1]
+
+
+def test_the_late_events_sweep_waiting_for_the_lower_send_holds_no_lock_on_the_higher(
+    database_url: str, webhooks_url: str
+) -> None:
+    lower, higher = two_sends_higher_id_first(database_url)
+    with psycopg.connect(database_url) as conn:  # came before their sends had a message id
+        for i in (higher, lower):
+            conn.execute(
+                "INSERT INTO delivery_events (provider, event_id, type, message_id,"
+                " occurred_at, matched) VALUES ('sandbox', %s, 'delivered', %s, now(), false)",
+                (f"ev-{i}", f"m-{i}"),
+            )
+
+    async def sweep(store: EventStore) -> tuple[int, int]:
+        late = await store.apply_late_events()
+        return late.applied, late.updated
+
+    swept = waits_holding_nothing_after(
+        database_url,
+        lock_send(lower),
+        lambda: asyncio.run(with_store(webhooks_url, sweep)),
+        lock_send(higher),
+    )
+    assert swept == (2, 2)
