@@ -8,6 +8,7 @@ order, which a statement locking in the order its plan meets the rows would foll
 from __future__ import annotations
 
 import asyncio
+import io
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from transport_security import login_as
 from mailbus.app.migrate import apply_roles
 from mailbus.feedback.events import DeliveryEvent
 from mailbus.feedback.store import EventStore
+from mailbus.feedback.suppressions import import_file
 
 Rows = tuple[int, int]  # two send ids, lower first
 
@@ -144,3 +146,29 @@ def test_the_late_events_sweep_waiting_for_the_lower_send_holds_no_lock_on_the_h
         lock_send(higher),
     )
     assert swept == (2, 2)
+
+
+def suppress(address: str) -> str:
+    return (
+        "INSERT INTO email_suppressions (address, reason, source)"
+        f" VALUES ('{address}', 'manual', 'test')"
+    )
+
+
+def test_a_suppression_import_waiting_for_the_lower_address_holds_none_after_it(
+    database_url: str,
+) -> None:
+    """An import batch and a webhook or the consumer suppressing the same addresses, each
+    waiting (ON CONFLICT DO NOTHING too) for the other's uncommitted entry: every writer of
+    many suppressions inserts them in lower(address) order."""
+
+    def import_higher_first() -> int:
+        with psycopg.connect(database_url) as conn:
+            lines = io.StringIO("email\nzed@example.com\nann@example.com\n")
+            summary = import_file(conn, lines, reason="manual", source="import", on_invalid=print)
+        return summary.added
+
+    added = waits_holding_nothing_after(
+        database_url, suppress("ann@example.com"), import_higher_first, suppress("zed@example.com")
+    )
+    assert added == 2
