@@ -24,6 +24,7 @@ from mailbus.app.migrate import apply_roles
 from mailbus.feedback.events import DeliveryEvent
 from mailbus.feedback.store import EventStore
 from mailbus.feedback.suppressions import import_file
+from mailbus_client.sqlfiles import load_queries
 
 Rows = tuple[int, int]  # two send ids, lower first
 
@@ -172,3 +173,39 @@ def test_a_suppression_import_waiting_for_the_lower_address_holds_none_after_it(
         database_url, suppress("ann@example.com"), import_higher_first, suppress("zed@example.com")
     )
     assert added == 2
+
+
+def test_a_relay_prune_skips_the_events_another_prune_holds(database_url: str) -> None:
+    """Every relay with the events lane prunes the same published events: each skips those
+    another holds instead of holding some and waiting for the rest."""
+    with psycopg.connect(database_url) as conn:  # the higher id first in the heap
+        conn.execute(
+            "INSERT INTO email_send_events (id, send_id, dedupe_key, template, event, status,"
+            " occurred_at, published_at) OVERRIDING SYSTEM VALUE"
+            " SELECT id, id, 'k-' || id, 't', 'accepted', 'accepted', now(),"
+            " now() - interval '2 days' FROM unnest(ARRAY[2, 1]) id"
+        )
+        in_heap = conn.execute("SELECT id FROM email_send_events ORDER BY ctid").fetchall()
+        assert in_heap == [(2,), (1,)]
+    apply_roles(database_url)
+    prune = load_queries("mailbus.relay", "queries.sql")["prune_send_events"]
+    outcome: dict[str, int] = {}
+
+    def prune_as_relay() -> None:
+        with login_as(database_url, "mailbus_relay") as url, psycopg.connect(url) as relay:
+            outcome["deleted"] = relay.execute(prune, {"retention_s": 86400}).rowcount
+
+    with psycopg.connect(database_url) as other:  # another relay's prune, part-way
+        other.execute("SELECT id FROM email_send_events WHERE id = 1 FOR UPDATE")
+        thread = threading.Thread(target=prune_as_relay)
+        thread.start()
+        wait_until(
+            lambda: not thread.is_alive() or waiting_for_a_lock(database_url), 10, "the prune"
+        )
+        waited = waiting_for_a_lock(database_url)
+        other.rollback()
+    thread.join(30)
+    assert not waited, "the prune waited for the event another prune holds"
+    assert outcome == {"deleted": 1}
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT id FROM email_send_events").fetchall() == [(1,)]
