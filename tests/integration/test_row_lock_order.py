@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -17,13 +19,16 @@ from typing import Any
 import psycopg
 import pytest
 from relay_runner import wait_until
+from services import StackServices, database_url_for
 from test_campaign_lock_order import waiting_for_a_lock
 from transport_security import login_as
 
-from mailbus.app.migrate import apply_roles
+from mailbus.app.migrate import apply_migrations, apply_roles
+from mailbus.app.scratch_database import drop_database
 from mailbus.feedback.events import DeliveryEvent
 from mailbus.feedback.store import EventStore
 from mailbus.feedback.suppressions import import_file
+from mailbus.intake.rows import RowWriter
 from mailbus_client.sqlfiles import load_queries
 
 Rows = tuple[int, int]  # two send ids, lower first
@@ -209,3 +214,60 @@ def test_a_relay_prune_skips_the_events_another_prune_holds(database_url: str) -
     assert outcome == {"deleted": 1}
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT id FROM email_send_events").fetchall() == [(1,)]
+
+
+@pytest.fixture
+def linguistic_database_url(services: StackServices) -> Iterator[str]:
+    """A database whose collation is no byte order (ICU en-US: "ann" before "Zed"),
+    migrated: the tests' own are C.UTF-8, where both orders of ASCII keys agree."""
+    name = f"mailbus_test_icu_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(services.database_url, autocommit=True) as admin:
+        admin.execute(
+            f"CREATE DATABASE \"{name}\" LOCALE_PROVIDER icu ICU_LOCALE 'en-US' TEMPLATE template0"
+        )
+    url = database_url_for(services.database_url, name)
+    apply_migrations(url)
+    yield url
+    drop_database(services.database_url, name)
+
+
+def enqueue(key: str) -> str:
+    return (
+        "INSERT INTO email_sends (dedupe_key, to_address, template)"
+        f" VALUES ('{key}', 'u@example.com', 't')"
+    )
+
+
+def test_an_intake_batch_locks_keys_in_the_clients_order_whatever_the_collation(
+    linguistic_database_url: str,
+) -> None:
+    """An intake and a client's enqueue_many inserting the same keys: the client sorts them
+    by the column's collation, "C" (client/mailbus_client/queries.sql), "Zed" before "ann"."""
+    url = linguistic_database_url
+    rows = json.dumps(
+        [
+            {
+                "dedupe_key": key,
+                "to_address": "u@example.com",
+                "template": "t",
+                "priority": "p1",
+                "expire_after_s": 3600.0,
+                "payload_json": {},
+            }
+            for key in ("ann", "Zed")
+        ]
+    )
+
+    def intake() -> tuple[int, int]:
+        writer = RowWriter(url, max_age_s=86400.0)
+
+        async def insert() -> tuple[int, int]:
+            try:
+                return await writer.insert(rows, [])
+            finally:
+                await writer.close()
+
+        return asyncio.run(insert())
+
+    inserted = waits_holding_nothing_after(url, enqueue("Zed"), intake, enqueue("ann"))
+    assert inserted == (2, 0)
