@@ -38,8 +38,9 @@ def waits_holding_nothing_after(
     database_url: str, hold: str, statement: Callable[[], Any], probe: str
 ) -> Any:
     """Run ``statement`` in a thread while a transaction holds what ``hold`` locks (the
-    first row in lock order), and once it waits, ``probe`` (the next row's lock) with a
-    short lock_timeout; what ``statement`` returned once ``hold`` is released."""
+    first row in lock order), and once it waits (or ends: one that skips locked rows never
+    waits), ``probe`` (the holder's next lock) with a short lock_timeout; what
+    ``statement`` returned once ``hold`` is released."""
     outcome: dict[str, Any] = {}
 
     def run() -> None:
@@ -52,18 +53,27 @@ def waits_holding_nothing_after(
         holder.execute(hold)
         thread = threading.Thread(target=run)
         thread.start()
-        wait_until(lambda: waiting_for_a_lock(database_url), 10, "the statement waiting")
+        wait_until(
+            lambda: waiting_for_a_lock(database_url) or not thread.is_alive(),
+            10,
+            "the statement waiting",
+        )
         try:
             holder.execute("SET LOCAL lock_timeout = '200ms'")
             holder.execute(probe)
         except psycopg.errors.LockNotAvailable:
-            pytest.fail(f"the statement held {probe!r} before waiting for {hold!r}")
+            pytest.fail(f"the statement held what {sql(probe)!r} locks while {sql(hold)!r} held")
         finally:
             holder.rollback()
     thread.join(30)
     assert not thread.is_alive()
     assert "error" not in outcome, outcome["error"]
     return outcome["result"]
+
+
+def sql(statement: str) -> str:
+    """``statement`` without its comment lines, on one line."""
+    return " ".join(line for line in statement.splitlines() if not line.startswith("--"))
 
 
 def two_sends_higher_id_first(database_url: str) -> Rows:
@@ -194,24 +204,16 @@ def test_a_relay_prune_skips_the_events_another_prune_holds(database_url: str) -
         assert in_heap == [(2,), (1,)]
     apply_roles(database_url)
     prune = load_queries("mailbus.relay", "queries.sql")["prune_send_events"]
-    outcome: dict[str, int] = {}
 
-    def prune_as_relay() -> None:
+    def prune_as_relay() -> int:
         with login_as(database_url, "mailbus_relay") as url, psycopg.connect(url) as relay:
-            outcome["deleted"] = relay.execute(prune, {"retention_s": 86400}).rowcount
+            return relay.execute(prune, {"retention_s": 86400}).rowcount
 
-    with psycopg.connect(database_url) as other:  # another relay's prune, part-way
-        other.execute("SELECT id FROM email_send_events WHERE id = 1 FOR UPDATE")
-        thread = threading.Thread(target=prune_as_relay)
-        thread.start()
-        wait_until(
-            lambda: not thread.is_alive() or waiting_for_a_lock(database_url), 10, "the prune"
-        )
-        waited = waiting_for_a_lock(database_url)
-        other.rollback()
-    thread.join(30)
-    assert not waited, "the prune waited for the event another prune holds"
-    assert outcome == {"deleted": 1}
+    lock = "SELECT id FROM email_send_events WHERE id = {} FOR UPDATE"
+    deleted = waits_holding_nothing_after(  # another relay's prune, part-way
+        database_url, lock.format(1), prune_as_relay, lock.format(2)
+    )
+    assert deleted == 1
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT id FROM email_send_events").fetchall() == [(1,)]
 
@@ -271,3 +273,35 @@ def test_an_intake_batch_locks_keys_in_the_clients_order_whatever_the_collation(
 
     inserted = waits_holding_nothing_after(url, enqueue("Zed"), intake, enqueue("ann"))
     assert inserted == (2, 0)
+
+
+def test_retention_skips_a_send_whose_dead_letter_a_replay_holds(database_url: str) -> None:
+    """`dlq replay` locks a dead letter, then resets its send; retention's prune of sends
+    locked the send, then waited to delete its letters: a circle."""
+    with psycopg.connect(database_url) as conn:
+        old = "now() - interval '91 days'"  # past the floor of 90 days
+        send_id, letter_id = conn.execute(
+            "WITH s AS (INSERT INTO email_sends (dedupe_key, to_address, template, status,"
+            f" attempts, created_at, updated_at) VALUES ('dead', 'u@example.com', 't', 'failed',"
+            f" 5, {old}, {old}) RETURNING id)"
+            " INSERT INTO email_dead_letters (send_id, reason, created_at, published_at)"
+            f" SELECT id, 'rejected', {old}, {old} FROM s RETURNING send_id, id"
+        ).fetchone() or (0, 0)
+    apply_roles(database_url)
+    replay = load_queries("mailbus.consumer", "dead_letters.sql")
+
+    def prune_sends() -> int:
+        with login_as(database_url, "mailbus_retention") as url, psycopg.connect(url) as conn:
+            row = conn.execute("SELECT mailbus_prune('sends', 90 * 86400, 100)").fetchone()
+        return int(row[0]) if row else -1
+
+    deleted = waits_holding_nothing_after(
+        database_url,
+        replay["mark_replayed"].replace("%(id)s", str(letter_id)),
+        prune_sends,
+        replay["reset_send"].replace("%(send_id)s", str(send_id)),
+    )
+    assert deleted == 0  # kept for the replay, pruned by a later run if it rolls back
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM email_dead_letters").fetchone() == (1,)
+        assert conn.execute("SELECT status FROM email_sends").fetchall() == [("failed",)]
