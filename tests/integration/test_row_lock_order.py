@@ -2,8 +2,9 @@
 tests/integration/test_campaign_lock_order.py, take them in one order, so no two of them
 deadlock: each, started while another transaction holds the row that comes first in that
 order, waits for it holding no lock on a row that comes after it (the other transaction's
-next lock, which would close a circle). The heap is made to hold the rows in the other
-order, which a statement locking in the order its plan meets the rows would follow."""
+next lock, which would close a circle), or skips the rows another holds and waits for
+none. The heap is made to hold the rows in the other order, which a statement locking in
+the order its plan meets the rows would follow."""
 
 from __future__ import annotations
 
@@ -276,17 +277,20 @@ def test_an_intake_batch_locks_keys_in_the_clients_order_whatever_the_collation(
 
 
 def test_retention_skips_a_send_whose_dead_letter_a_replay_holds(database_url: str) -> None:
-    """`dlq replay` locks a dead letter, then resets its send; retention's prune of sends
-    locked the send, then waited to delete its letters: a circle."""
+    """`dlq replay` (and the console's) locks a dead letter, then resets its send, while
+    retention's prune of sends locked the send, then waited to delete its letters: a
+    circle. The prune now leaves the send and its letters for a later run."""
     with psycopg.connect(database_url) as conn:
         old = "now() - interval '91 days'"  # past the floor of 90 days
-        send_id, letter_id = conn.execute(
+        row = conn.execute(
             "WITH s AS (INSERT INTO email_sends (dedupe_key, to_address, template, status,"
             f" attempts, created_at, updated_at) VALUES ('dead', 'u@example.com', 't', 'failed',"
             f" 5, {old}, {old}) RETURNING id)"
             " INSERT INTO email_dead_letters (send_id, reason, created_at, published_at)"
             f" SELECT id, 'rejected', {old}, {old} FROM s RETURNING send_id, id"
-        ).fetchone() or (0, 0)
+        ).fetchone()
+        assert row is not None
+        send_id, letter_id = row
     apply_roles(database_url)
     replay = load_queries("mailbus.consumer", "dead_letters.sql")
 
