@@ -21,6 +21,10 @@
 -- The sends are found by `message_id = ANY(ARRAY(…))`, through its index: joined to the
 -- JSON batch alone (which PostgreSQL always guesses at 100 rows), a table of up to tens of
 -- thousands of rows was scanned whole (tests/integration/test_batch_statement_plans.py).
+-- The sends it updates are locked in id order first, as consumer/queries.sql's settle locks
+-- them: in the order its plan met them, two receivers (or one and apply_late_events)
+-- updating the same sends could each hold one the other waited for ("deadlock detected");
+-- statements that lock in one order never do (tests/integration/test_row_lock_order.py).
 -- Returns one row per event, in batch order: (n, new, matched, updated, suppressed,
 -- traceparent, tracestate), the last two of the first send it matched.
 WITH batch AS (
@@ -54,11 +58,14 @@ WITH batch AS (
     SELECT DISTINCT ON (t.id) t.id, f.n, f.type, f.occurred_at, f.rank
     FROM fresh f JOIN target t ON t.n = f.n
     ORDER BY t.id, f.occurred_at DESC, f.rank DESC
+), locked AS (  -- in id order first
+    SELECT s.id FROM email_sends s WHERE s.id = ANY(ARRAY(SELECT id FROM latest))
+    ORDER BY s.id FOR UPDATE
 ), updated AS (
     UPDATE email_sends s
     SET delivery_status = l.type, last_event_at = l.occurred_at
     FROM latest l
-    WHERE s.id = l.id
+    WHERE s.id = ANY(ARRAY(SELECT id FROM locked)) AND s.id = l.id
       AND (s.last_event_at IS NULL
            OR s.last_event_at < l.occurred_at
            OR (s.last_event_at = l.occurred_at
@@ -140,11 +147,14 @@ WITH picked AS (
     SELECT DISTINCT ON (t.id) t.id, t.type, t.occurred_at, t.rank
     FROM target t
     ORDER BY t.id, t.occurred_at DESC, t.rank DESC
+), locked AS (  -- in id order first, as record_events locks them
+    SELECT s.id FROM email_sends s WHERE s.id = ANY(ARRAY(SELECT id FROM latest))
+    ORDER BY s.id FOR UPDATE
 ), updated AS (
     UPDATE email_sends s
     SET delivery_status = l.type, last_event_at = l.occurred_at
     FROM latest l
-    WHERE s.id = l.id
+    WHERE s.id = ANY(ARRAY(SELECT id FROM locked)) AND s.id = l.id
       AND (s.last_event_at IS NULL
            OR s.last_event_at < l.occurred_at
            OR (s.last_event_at = l.occurred_at

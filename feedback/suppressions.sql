@@ -25,9 +25,14 @@ ORDER BY address LIMIT %(limit)s
 
 -- name: add_batch
 -- One batch of an import; addresses already on the list (or twice in the batch) are kept
--- as they are. Returns one row per address added.
+-- as they are. Inserted in lower(address) order, as every writer of many suppressions
+-- inserts them (feedback/events.sql, consumer/queries.sql settle): DO NOTHING too waits for
+-- another transaction's uncommitted entry of the same address, and in the file's order an
+-- import and a webhook batch could each wait for the other's ("deadlock detected").
+-- Returns one row per address added.
 INSERT INTO email_suppressions (address, reason, source)
 SELECT lower(a.address), coalesce(a.reason, %(default_reason)s), %(source)s
 FROM unnest(%(addresses)s::text[], %(reasons)s::text[]) AS a (address, reason)
+ORDER BY lower(a.address)
 ON CONFLICT (address) DO NOTHING
 RETURNING address

@@ -1,7 +1,10 @@
 -- name: insert_rows
 -- One statement per batch: the rows come as one JSON array (jsonb_to_recordset), each
 -- inserted unless its dedupe key exists, so a replayed or duplicated event is a no-op.
--- Sorted by key, so two intakes inserting overlapping batches lock keys in one order.
+-- Sorted by key in the column's collation, "C" (migration 0017), as the client's
+-- enqueue_many sorts them, so intakes and producers inserting overlapping batches lock
+-- keys in one order (in the database's collation, which need not be C, an intake and a
+-- producer could each wait for a key the other holds).
 -- Expiry counts from the event's occurred_at (else from now()), on the database clock. An
 -- event older than MAILBUS_INTAKE_MAX_AGE (%(max_age_s)s) is recorded, not mailed: its row
 -- is inserted already expired, which also keeps its key from ever being mailed later.
@@ -23,7 +26,7 @@ FROM (
         expire_after_s float8, occurred_at timestamptz, traceparent text, tracestate text
     )
 ) AS r
-ORDER BY r.dedupe_key
+ORDER BY r.dedupe_key COLLATE "C"
 ON CONFLICT (dedupe_key) DO NOTHING
 RETURNING status, id
 

@@ -106,5 +106,13 @@ UPDATE email_send_events SET published_at = NULL WHERE id = ANY(%(ids)s)
 
 -- name: prune_send_events
 -- Published events past their retention (they are on Kafka; the table is not an archive).
+-- Every relay with the events lane prunes the same rows: each locks them in id order and
+-- skips those another holds (it deletes them), as claim_send_events does; in the order
+-- their plans met them, two relays could each hold a row the other waited for.
 DELETE FROM email_send_events
-WHERE published_at < now() - make_interval(secs => %(retention_s)s)
+WHERE id = ANY(ARRAY(
+    SELECT id FROM email_send_events
+    WHERE published_at < now() - make_interval(secs => %(retention_s)s)
+    ORDER BY id
+    FOR UPDATE SKIP LOCKED
+))
