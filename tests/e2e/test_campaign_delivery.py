@@ -14,6 +14,14 @@ from relay_runner import wait_until
 from services import run_mailbus
 
 
+def queued(stack: Stack, campaign_id: int) -> int:
+    [(rows,)] = stack.query(
+        "SELECT count(*) FROM email_sends WHERE campaign_id = %s AND status = 'pending'",
+        campaign_id,
+    )
+    return int(rows)
+
+
 def campaign_requests(stack: Stack, campaign_id: int) -> int:
     prefix = f"campaign-{campaign_id}-user-"
     return sum(
@@ -59,6 +67,9 @@ def test_a_paced_campaign_is_accepted_once_per_recipient(stack: Stack, tmp_path:
     stack.kill("relay")  # SIGKILL the relay and its pacer mid-campaign
     stack.start_relay()
     wait_until(lambda: campaign_requests(stack, campaign_id) >= 25, 60, "25 requests")
+    # On a loaded machine the pacer's ticks come late: the pause waits for a queue, as the
+    # consumer at one call at a time falls behind the pace.
+    wait_until(lambda: queued(stack, campaign_id) >= 10, 60, "10 rows queued")
     paused = run_mailbus("campaign", "pause", str(campaign_id), env=env)
     assert paused.returncode == 0, paused.stderr
     held = int(paused.stdout.strip().rsplit(" ", 1)[-1])
