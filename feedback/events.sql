@@ -49,8 +49,8 @@ WITH batch AS (
            EXISTS (SELECT 1 FROM target t WHERE t.n = b.n), b.detail, b.suppression,
            b.provider_key
     FROM batch b
-    ORDER BY b.n
-    ON CONFLICT (provider, event_id) DO NOTHING
+    ORDER BY b.provider, b.event_id  -- the key's order: two receivers given one provider's
+    ON CONFLICT (provider, event_id) DO NOTHING  -- retries in other orders never deadlock
     RETURNING provider, event_id
 ), fresh AS (
     SELECT b.* FROM batch b JOIN inserted i USING (provider, event_id)

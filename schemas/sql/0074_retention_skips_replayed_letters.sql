@@ -5,8 +5,10 @@
 -- 0053), waiting for the send the prune held: each waited for the other and PostgreSQL
 -- aborted one with "deadlock detected" (tests/integration/test_row_lock_order.py). The
 -- prune now locks the batch's letters SKIP LOCKED too and keeps, for a later batch, every
--- send one of whose letters it could not lock; it never waits for a row. A letter added
--- to a send it has locked waits for the prune (its foreign key's lock on the send).
+-- send one of whose letters it could not lock; it never waits for a row. It picks up to
+-- 100 sends more than the batch, so a kept send does not leave the batch short: a short
+-- batch tells the caller the table is done (consumer/retention.py keep_going). A letter
+-- added to a send it has locked waits for the prune (its foreign key's lock on the send).
 -- 0064's function otherwise as it was.
 -- Lock level: CREATE OR REPLACE FUNCTION reads the catalogue only and keeps the function's
 -- grants (and its ownership and SECURITY DEFINER); writers never wait.
@@ -21,8 +23,8 @@ BEGIN
     PERFORM set_config('mailbus.retention_s', retention_s::text, true);
     IF what = 'sends' THEN
         WITH picked AS (
-            SELECT id FROM email_sends_past_retention
-            ORDER BY updated_at LIMIT batch
+            SELECT id, updated_at FROM email_sends_past_retention
+            ORDER BY updated_at LIMIT batch + 100  -- room for the sends kept below
             FOR UPDATE SKIP LOCKED
         ), letters AS (  -- a letter a replay holds is skipped, not waited for ...
             SELECT d.id, d.send_id FROM email_dead_letters d
@@ -33,6 +35,7 @@ BEGIN
             WHERE NOT EXISTS (SELECT FROM email_dead_letters d
                               WHERE d.send_id = p.id
                                 AND d.id <> ALL(ARRAY(SELECT id FROM letters)))
+            ORDER BY p.updated_at LIMIT batch
         ), replays_gone AS (
             DELETE FROM email_replays r USING letters l, doomed
             WHERE r.dead_letter_id = l.id AND l.send_id = doomed.id

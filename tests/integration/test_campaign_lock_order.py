@@ -95,15 +95,16 @@ def campaign_of_two(database_url: str, mover: Callable[..., int]) -> tuple[int, 
     return campaign_id, rows
 
 
-def waiting_for_a_lock(database_url: str) -> bool:
-    """Whether a session of this test's database waits for a lock (pg_locks: another
-    login's wait_event in pg_stat_activity is hidden from a role without pg_read_all_stats)."""
+def waits_for(database_url: str, holder_pid: int) -> bool:
+    """Whether a session waits for a lock the session ``holder_pid`` holds (pg_locks, which
+    every role reads whole; pg_stat_activity hides another login's wait)."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         row = conn.execute(
-            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
-            " WHERE a.datname = current_database() AND NOT l.granted"
+            "SELECT EXISTS (SELECT FROM pg_locks WHERE NOT granted"
+            " AND %s = ANY(pg_blocking_pids(pid)))",
+            (holder_pid,),
         ).fetchone()
-    return row is not None and row[0] > 0
+    return bool(row and row[0])
 
 
 @pytest.mark.parametrize("mover", [pause, resume, consumer_settle, webhook_settle])
@@ -123,7 +124,8 @@ def test_a_statement_waiting_for_the_lower_id_holds_no_lock_on_the_higher(
         claim.execute("SELECT id FROM email_sends WHERE id = %s FOR UPDATE", (lower,))
         mover_thread = threading.Thread(target=move)
         mover_thread.start()
-        wait_until(lambda: waiting_for_a_lock(database_url), 10, "the statement waiting")
+        holder = claim.info.backend_pid
+        wait_until(lambda: waits_for(database_url, holder), 10, "the statement waiting")
         try:  # the claim's next lock: free, or the two would wait for each other
             claim.execute("SELECT id FROM email_sends WHERE id = %s FOR UPDATE NOWAIT", (higher,))
         except psycopg.errors.LockNotAvailable:

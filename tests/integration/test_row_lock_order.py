@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from relay_runner import wait_until
 from services import StackServices, database_url_for
-from test_campaign_lock_order import waiting_for_a_lock
+from test_campaign_lock_order import waits_for
 from transport_security import login_as
 
 from mailbus.app.migrate import apply_migrations, apply_roles
@@ -55,7 +55,7 @@ def waits_holding_nothing_after(
         thread = threading.Thread(target=run)
         thread.start()
         wait_until(
-            lambda: waiting_for_a_lock(database_url) or not thread.is_alive(),
+            lambda: waits_for(database_url, holder.info.backend_pid) or not thread.is_alive(),
             10,
             "the statement waiting",
         )
@@ -138,6 +138,34 @@ def test_a_webhook_batch_waiting_for_the_lower_send_holds_no_lock_on_the_higher(
         lock_send(higher),
     )
     assert updated == [1, 1]
+
+
+def record_event(event_id: str) -> str:
+    return (
+        "INSERT INTO delivery_events (provider, event_id, type, message_id, occurred_at,"
+        f" matched) VALUES ('sandbox', '{event_id}', 'delivered', 'm-x', now(), false)"
+    )
+
+
+def test_a_webhook_batch_inserts_its_events_in_the_keys_order(
+    database_url: str, webhooks_url: str
+) -> None:
+    """Two receivers given one provider's retries of the same events in other orders: each
+    waits (ON CONFLICT DO NOTHING too) for the other's uncommitted event unless both insert
+    them in the key's order."""
+
+    async def record(store: EventStore) -> list[bool]:
+        events = [DeliveryEvent(e, "delivered", "m-x", datetime.now(UTC)) for e in ("ev-b", "ev-a")]
+        batch = [store.record("sandbox", event) for event in events]
+        return [r.new for r in await asyncio.gather(*batch)]
+
+    new = waits_holding_nothing_after(
+        database_url,
+        record_event("ev-a"),
+        lambda: asyncio.run(with_store(webhooks_url, record)),
+        record_event("ev-b"),
+    )
+    assert new == [True, True]  # the holder rolled back: both are this batch's
 
 
 def test_the_late_events_sweep_waiting_for_the_lower_send_holds_no_lock_on_the_higher(
@@ -279,33 +307,40 @@ def test_an_intake_batch_locks_keys_in_the_clients_order_whatever_the_collation(
 def test_retention_skips_a_send_whose_dead_letter_a_replay_holds(database_url: str) -> None:
     """`dlq replay` (and the console's) locks a dead letter, then resets its send, while
     retention's prune of sends locked the send, then waited to delete its letters: a
-    circle. The prune now leaves the send and its letters for a later run."""
+    circle. The prune now leaves the send and its letters for a later run, and its batch
+    is still full (a short one ends the run): the next send past retention takes the
+    place."""
     with psycopg.connect(database_url) as conn:
-        old = "now() - interval '91 days'"  # past the floor of 90 days
+        older, old = "now() - interval '92 days'", "now() - interval '91 days'"  # floor: 90
         row = conn.execute(
             "WITH s AS (INSERT INTO email_sends (dedupe_key, to_address, template, status,"
             f" attempts, created_at, updated_at) VALUES ('dead', 'u@example.com', 't', 'failed',"
-            f" 5, {old}, {old}) RETURNING id)"
+            f" 5, {older}, {older}) RETURNING id)"
             " INSERT INTO email_dead_letters (send_id, reason, created_at, published_at)"
-            f" SELECT id, 'rejected', {old}, {old} FROM s RETURNING send_id, id"
+            f" SELECT id, 'rejected', {older}, {older} FROM s RETURNING send_id, id"
         ).fetchone()
         assert row is not None
         send_id, letter_id = row
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template, status, attempts,"
+            f" created_at, updated_at) VALUES ('sent', 'v@example.com', 't', 'accepted', 1,"
+            f" {old}, {old})"
+        )
     apply_roles(database_url)
     replay = load_queries("mailbus.consumer", "dead_letters.sql")
 
-    def prune_sends() -> int:
+    def prune_a_batch_of_one() -> int:
         with login_as(database_url, "mailbus_retention") as url, psycopg.connect(url) as conn:
-            row = conn.execute("SELECT mailbus_prune('sends', 90 * 86400, 100)").fetchone()
+            row = conn.execute("SELECT mailbus_prune('sends', 90 * 86400, 1)").fetchone()
         return int(row[0]) if row else -1
 
     deleted = waits_holding_nothing_after(
         database_url,
         replay["mark_replayed"].replace("%(id)s", str(letter_id)),
-        prune_sends,
+        prune_a_batch_of_one,
         replay["reset_send"].replace("%(send_id)s", str(send_id)),
     )
-    assert deleted == 0  # kept for the replay, pruned by a later run if it rolls back
+    assert deleted == 1  # the newer send, in the place of the one kept for the replay
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT count(*) FROM email_dead_letters").fetchone() == (1,)
-        assert conn.execute("SELECT status FROM email_sends").fetchall() == [("failed",)]
+        assert conn.execute("SELECT dedupe_key FROM email_sends").fetchall() == [("dead",)]
