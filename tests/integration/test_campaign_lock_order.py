@@ -12,13 +12,12 @@ circle."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
-from relay_runner import wait_until
+from lock_order import waits_holding_nothing_after
 from test_campaigns import audience_csv, create
 
 from mailbus.campaigns.pacer import Pacer
@@ -95,43 +94,16 @@ def campaign_of_two(database_url: str, mover: Callable[..., int]) -> tuple[int, 
     return campaign_id, rows
 
 
-def waits_for(database_url: str, holder_pid: int) -> bool:
-    """Whether a session waits for a lock the session ``holder_pid`` holds (pg_locks, which
-    every role reads whole; pg_stat_activity hides another login's wait)."""
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT EXISTS (SELECT FROM pg_locks WHERE NOT granted"
-            " AND %s = ANY(pg_blocking_pids(pid)))",
-            (holder_pid,),
-        ).fetchone()
-    return bool(row and row[0])
-
-
 @pytest.mark.parametrize("mover", [pause, resume, consumer_settle, webhook_settle])
 def test_a_statement_waiting_for_the_lower_id_holds_no_lock_on_the_higher(
     database_url: str, mover: Callable[[str, int, Rows], int]
 ) -> None:
     campaign_id, (lower, higher) = campaign_of_two(database_url, mover)
-    outcome: dict[str, Any] = {}
-
-    def move() -> None:
-        try:
-            outcome["rows"] = mover(database_url, campaign_id, (lower, higher))
-        except Exception as exc:  # a deadlock, should its lock order differ
-            outcome["error"] = exc
-
-    with psycopg.connect(database_url) as claim:  # a consumer's claim: id order
-        claim.execute("SELECT id FROM email_sends WHERE id = %s FOR UPDATE", (lower,))
-        mover_thread = threading.Thread(target=move)
-        mover_thread.start()
-        holder = claim.info.backend_pid
-        wait_until(lambda: waits_for(database_url, holder), 10, "the statement waiting")
-        try:  # the claim's next lock: free, or the two would wait for each other
-            claim.execute("SELECT id FROM email_sends WHERE id = %s FOR UPDATE NOWAIT", (higher,))
-        except psycopg.errors.LockNotAvailable:
-            pytest.fail(f"{mover.__name__} locked id {higher} before waiting for id {lower}")
-        finally:
-            claim.rollback()
-    mover_thread.join(30)
-    assert not mover_thread.is_alive()
-    assert outcome == {"rows": 2}
+    lock = "SELECT id FROM email_sends WHERE id = {} FOR UPDATE"
+    rows = waits_holding_nothing_after(  # a consumer's claim, which locks in id order
+        database_url,
+        lock.format(lower),
+        lambda: mover(database_url, campaign_id, (lower, higher)),
+        lock.format(higher),
+    )
+    assert rows == 2

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -19,9 +18,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from relay_runner import wait_until
+from lock_order import waits_holding_nothing_after
 from services import StackServices, database_url_for
-from test_campaign_lock_order import waits_for
 from transport_security import login_as
 
 from mailbus.app.migrate import apply_migrations, apply_roles
@@ -33,48 +31,6 @@ from mailbus.intake.rows import RowWriter
 from mailbus_client.sqlfiles import load_queries
 
 Rows = tuple[int, int]  # two send ids, lower first
-
-
-def waits_holding_nothing_after(
-    database_url: str, hold: str, statement: Callable[[], Any], probe: str
-) -> Any:
-    """Run ``statement`` in a thread while a transaction holds what ``hold`` locks (the
-    first row in lock order), and once it waits (or ends: one that skips locked rows never
-    waits), ``probe`` (the holder's next lock) with a short lock_timeout; what
-    ``statement`` returned once ``hold`` is released."""
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = statement()
-        except Exception as exc:  # a deadlock, should its lock order differ
-            outcome["error"] = exc
-
-    with psycopg.connect(database_url) as holder:
-        holder.execute(hold)
-        thread = threading.Thread(target=run)
-        thread.start()
-        wait_until(
-            lambda: waits_for(database_url, holder.info.backend_pid) or not thread.is_alive(),
-            10,
-            "the statement waiting",
-        )
-        try:
-            holder.execute("SET LOCAL lock_timeout = '200ms'")
-            holder.execute(probe)
-        except psycopg.errors.LockNotAvailable:
-            pytest.fail(f"the statement held what {sql(probe)!r} locks while {sql(hold)!r} held")
-        finally:
-            holder.rollback()
-    thread.join(30)
-    assert not thread.is_alive()
-    assert "error" not in outcome, outcome["error"]
-    return outcome["result"]
-
-
-def sql(statement: str) -> str:
-    """``statement`` without its comment lines, on one line."""
-    return " ".join(line for line in statement.splitlines() if not line.startswith("--"))
 
 
 def two_sends_higher_id_first(database_url: str) -> Rows:
