@@ -20,11 +20,9 @@ import struct
 import time
 from collections.abc import Callable, Iterable
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastavro
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from mailbus.kernel.errors import CodecError, ConfigError, SchemaUnavailable
 from mailbus.kernel.settings import Settings
@@ -39,6 +37,9 @@ from .codec import (
     send_pointer_codec,
     shipped_schema,
 )
+
+if TYPE_CHECKING:  # imported where a registry is used: ~0.15 s of httpx and authlib
+    from confluent_kafka.schema_registry import SchemaRegistryClient
 
 __all__ = [
     "RegistryCodec",
@@ -77,6 +78,8 @@ def registry_client(url: str, auth: str = "", ca_file: str | None = None) -> Sch
         conf["basic.auth.user.info"] = auth
     if ca_file is not None:
         conf["ssl.ca.location"] = ca_file
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
     return SchemaRegistryClient(conf)
 
 
@@ -129,6 +132,8 @@ class RegistryWriters:
         return read_body(value, _HEADER_LENGTH, self.get(schema_id), reader)
 
     def _fetch(self, schema_id: int) -> Any:
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
         try:
             found = self._client.get_schema(schema_id)
         except SchemaRegistryError as exc:  # 404: a schema registered after this build
@@ -172,6 +177,9 @@ class RegistryCodec:
 
 def register(client: SchemaRegistryClient, schema_json: str, topic: str) -> int:
     """Register ``schema_json`` under ``{topic}-value`` with BACKWARD compatibility; its id."""
+    from confluent_kafka.schema_registry import Schema
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
     name = subject(topic)
     try:
         _require_compatibility(client, name)
@@ -189,6 +197,8 @@ def register(client: SchemaRegistryClient, schema_json: str, topic: str) -> int:
 def _require_compatibility(client: SchemaRegistryClient, name: str) -> None:
     """Set the subject's BACKWARD rule. Processes starting together race to create it; a
     loser hears 409 "already exists" (Apicurio) and accepts the rule the winner set."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
     try:
         client.set_compatibility(subject_name=name, level=COMPATIBILITY)
     except SchemaRegistryError as exc:

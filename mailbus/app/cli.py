@@ -39,7 +39,9 @@ DEFAULT_RETENTION_BUDGET_S = 50 * 60.0  # an hourly schedule leaves slack for th
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its exit status by the kind of error (mailbus/app/exit_codes.py)."""
     words = list(sys.argv[1:] if argv is None else argv)
-    parser = _build_parser()
+    # the sandbox's options import every provider's imitation (~0.3 s of a start): only
+    # a command line that may name it, or a completion script, needs them
+    parser = _build_parser(sandbox_options=not {"sandbox", "completion"}.isdisjoint(words))
     try:
         args = parser.parse_args(words)
     except UsageError as exc:  # a command given --json (or --js, argparse's abbreviation)
@@ -443,9 +445,15 @@ def _suppress(settings: Settings, args: argparse.Namespace) -> int:
     return suppressions.run_import(settings, args.file, args.reason, source, args.json)
 
 
-def _add_sandbox_command(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """The fake provider of the tests and the demo: in a checkout, not in the wheel."""
+def _add_sandbox_command(
+    command: Callable[..., argparse.ArgumentParser], with_options: bool
+) -> None:
+    """The fake provider of the tests and the demo: in a checkout, not in the wheel. Its
+    options only ``with_options``: a parser for any other command lists it by name."""
     text = "run the fault-injectable sandbox email API (a checkout only)"
+    if not with_options:
+        command("sandbox", _sandbox, text)
+        return
     if importlib.util.find_spec("mailbus.sandbox") is None:
         absent = command("sandbox", _no_sandbox, text)
         absent.add_argument("options", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -458,7 +466,7 @@ def _add_sandbox_command(command: Callable[..., argparse.ArgumentParser]) -> Non
     add_sandbox_arguments(sandbox)
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(sandbox_options: bool = True) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = _Parser(
         prog="mailbus",
         description=f"Exactly-once email over a PostgreSQL outbox and Kafka.\n{summary()}",
@@ -539,7 +547,7 @@ def _build_parser() -> argparse.ArgumentParser:
     from mailbus.campaigns.commands import add_campaign_commands
 
     add_campaign_commands(commands)
-    _add_sandbox_command(command)
+    _add_sandbox_command(command, sandbox_options)
     text = "print a shell completion script (bash or zsh)"
     completion = commands.add_parser(
         "completion",
