@@ -39,6 +39,18 @@ def test_a_command_imports_neither_the_sandbox_nor_the_registry_client(command: 
     assert imported_by(command, "--help") == "[]"
 
 
+def test_the_processes_import_no_registry_client_until_a_registry_is_configured() -> None:
+    probe = (
+        "import sys, mailbus.relay.relay, mailbus.relay.p0_process, mailbus.consumer.runner,"
+        " mailbus.intake.app; print(sorted(m for m in sys.modules"
+        " if m.startswith(('confluent_kafka.schema_registry', 'authlib'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
 def test_the_sandbox_command_still_has_its_options() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "mailbus", "sandbox", "--help"],
