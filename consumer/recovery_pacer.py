@@ -9,6 +9,7 @@ not hold sends back (the cap protects reputation, it is not a guarantee the tabl
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -46,19 +47,29 @@ class RecoveryPacer:
         self._conn: psycopg.AsyncConnection | None = None
         self._elapsed_at: tuple[float | None, float] = (None, -1e18)  # (elapsed, read at)
         self._held = HeldTokens()
+        # held while the ramp starts: a send asking meanwhile would read "no ramp" (cached
+        # for a second) and go out uncapped
+        self._starting = asyncio.Lock()
 
     async def start(self) -> None:
-        """A breaker closed after an outage: restart the ramp for every process."""
-        try:
-            await self._run("start_recovery")
-            self._elapsed_at = (0.0, self._clock())
-            self._held.drop()
-            log.warning("provider recovered: sends capped, ramping up (MAILBUS_RECOVERY_RATE)")
-        except psycopg.Error as exc:
-            log.warning("cannot start the recovery ramp: %s", exc)
+        """A breaker closed after an outage: restart the ramp for every process. This
+        process's sends that ask for a token meanwhile wait for the start."""
+        async with self._starting:
+            try:
+                await self._run("start_recovery")
+                self._elapsed_at = (0.0, self._clock())
+                self._held.drop()
+                log.warning(
+                    "provider recovered: sends capped, ramping up (MAILBUS_RECOVERY_RATE)"
+                )
+            except psycopg.Error as exc:
+                log.warning("cannot start the recovery ramp: %s", exc)
 
     async def acquire(self, p0: bool) -> None:
         """Wait until one send may go out under the recovery cap (at once when no ramp)."""
+        if self._starting.locked():
+            async with self._starting:
+                pass  # the ramp is being started: its cap applies to this send
 
         async def take() -> tuple[int, float] | None:
             rate = recovery_rate(self.policy, await self._elapsed())

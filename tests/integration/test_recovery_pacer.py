@@ -49,6 +49,32 @@ def test_two_processes_together_stay_under_the_ramp(database_url: str) -> None:
     assert granted <= allowed_between(POLICY, 0.0, elapsed) + 2 * max(1, int(RATE // 20))
 
 
+def test_sends_asked_for_while_the_ramp_starts_are_capped_by_it(database_url: str) -> None:
+    """The breaker closed: the first send starts the ramp, and the others that ask while
+    its statement runs wait for it. They had read "no ramp" a moment before (kept for a
+    second) and went out uncapped: five sends before the ramp's start where four may go,
+    in a CI run of tests/e2e/test_recovery.py."""
+
+    async def scenario() -> tuple[int, float]:
+        pacer = RecoveryPacer(database_url, "http://provider", POLICY)
+        try:
+            await pacer.acquire(p0=False)  # no ramp: read, and remembered for a second
+            starting = asyncio.ensure_future(pacer.start())
+            sends = [asyncio.ensure_future(pacer.acquire(p0=False)) for _ in range(30)]
+            await starting
+            done, waiting = await asyncio.wait(sends, timeout=0.5)
+            for send in waiting:
+                send.cancel()
+            await asyncio.gather(*waiting, return_exceptions=True)
+            rows = await pacer._run("recovery_elapsed")
+            return len(done), float(str(rows[0][0]))
+        finally:
+            await pacer.close()
+
+    granted, elapsed = asyncio.run(scenario())
+    assert granted <= allowed_between(POLICY, 0.0, elapsed) + max(1, int(RATE // 20))
+
+
 def test_p0_sends_take_the_tokens_while_they_wait(database_url: str) -> None:
     async def scenario() -> list[str]:
         p0, p1 = (RecoveryPacer(database_url, "http://provider", POLICY) for _ in range(2))
