@@ -67,9 +67,8 @@ class RecoveryPacer:
 
     async def acquire(self, p0: bool) -> None:
         """Wait until one send may go out under the recovery cap (at once when no ramp)."""
-        if self._starting.locked():
-            async with self._starting:
-                pass  # the ramp is being started: its cap applies to this send
+        async with self._starting:
+            pass  # a ramp being started: its cap applies to this send
 
         async def take() -> tuple[int, float] | None:
             rate = recovery_rate(self.policy, await self._elapsed())
