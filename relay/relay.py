@@ -34,8 +34,9 @@ the pointer's Kafka headers of the same names (docs/guides/tracing.md): the row'
 with an exporter, that of the pointer's ``send`` span, a child of the row's.
 Between passes the relay sleeps until a NOTIFY on its lanes' channels (inserts of sends,
 P0 ones on their own channel, and of dead letters; recorded outcome events), the next
-row's ``next_try_at``, or the polling
-interval, whichever comes first; the event lane then waits until
+row's ``next_try_at`` (:mod:`mailbus.relay.next_due`), or the polling
+interval, whichever comes first; the pointer workers of one process answer each
+notification once (:mod:`mailbus.relay.standby`); the event lane then waits until
 :data:`~mailbus.relay.events.GATHER_S` has passed since its last pass began, so the events
 of many settles go out in one pass.
 """
@@ -59,7 +60,9 @@ from mailbus.kernel.tracing import NOOP, Tracer
 from mailbus.relay.batch import BatchResult, Outbox, publish_claimed
 from mailbus.relay.dead_letters import dead_letter_outbox
 from mailbus.relay.events import RETENTION_S, gather_left, prune_due, send_event_outbox
+from mailbus.relay.next_due import NextDue
 from mailbus.relay.publisher import OutgoingMessage, PointerPublisher, PublishError
+from mailbus.relay.standby import Standby
 from mailbus.schemas.codec import SendPointer
 from mailbus.schemas.registry import pointer_codec
 from mailbus_client.sqlfiles import load_queries
@@ -97,7 +100,8 @@ class RelayStats:
     published: int = 0  # send pointers acknowledged by Kafka
     dead_letters: int = 0  # DLQ records acknowledged by Kafka
     send_events: int = 0  # outcome events acknowledged by Kafka
-    batches: int = 0
+    batches: int = 0  # claims that took rows
+    passes: int = 0  # claims made, whether they took rows or not
     unacknowledged: int = 0
 
     def __add__(self, other: RelayStats) -> RelayStats:
@@ -115,13 +119,17 @@ class Relay:
         component: str | None = None,
         tracer: Tracer = NOOP,
         p0_lane_apart: bool = False,
+        standby: Standby | None = None,
     ) -> None:
         """``component``: its name in ``/readyz``; by default ``relay`` for a relay with the
         pointer lane, ``relay.events`` for the event lane alone. ``tracer``: a ``send`` span
         per pointer, under its row's trace context (docs/guides/tracing.md). ``p0_lane_apart``:
         a P0 lane runs beside this relay's pointer lane, which new P0 sends then do not wake
-        and which leaves them to that lane for their first second (``claim_due_beside_p0``)."""
+        and which leaves them to that lane for their first second (``claim_due_beside_p0``).
+        ``standby``: what the pointer workers of its process have answered; a notification
+        another of them answered is passed by (relay/standby.py)."""
         self.settings = settings
+        self._standby = standby
         self.tracer = tracer
         self.lanes = lanes
         self._channels = sorted(
@@ -148,6 +156,7 @@ class Relay:
         self._send_events = send_event_outbox(settings, self._queries)
         self._pruned_at: float | None = None
         self._pass_started: float | None = None  # monotonic
+        self._next_due = NextDue(self._seconds_until_next_due)
         self._conn: psycopg.Connection | None = None
         self._listener: psycopg.Connection | None = None
 
@@ -246,6 +255,7 @@ class Relay:
             self._publisher,
             stop,
         )
+        self.stats.passes += 1
         if result.claimed:
             self.stats.batches += 1
         for topic, count in result.acknowledged_by_topic.items():
@@ -283,22 +293,27 @@ class Relay:
         )
 
     def _wait_for_work(self, stop: threading.Event) -> None:
-        conn = self._require_connection()
         timeout = self.settings.relay_poll_interval
         if self.lanes & _SEND_LANES:  # a retry coming due is only a send lane's business
-            row = conn.execute(self._queries["seconds_until_next_due"]).fetchone()
-            if row is not None and row[0] is not None:
-                timeout = max(0.0, min(timeout, float(row[0])))
-        assert self._listener is not None
-        deadline = time.monotonic() + timeout
-        # Short slices so SIGTERM is honoured promptly.
-        while not stop.is_set() and (remaining := deadline - time.monotonic()) > 0:
-            if any(
-                True for _ in self._listener.notifies(timeout=min(remaining, 0.25), stop_after=1)
-            ):
-                break
+            due = self._next_due.seconds_left()
+            if due is not None:
+                timeout = min(timeout, due)
+        self._wait_for_notification(stop, time.monotonic() + timeout)
         if not self.lanes & _SEND_LANES:  # outcome events: gather the settles of a moment
             stop.wait(gather_left(time.monotonic(), self._pass_started))
+
+    def _wait_for_notification(self, stop: threading.Event, deadline: float) -> None:
+        assert self._listener is not None
+        # Short slices so SIGTERM is honoured promptly.
+        while not stop.is_set() and (remaining := deadline - time.monotonic()) > 0:
+            for notification in self._listener.notifies(timeout=min(remaining, 0.25), stop_after=1):
+                if self._standby is None or self._standby.answer(notification.payload):
+                    return
+
+    def _seconds_until_next_due(self) -> float | None:
+        row = self._require_connection().execute(self._queries["seconds_until_next_due"])
+        left = row.fetchone()
+        return None if left is None or left[0] is None else float(left[0])
 
     def _connect(self) -> None:
         if self._conn is None:

@@ -6,6 +6,8 @@ waits for Kafka, PostgreSQL has nothing to do, and the other way round.
 ``MAILBUS_RELAY_WORKERS`` workers overlap those waits: each is a pointer-lane ``Relay`` in
 a thread of its own, with its own connections, producer and LISTEN, and ``FOR UPDATE SKIP
 LOCKED`` hands each its own rows, so one worker claims while another waits for its acks.
+A NOTIFY is answered by the first worker to take it (relay/standby.py), so at a light rate
+one pass is made per new send, not one per worker.
 
 That is what several relay processes sharing a table already do, so every guarantee of one
 relay holds per worker: a crash before a commit rolls that batch's marks back (the rows
@@ -23,6 +25,7 @@ from mailbus.kernel.settings import Settings
 from mailbus.kernel.tracing import NOOP, Tracer
 from mailbus.relay.publisher import PointerPublisher
 from mailbus.relay.relay import POINTERS, Relay, RelayStats
+from mailbus.relay.standby import Standby
 
 __all__ = ["PointerWorkers"]
 
@@ -40,6 +43,7 @@ class PointerWorkers:
         """``publisher``: makes each worker's producer; by default the relay's own.
         ``tracer``: the pointers' ``send`` spans. ``p0_lane_apart``: a P0 lane runs beside
         them, so new P0 sends do not wake them."""
+        standby = Standby()  # a NOTIFY wakes one waiting worker's pass, not every one's
         self.relays = [
             Relay(
                 settings,
@@ -48,6 +52,7 @@ class PointerWorkers:
                 component="relay" if n == 1 else f"relay.{n}",  # for /readyz
                 tracer=tracer,
                 p0_lane_apart=p0_lane_apart,
+                standby=standby,
             )
             for n in range(1, settings.relay_workers + 1)
         ]

@@ -119,3 +119,27 @@ def test_workers_publish_and_mark_every_row_of_a_backlog(settings: Settings) -> 
         assert idle_in_transaction == (0,)
     seen = read_pointers(settings.kafka_bootstrap, send_topics(settings), total, timeout=60)
     assert len(seen) == total  # every row's pointer is on its priority topic
+
+
+def test_a_new_send_wakes_one_worker_not_each(settings: Settings) -> None:
+    """Sends committed one at a time: each is answered by one worker's pass (a claim of
+    sends and one of dead letters), and none waits for the polling interval."""
+    sends, gap_s = 20, 0.1
+    two = replace(settings, relay_workers=2, relay_poll_interval=30.0)
+    workers = PointerWorkers(two)
+    with running(workers):
+        wait_until(lambda: workers.stats.passes >= 4, 10, "each worker's first pass")
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            for n in range(sends):
+                conn.execute(
+                    "INSERT INTO email_sends (dedupe_key, to_address, template)"
+                    " VALUES (%s, %s, 'welcome')",
+                    (f"one-{n}", f"u{n}@example.com"),
+                )
+                time.sleep(gap_s)
+        wait_until(lambda: unpublished(settings.database_url) == 0, 5, "every send published")
+    assert workers.stats.published == sends
+    first, answering = 4, 2 * sends  # each worker's first pass; one worker's per send
+    # Every worker answering every send would be 4 * sends; a few more than one's are
+    # allowed, for a send committed while the first worker was still in a pass.
+    assert workers.stats.passes <= first + answering + 12, workers.stats.passes
