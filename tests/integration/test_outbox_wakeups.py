@@ -62,3 +62,21 @@ def test_p0_sends_notify_their_own_channel(database_url: str) -> None:
     assert _notified(database_url, insert, ("e-", ["p0", "p2"]), p0)
     assert _notified(database_url, insert, ("f-", ["p0", "p2"]), others)
     assert not _notified(database_url, _NO_DEAD_LETTER, (True,), p0)  # dead letters: theirs
+
+
+def test_a_notification_names_its_transaction(database_url: str) -> None:
+    """0075: the payload is the sending transaction's id, which a relay's workers answer once
+    (relay/standby.py); a transaction's inserts still notify once."""
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("LISTEN mailbus_outbox")
+        with psycopg.connect(database_url) as writer:
+            txid = writer.execute("SELECT pg_current_xact_id()::text").fetchone()
+            for key in ("named-1", "named-2"):
+                writer.execute(
+                    "INSERT INTO email_sends (dedupe_key, to_address, template)"
+                    " VALUES (%s, 'a@example.com', 'welcome')",
+                    (key,),
+                )
+        payloads = [n.payload for n in listener.notifies(timeout=1.0)]
+    assert txid is not None
+    assert payloads == [txid[0]]
