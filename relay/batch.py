@@ -78,11 +78,13 @@ def publish_claimed(
     limit: int,
     publisher: PointerPublisher,
     stop: threading.Event,
+    on_full: Callable[[], None] = lambda: None,
 ) -> BatchResult:
-    """One claim-publish-commit pass over ``outbox`` on an autocommit connection."""
+    """One claim-publish-commit pass over ``outbox`` on an autocommit connection.
+    ``on_full``: called as soon as the claim took ``limit`` rows (more may be due)."""
     messages: list[OutgoingMessage] = []
     try:
-        result = _pass(conn, outbox, limit, publisher, stop, messages)
+        result = _pass(conn, outbox, limit, publisher, stop, messages, on_full)
     except BaseException as exc:
         _end_spans(messages, set(), type(exc).__name__)
         raise
@@ -103,6 +105,7 @@ def _pass(
     publisher: PointerPublisher,
     stop: threading.Event,
     messages: list[OutgoingMessage],
+    on_full: Callable[[], None],
 ) -> _Pass:
     claimed_at = time.monotonic()
     with conn.transaction():
@@ -115,6 +118,8 @@ def _pass(
             rows = cursor.execute(outbox.claim, {"limit": limit}, prepare=False).fetchall()
         if not rows:
             return _Pass(BatchResult(), set())
+        if len(rows) >= limit:
+            on_full()
         messages.extend(outbox.to_message(row) for row in rows)
         if outbox.publish is None:
             failed = publisher.publish(messages, stop)

@@ -34,7 +34,7 @@ the pointer's Kafka headers of the same names (docs/guides/tracing.md): the row'
 with an exporter, that of the pointer's ``send`` span, a child of the row's.
 Between passes the relay sleeps until a NOTIFY on its lanes' channels (inserts of sends,
 P0 ones on their own channel, and of dead letters; recorded outcome events), the next
-row's ``next_try_at`` (:mod:`mailbus.relay.next_due`), or the polling
+row's ``next_try_at``, or the polling
 interval, whichever comes first; the pointer workers of one process answer each
 notification once (:mod:`mailbus.relay.standby`); the event lane then waits until
 :data:`~mailbus.relay.events.GATHER_S` has passed since its last pass began, so the events
@@ -60,7 +60,6 @@ from mailbus.kernel.tracing import NOOP, Tracer
 from mailbus.relay.batch import BatchResult, Outbox, publish_claimed
 from mailbus.relay.dead_letters import dead_letter_outbox
 from mailbus.relay.events import RETENTION_S, gather_left, prune_due, send_event_outbox
-from mailbus.relay.next_due import NextDue
 from mailbus.relay.publisher import OutgoingMessage, PointerPublisher, PublishError
 from mailbus.relay.standby import Standby
 from mailbus.schemas.codec import SendPointer
@@ -85,6 +84,7 @@ EVENTS = "events"  # outcome events
 P0_POINTERS = "p0 pointers"  # send pointers of P0 rows alone
 ALL_LANES = frozenset({POINTERS, EVENTS})
 _SEND_LANES = frozenset({POINTERS, P0_POINTERS})
+_TAKEN_READS = 8  # reads of notifications already waiting, when one is answered
 _HEARTBEAT_S = 30.0  # a lane that has not come round its loop for this long is not ready
 _CHANNELS = {
     POINTERS: (NOTIFY_CHANNEL, P0_NOTIFY_CHANNEL),
@@ -156,7 +156,6 @@ class Relay:
         self._send_events = send_event_outbox(settings, self._queries)
         self._pruned_at: float | None = None
         self._pass_started: float | None = None  # monotonic
-        self._next_due = NextDue(self._seconds_until_next_due)
         self._conn: psycopg.Connection | None = None
         self._listener: psycopg.Connection | None = None
 
@@ -183,12 +182,14 @@ class Relay:
                         self._wait_for_work(stop)
                 reconnect_delay = 0.5
             except psycopg.OperationalError as exc:
+                self._release_others()
                 health.mark(self._component, False, "database unavailable")
                 log.warning("database unavailable, retrying in %.1fs: %s", reconnect_delay, exc)
                 self._disconnect()
                 stop.wait(reconnect_delay)
                 reconnect_delay = min(reconnect_delay * 2, 10.0)
             except PublishError as exc:
+                self._release_others()
                 health.mark(self._component, False, "Kafka producer failed")
                 log.error("producer failed, recreating it: %s", exc)
                 self._publisher = PointerPublisher(kafka_client_config(self.settings))
@@ -254,6 +255,7 @@ class Relay:
             self.settings.relay_batch_size,
             self._publisher,
             stop,
+            on_full=self._release_others,  # more than a batch is due: the others help
         )
         self.stats.passes += 1
         if result.claimed:
@@ -295,9 +297,10 @@ class Relay:
     def _wait_for_work(self, stop: threading.Event) -> None:
         timeout = self.settings.relay_poll_interval
         if self.lanes & _SEND_LANES:  # a retry coming due is only a send lane's business
-            due = self._next_due.seconds_left()
-            if due is not None:
-                timeout = min(timeout, due)
+            row = self._require_connection().execute(self._queries["seconds_until_next_due"])
+            due = row.fetchone()
+            if due is not None and due[0] is not None:
+                timeout = max(0.0, min(timeout, float(due[0])))
         self._wait_for_notification(stop, time.monotonic() + timeout)
         if not self.lanes & _SEND_LANES:  # outcome events: gather the settles of a moment
             stop.wait(gather_left(time.monotonic(), self._pass_started))
@@ -306,14 +309,42 @@ class Relay:
         assert self._listener is not None
         # Short slices so SIGTERM is honoured promptly.
         while not stop.is_set() and (remaining := deadline - time.monotonic()) > 0:
-            for notification in self._listener.notifies(timeout=min(remaining, 0.25), stop_after=1):
-                if self._standby is None or self._standby.answer(notification.payload):
-                    return
+            notifications = self._listener.notifies(timeout=min(remaining, 0.25), stop_after=1)
+            try:  # closed before the next read: an open one holds the connection's lock
+                answered = any(self._answers(n.payload) for n in notifications)
+            finally:
+                notifications.close()
+            if answered:
+                if self._standby is not None:
+                    self._take_waiting_notifications(self._standby)
+                return
 
-    def _seconds_until_next_due(self) -> float | None:
-        row = self._require_connection().execute(self._queries["seconds_until_next_due"])
-        left = row.fetchone()
-        return None if left is None or left[0] is None else float(left[0])
+    def _answers(self, payload: str) -> bool:
+        return self._standby is None or self._standby.answer(payload)
+
+    def _take_waiting_notifications(self, standby: Standby) -> None:
+        """Answer the notifications already on the listener's connection too: the claim
+        about to begin sees their rows (at most a few reads, not a stream)."""
+        assert self._listener is not None
+        for _ in range(_TAKEN_READS):
+            taken = [n.payload for n in self._listener.notifies(timeout=0)]
+            if not taken:
+                return
+            for payload in taken:
+                standby.answer(payload)
+
+    def _release_others(self) -> None:
+        """This worker answered rows it may not have claimed (its pass failed, or took a
+        full batch): a notification without a name wakes every worker's pass
+        (relay/standby.py). Best effort: a database that cannot take it is one the others
+        find out about on their own."""
+        if self._standby is None or self._listener is None:
+            return
+        try:
+            for channel in self._channels:
+                self._listener.execute("SELECT pg_notify(%s, '')", (channel,))
+        except psycopg.Error as exc:
+            log.debug("could not wake the other workers: %s", exc)
 
     def _connect(self) -> None:
         if self._conn is None:

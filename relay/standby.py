@@ -3,41 +3,52 @@
 Every worker listens on the same channels, so every new send woke all of them, and at a
 light rate each extra worker's pass claimed nothing: a claim, a dead-letter claim and a
 commit per worker per send. An outbox notification names the transaction that sent it
-(schemas/sql/0075). The first worker to take a notification answers it; a worker that
-takes one already answered passes it by. That is safe: the answering worker took it after
-the sending transaction committed and claims after that, so its claim sees the rows (or
-another claim that holds them publishes them). A notification without a name (``dlq
-replay``'s, or an older trigger's) is answered by every worker, as before.
+(schemas/sql/0075). The first worker to take a notification answers it, and takes with it
+the notifications already waiting on its connection; a worker that takes one answered in
+the last :data:`FRESH_S` passes it by. The answering worker took it after the sending
+transaction committed and claims after that, so its claim sees the rows, unless they are
+held by another claim or its own pass fails. So a worker whose pass failed, or came back
+with a full batch (more rows than one claim takes: one transaction of thousands), sends a
+notification without a name on its channels, which every worker answers, as each NOTIFY
+made them all do before (``dlq replay``'s and an older trigger's have no name either). An
+answer is forgotten after :data:`FRESH_S`: a name seen again later (a NOTIFY sent by
+another login, a transaction id given again after a failover) costs an empty pass at
+worst, never a wait for the polling interval.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import deque
+import time
+from collections.abc import Callable
 
-__all__ = ["Standby"]
+__all__ = ["FRESH_S", "REMEMBERED", "Standby"]
 
-REMEMBERED = 4096  # the last notifications answered; one older than these is answered again
+FRESH_S = 2.0  # an answer older than this is forgotten
+REMEMBERED = 4096  # and the oldest beyond this many
 
 
 class Standby:
-    """The notifications the workers of one process have answered."""
+    """The notifications the workers of one process have answered lately."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
-        self._answered: set[str] = set()
-        self._order: deque[str] = deque()
+        self._answered: dict[str, float] = {}  # payload -> when answered, oldest first
 
     def answer(self, payload: str) -> bool:
         """Whether the worker that took the notification ``payload`` claims for it: False
-        if another worker already answered it."""
+        if another worker answered it lately."""
         if not payload:
             return True
+        now = self._clock()
         with self._lock:
+            while self._answered:  # oldest first: forget the stale, and past REMEMBERED
+                old, answered_at = next(iter(self._answered.items()))
+                if now - answered_at < FRESH_S and len(self._answered) < REMEMBERED:
+                    break
+                del self._answered[old]
             if payload in self._answered:
                 return False
-            self._answered.add(payload)
-            self._order.append(payload)
-            if len(self._order) > REMEMBERED:
-                self._answered.discard(self._order.popleft())
+            self._answered[payload] = now
             return True

@@ -143,3 +143,18 @@ def test_a_new_send_wakes_one_worker_not_each(settings: Settings) -> None:
     # Every worker answering every send would be 4 * sends; a few more than one's are
     # allowed, for a send committed while the first worker was still in a pass.
     assert workers.stats.passes <= first + answering + 12, workers.stats.passes
+
+
+def test_a_burst_larger_than_a_batch_wakes_the_other_workers(settings: Settings) -> None:
+    """One transaction of more rows than a claim takes (enqueue_many, a campaign's tick)
+    notifies once, and one worker answers it; its full claim wakes the others at once, so
+    they claim the next batches beside it instead of at their polling interval."""
+    in_flight = InFlight()
+    two = replace(settings, relay_workers=2, relay_batch_size=100, relay_poll_interval=30.0)
+    workers = PointerWorkers(two, publisher=lambda: CountingPublisher(two, in_flight))
+    with running(workers):
+        wait_until(lambda: workers.stats.passes >= 4, 10, "each worker's first pass")
+        seed(settings.database_url, 400)  # one statement, one transaction
+        wait_until(lambda: unpublished(settings.database_url) == 0, 30, "the burst published")
+    assert in_flight.most == 2  # the second worker claimed while the first published
+    assert all(relay.stats.batches > 0 for relay in workers.relays)
