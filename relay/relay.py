@@ -84,6 +84,7 @@ EVENTS = "events"  # outcome events
 P0_POINTERS = "p0 pointers"  # send pointers of P0 rows alone
 ALL_LANES = frozenset({POINTERS, EVENTS})
 _SEND_LANES = frozenset({POINTERS, P0_POINTERS})
+_SLICE_S = 0.1  # a wait's slice: SIGTERM and another worker's release are seen within it
 _TAKEN_READS = 8  # reads of notifications already waiting, when one is answered
 _HEARTBEAT_S = 30.0  # a lane that has not come round its loop for this long is not ready
 _CHANNELS = {
@@ -130,6 +131,7 @@ class Relay:
         another of them answered is passed by (relay/standby.py)."""
         self.settings = settings
         self._standby = standby
+        self._releases_seen = 0  # the standby's releases when this relay's pass began
         self.tracer = tracer
         self.lanes = lanes
         self._channels = sorted(
@@ -166,6 +168,7 @@ class Relay:
         try:
             self._run(stop)
         except BaseException as exc:
+            self._release_others()
             health.mark(self._component, False, f"stopped: {type(exc).__name__}: {exc}")
             raise
 
@@ -175,12 +178,12 @@ class Relay:
         while not stop.is_set():
             try:
                 self._connect()
+                reconnect_delay = 0.5  # connected: the next outage starts over
                 while not stop.is_set():
                     # the database answers, Kafka acknowledges, and the pass came round
                     health.mark(self._component, True, heartbeat_s=heartbeat_s)
                     if self._one_pass(stop) < self.settings.relay_batch_size:
                         self._wait_for_work(stop)
-                reconnect_delay = 0.5
             except psycopg.OperationalError as exc:
                 self._release_others()
                 health.mark(self._component, False, "database unavailable")
@@ -188,8 +191,7 @@ class Relay:
                 self._disconnect()
                 stop.wait(reconnect_delay)
                 reconnect_delay = min(reconnect_delay * 2, 10.0)
-            except PublishError as exc:
-                self._release_others()
+            except PublishError as exc:  # the same worker claims again at once
                 health.mark(self._component, False, "Kafka producer failed")
                 log.error("producer failed, recreating it: %s", exc)
                 self._publisher = PointerPublisher(kafka_client_config(self.settings))
@@ -199,6 +201,8 @@ class Relay:
     def _one_pass(self, stop: threading.Event) -> int:
         """Drain each table of the lanes once; the most rows any of them claimed."""
         self._pass_started = time.monotonic()
+        if self._standby is not None:  # a release from now on may be of rows this misses
+            self._releases_seen = self._standby.releases
         passes = []
         if POINTERS in self.lanes:
             passes += [self.publish_due_batch, self.publish_dead_letters]
@@ -307,11 +311,14 @@ class Relay:
 
     def _wait_for_notification(self, stop: threading.Event, deadline: float) -> None:
         assert self._listener is not None
-        # Short slices so SIGTERM is honoured promptly.
+        # Short slices so SIGTERM, and another worker's release, are seen promptly.
         while not stop.is_set() and (remaining := deadline - time.monotonic()) > 0:
-            notifications = self._listener.notifies(timeout=min(remaining, 0.25), stop_after=1)
+            if self._standby is not None and self._standby.releases != self._releases_seen:
+                return  # another worker's claim came back full, or its pass failed
+            notifications = self._listener.notifies(timeout=min(remaining, _SLICE_S), stop_after=1)
             try:  # closed before the next read: an open one holds the connection's lock
-                answered = any(self._answers(n.payload) for n in notifications)
+                # every one of a packet is answered (a list, not any()'s first True alone)
+                answered = any([self._answers(n.payload) for n in notifications])
             finally:
                 notifications.close()
             if answered:
@@ -334,17 +341,12 @@ class Relay:
                 standby.answer(payload)
 
     def _release_others(self) -> None:
-        """This worker answered rows it may not have claimed (its pass failed, or took a
-        full batch): a notification without a name wakes every worker's pass
-        (relay/standby.py). Best effort: a database that cannot take it is one the others
-        find out about on their own."""
-        if self._standby is None or self._listener is None:
-            return
-        try:
-            for channel in self._channels:
-                self._listener.execute("SELECT pg_notify(%s, '')", (channel,))
-        except psycopg.Error as exc:
-            log.debug("could not wake the other workers: %s", exc)
+        """This worker answered rows it may not have claimed (its claim came back full,
+        or its pass failed): every other worker of the process makes a pass
+        (relay/standby.py). No database call: it may be the database that failed."""
+        if self._standby is not None:
+            self._standby.release()
+            self._releases_seen += 1  # not a reason for this worker's own wait to end
 
     def _connect(self) -> None:
         if self._conn is None:

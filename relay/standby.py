@@ -7,13 +7,14 @@ commit per worker per send. An outbox notification names the transaction that se
 the notifications already waiting on its connection; a worker that takes one answered in
 the last :data:`FRESH_S` passes it by. The answering worker took it after the sending
 transaction committed and claims after that, so its claim sees the rows, unless they are
-held by another claim or its own pass fails. So a worker whose pass failed, or came back
-with a full batch (more rows than one claim takes: one transaction of thousands), sends a
-notification without a name on its channels, which every worker answers, as each NOTIFY
-made them all do before (``dlq replay``'s and an older trigger's have no name either). An
-answer is forgotten after :data:`FRESH_S`: a name seen again later (a NOTIFY sent by
-another login, a transaction id given again after a failover) costs an empty pass at
-worst, never a wait for the polling interval.
+held by another claim or its own pass fails. So a worker whose claim came back full (more
+rows are due than one claim takes: one transaction of thousands, a backlog) or whose pass
+failed **releases** the others: every waiting worker of the process makes a pass within a
+wait's slice (0.1 s), without a database call. A notification without a name (``dlq
+replay``'s, an older trigger's) is answered by every worker, as before. An answer is
+forgotten after :data:`FRESH_S`: a name seen again later (a NOTIFY sent by another login,
+a transaction id given again after a failover) costs an empty pass at worst, never a wait
+for the polling interval.
 """
 
 from __future__ import annotations
@@ -35,6 +36,17 @@ class Standby:
         self._clock = clock
         self._lock = threading.Lock()
         self._answered: dict[str, float] = {}  # payload -> when answered, oldest first
+        self._releases = 0
+
+    @property
+    def releases(self) -> int:
+        """How many releases there have been: a waiting worker makes a pass when it changes."""
+        return self._releases
+
+    def release(self) -> None:
+        """A worker's claim came back full, or its pass failed: the others make a pass."""
+        with self._lock:
+            self._releases += 1
 
     def answer(self, payload: str) -> bool:
         """Whether the worker that took the notification ``payload`` claims for it: False

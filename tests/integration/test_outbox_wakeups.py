@@ -81,3 +81,14 @@ def test_a_notification_names_its_transaction(database_url: str) -> None:
     assert txid is not None
     assert len(payloads) == 1
     assert payloads[0].startswith(f"{txid[0]}@")
+
+
+def test_an_insert_that_adds_nothing_is_given_no_transaction_id(database_url: str) -> None:
+    """0075 names a notification only when rows were added: a duplicate enqueue (ON
+    CONFLICT DO NOTHING) writes nothing, so its transaction gets no id and no commit record."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(_DUPLICATE_SEND)  # the row exists
+        with conn.transaction():
+            conn.execute(_DUPLICATE_SEND)
+            assigned = conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone()
+    assert assigned == (None,)

@@ -23,9 +23,9 @@ def test_an_answer_is_forgotten_after_a_while() -> None:
     now = [100.0]
     standby = Standby(clock=lambda: now[0])
     assert standby.answer("7301@1")
-    now[0] += FRESH_S - 0.1
+    now[0] = 100.0 + FRESH_S / 2
     assert not standby.answer("7301@1")
-    now[0] += 0.1  # sent again (another login's NOTIFY): an empty pass, never a wait
+    now[0] = 100.0 + FRESH_S  # sent again (another login's NOTIFY): an empty pass at worst
     assert standby.answer("7301@1")
 
 
@@ -35,3 +35,10 @@ def test_only_the_last_notifications_are_remembered() -> None:
         assert standby.answer(str(txid))
     assert standby.answer("0")  # forgotten: answered again, an empty pass at worst
     assert not standby.answer(str(REMEMBERED))
+
+
+def test_a_release_is_counted() -> None:
+    standby = Standby()
+    seen = standby.releases
+    standby.release()  # a worker's claim came back full
+    assert standby.releases == seen + 1
