@@ -145,6 +145,7 @@ class ProviderGate:
         self._not_closed_since = 0.0  # when the breaker last left CLOSED
         self._recovery_due = False  # the breaker closed after an outage: start the ramp
         self._domains: Pauses = {}
+        self._domains_paused_until = 0.0  # the latest end of a domain's pause
         self._domain_policy = DomainPolicy()
 
     async def admit_send(
@@ -230,6 +231,11 @@ class ProviderGate:
         """Seconds the recipient domain stays paused (0: it may be sent to)."""
         return pause_left(self._domains, domain, self._clock())
 
+    def pauses_a_domain(self) -> bool:
+        """Whether any recipient domain is paused now (a mail's domain is known only once
+        its row is read)."""
+        return self._domains_paused_until > self._clock()
+
     def settle(
         self, admission: Admission, result: Classification, latency_s: float, domain: str = ""
     ) -> None:
@@ -238,6 +244,9 @@ class ProviderGate:
         if domain and domain_throttled(result):
             self._domains = throttle(
                 self._domains, domain, now, result.retry_after_s, self._domain_policy
+            )
+            self._domains_paused_until = max(
+                self._domains_paused_until, self._domains[domain].until
             )
         elif result.throttled:
             pause = result.retry_after_s or self._default_pause_s

@@ -29,11 +29,19 @@ from mailbus.kernel import schema_guard
 from mailbus.kernel.coalescer import Coalescer
 from mailbus.kernel.errors import StorageError
 from mailbus.kernel.pooling import connect_options
-from mailbus.kernel.provider_key import row_provider_key
+from mailbus.kernel.provider_key import provider_key, row_provider_key
 from mailbus.kernel.tracecontext import TraceContext
 from mailbus_client.sqlfiles import load_queries
 
-__all__ = ["Claim", "LoadedSend", "MessageOrigin", "SendLedger", "dead_letter_reason"]
+__all__ = [
+    "Claim",
+    "FirstClaim",
+    "LoadedSend",
+    "MessageOrigin",
+    "SendLedger",
+    "Unclaim",
+    "dead_letter_reason",
+]
 
 _T = TypeVar("_T")
 
@@ -84,12 +92,43 @@ class _ClaimRequest:
 
 
 @dataclass(frozen=True)
+class Unclaim:
+    """Undo a :meth:`SendLedger.claim_first_attempt` claim as its decision is recorded: the
+    row is left as if never claimed, with the guarantee it had before."""
+
+    token: uuid.UUID
+    guarantee_before: str | None
+
+
+@dataclass(frozen=True)
+class FirstClaim:
+    """A pointer's row, loaded as it was before :meth:`SendLedger.claim_first_attempt`
+    claimed it (``claim``), or did not (None: it goes the usual way, from ``loaded``)."""
+
+    loaded: LoadedSend
+    claim: Claim | None
+    undo: Unclaim | None  # set when claimed: how a decision without a call undoes it
+
+
+@dataclass(frozen=True)
+class _FirstClaimRequest:
+    send_id: int
+    dedupe_key: str
+    token: uuid.UUID
+    provider: str | None
+    provider_kind: str
+    guarantee: str
+    submitted: float  # monotonic, before the statement ran: the deadline errs early
+
+
+@dataclass(frozen=True)
 class _Settlement:
     send: SendView
     token: uuid.UUID | None
     decision: Decision
     origin: MessageOrigin | None
     latency_ms: int | None
+    unclaim: Unclaim | None = None
 
 
 class SendLedger:
@@ -125,6 +164,7 @@ class SendLedger:
         self.clock = DatabaseClock()  # advanced from every load's clock_timestamp()
         self._loads = Coalescer(self._load_batch)
         self._claims = Coalescer(self._claim_batch)
+        self._first_claims = Coalescer(self._first_claim_batch)
         self._settlements = Coalescer(self._settle_batch)
 
     async def open(self) -> None:
@@ -169,16 +209,43 @@ class SendLedger:
         )
         return await self._claims.submit(request)
 
+    async def claim_first_attempt(
+        self,
+        send_id: int,
+        dedupe_key: str,
+        provider: str | None,
+        token: uuid.UUID,
+        *,
+        provider_kind: str,
+        guarantee: str,
+    ) -> FirstClaim | None:
+        """Load a row a pointer says was never claimed and, in the same statement, claim its
+        first attempt under ``token`` for ``provider`` (recording its kind, ``guarantee``
+        and its key) if it is sendable without a look at it first (consumer/queries.sql,
+        claim_first_attempt). None: no row of that id and ``dedupe_key``."""
+        request = _FirstClaimRequest(
+            send_id, dedupe_key, token, provider, provider_kind, guarantee, time.monotonic()
+        )
+        return await self._first_claims.submit(request)
+
     async def release_claim(self, send_id: int, token: uuid.UUID) -> None:
         """Undo a claim whose call never started: back to ``pending`` at the same attempt,
         for the relay to publish again."""
         await self._run("release_claim", {"id": send_id, "token": token})
 
     async def settle_gate(
-        self, send: SendView, decision: Decision, origin: MessageOrigin | None
+        self,
+        send: SendView,
+        decision: Decision,
+        origin: MessageOrigin | None,
+        unclaim: Unclaim | None = None,
     ) -> bool:
-        """Record a decision taken before any call, on a row still ``pending``."""
-        return await self._settlements.submit(_Settlement(send, None, decision, origin, None))
+        """Record a decision taken before any call, on a row still ``pending``, or on one
+        :meth:`claim_first_attempt` claimed, whose claim ``unclaim`` undoes (``send``: the
+        row as it was loaded, before the claim)."""
+        token = None if unclaim is None else unclaim.token
+        settlement = _Settlement(send, token, decision, origin, None, unclaim)
+        return await self._settlements.submit(settlement)
 
     async def settle_call(
         self,
@@ -266,6 +333,41 @@ class SendLedger:
                         deadlines.append(c.submitted + expiry - SEND_HEADROOM_S)
                     won[c.token] = Claim(c.token, min(deadlines, default=None))
         return [won.get(claim.token) for claim in claims]
+
+    async def _first_claim_batch(
+        self, requests: Sequence[_FirstClaimRequest]
+    ) -> list[FirstClaim | None]:
+        found: dict[uuid.UUID, FirstClaim] = {}
+        for round_ in _distinct_rounds(requests, lambda request: request.send_id):
+            rows = [
+                {
+                    "id": r.send_id,
+                    "dedupe_key": r.dedupe_key,
+                    "token": str(r.token),
+                    "provider": r.provider,
+                    "provider_kind": r.provider_kind,
+                    "guarantee": r.guarantee,
+                    "provider_key": provider_key(self._key_prefix, r.dedupe_key, 1),
+                }
+                for r in round_
+            ]
+            params = {
+                "claims": Jsonb(rows),
+                "lease_s": self._lease_s,
+                "headroom_s": SEND_HEADROOM_S,
+            }
+            returned = {row[0]: row for row in await self._run("claim_first_attempt", params)}
+            for r in round_:
+                row = returned.get(r.send_id)
+                if row is None:
+                    continue
+                *loaded, guarantee_before, claimed, left_s = row
+                claim, undo = None, None
+                if claimed:
+                    send_by = None if left_s is None else r.submitted + left_s - SEND_HEADROOM_S
+                    claim, undo = Claim(r.token, send_by), Unclaim(r.token, guarantee_before)
+                found[r.token] = FirstClaim(self._loaded(tuple(loaded)), claim, undo)
+        return [found.get(request.token) for request in requests]
 
     async def _settle_batch(self, settlements: Sequence[_Settlement]) -> list[bool]:
         recorded: set[int] = set()  # id() of the settlements whose guard held
@@ -379,6 +481,8 @@ def _settle_row(settlement: _Settlement) -> dict[str, Any]:
         "kafka_offset": origin.offset if origin else None,
         "uncounted": decision.uncounted,
         "suppress_source": decision.suppress_source,
+        "unclaim": settlement.unclaim is not None,
+        "guarantee": None if settlement.unclaim is None else settlement.unclaim.guarantee_before,
     }
 
 

@@ -83,6 +83,79 @@ RETURNING s.id, extract(epoch FROM s.expires_at - clock_timestamp())::float8,
               s.first_tried_at + make_interval(secs => c.resend_window_s) - clock_timestamp())::float8
           END
 
+-- name: claim_first_attempt
+-- load_sends and claim_for_send in one statement, for a pointer that says its row was never
+-- claimed (schemas/send_pointer.avsc, first_attempt): the consumer's gate has decided on
+-- the pointer (route, breaker, rate), so the row is touched once. Each row named (and of
+-- the pointer's dedupe key) is locked and returned as load_sends returns it, before the
+-- claim, with the guarantee it had and whether it was claimed, and the seconds it has left
+-- before it expires. It is claimed only under claim_for_send's guards for a first attempt,
+-- narrowed to what needs no look at the row first: never claimed (no first call, no
+-- provider, no key), its key's first life (the key sent, `provider_key`, is the dedupe key
+-- under MAILBUS_PROVIDER_KEY_PREFIX), and no suppression of its address at all (one that
+-- stops only bulk mail is for the consumer to weigh). A row it does not claim goes the
+-- usual way, from the row returned. A claim retried after its reply was lost finds the row
+-- under its own token and gets it again, returned as it was before that claim.
+WITH claims AS (
+    SELECT * FROM jsonb_to_recordset(%(claims)s::jsonb)
+        AS c (id bigint, dedupe_key text, token uuid, provider text, provider_kind text,
+              guarantee text, provider_key text)
+), locked AS (
+    SELECT s.id, s.dedupe_key, s.to_address, s.template, s.payload_json, s.priority,
+           s.status, s.attempts, s.expires_at, s.next_try_at, s.in_doubt_since, s.provider,
+           s.created_at, s.first_tried_at, s.provider_key, s.campaign_id, s.provider_kind,
+           s.guarantee, s.lease_token
+    FROM email_sends s WHERE s.id = ANY(ARRAY(SELECT id FROM claims))
+    ORDER BY s.id FOR UPDATE
+), found AS (
+    SELECT l.*, c.guarantee AS claim_guarantee,
+           l.status = 'sending' AND l.lease_token = c.token AS ours,
+           coalesce((SELECT k.lives + 1 FROM email_key_lives k
+                     WHERE k.dedupe_key = l.dedupe_key), 1) AS life,
+           (SELECT min(x.scope) FROM email_suppressions x
+            WHERE lower(x.address) = lower(l.to_address)) AS suppression  -- 'all' < 'bulk'
+    FROM locked l JOIN claims c ON c.id = l.id AND c.dedupe_key = l.dedupe_key
+), claimed AS (
+    UPDATE email_sends s
+    SET status = 'sending',
+        attempts = 1,
+        lease_token = c.token,
+        lease_until = clock_timestamp() + make_interval(secs => %(lease_s)s),
+        provider = c.provider,
+        provider_kind = c.provider_kind,
+        guarantee = CASE WHEN s.guarantee = 'at_least_once' THEN s.guarantee
+                         ELSE coalesce(c.guarantee, s.guarantee) END,
+        first_tried_at = coalesce(s.first_tried_at, clock_timestamp()),
+        provider_key = c.provider_key
+    FROM claims c, found f
+    WHERE s.id = ANY(ARRAY(SELECT id FROM found)) AND s.id = c.id AND f.id = c.id
+      AND (f.ours
+           OR (f.status = 'pending' AND f.attempts = 0 AND f.first_tried_at IS NULL
+               AND f.provider IS NULL AND f.provider_key IS NULL
+               AND f.life = 1 AND f.suppression IS NULL
+               AND (f.next_try_at IS NULL OR f.next_try_at <= clock_timestamp())
+               AND (f.expires_at IS NULL
+                    OR f.expires_at > clock_timestamp() + make_interval(secs => %(headroom_s)s))))
+      AND NOT EXISTS (SELECT 1 FROM campaigns k
+                      WHERE k.id = f.campaign_id AND k.state IN ('paused', 'cancelled'))
+    RETURNING s.id, extract(epoch FROM s.expires_at - clock_timestamp())::float8 AS left_s
+)
+SELECT f.id, f.dedupe_key, f.to_address, f.template, f.payload_json, f.priority,
+       CASE WHEN f.ours THEN 'pending' ELSE f.status END,
+       CASE WHEN f.ours THEN 0 ELSE f.attempts END,
+       f.expires_at, f.next_try_at, f.in_doubt_since,
+       CASE WHEN f.ours THEN NULL ELSE f.provider END, f.created_at,
+       CASE WHEN f.ours THEN NULL ELSE f.first_tried_at END,
+       CASE WHEN f.ours THEN NULL ELSE f.provider_key END,
+       f.life, f.suppression, f.campaign_id,
+       CASE WHEN f.ours THEN NULL ELSE f.provider_kind END,
+       clock_timestamp(),
+       -- before a retried claim: an operator's at_least_once where the claim wrote another
+       CASE WHEN f.ours AND f.guarantee IS NOT DISTINCT FROM f.claim_guarantee THEN NULL
+            ELSE f.guarantee END,
+       k.id IS NOT NULL, k.left_s
+FROM found f LEFT JOIN claimed k ON k.id = f.id
+
 -- name: release_claim
 -- Undoes a claim whose call never started (no slot came in time): nothing was sent, so the
 -- attempt is not counted, and the relay publishes the row again.
@@ -101,9 +174,13 @@ RETURNING id
 -- reached it) hands its attempt back and leaves no history row. A `failed` whose call
 -- said the address itself is bad (`suppress_source`, e.g. SMTP 550 5.1.1) suppresses the
 -- address as a webhook hard bounce does, in the same statement (widening a bulk-only
--- entry to all mail). The rows are found by `id = ANY(ARRAY(…))` and locked in id order
--- first, as in claim_for_send: a campaign's pause waits for them in that order too, and
--- two statements that lock in one order never deadlock
+-- entry to all mail). An `unclaim` decision (taken on a row claim_first_attempt claimed,
+-- before any call: its address or template cannot be sent, its domain is throttling us)
+-- also undoes that claim, leaving the row as if it had never been claimed: its attempt,
+-- first call, provider, kind and key, and the `guarantee` it had. The rows are found by
+-- `id = ANY(ARRAY(…))` and locked in id order first, as in claim_for_send: a campaign's
+-- pause waits for them in that order too, and two statements that lock in one order never
+-- deadlock
 -- (schemas/sql/0073_campaign_rows_locked_in_order.sql).
 -- Returns the ids whose decision was recorded.
 WITH decided AS (
@@ -111,15 +188,20 @@ WITH decided AS (
         id bigint, attempt int, token uuid, status text, next_try_at timestamptz,
         in_doubt_since timestamptz, last_error text, message_id text, latency_ms int, status_code int, provider_code text, dead_letter bool,
         dl_reason text, dl_error text, topic text, kafka_partition int, kafka_offset bigint,
-        uncounted bool, suppress_source text)
+        uncounted bool, suppress_source text, unclaim bool, guarantee text)
 ), locked AS (
     SELECT s.id FROM email_sends s WHERE s.id = ANY(ARRAY(SELECT id FROM decided))
     ORDER BY s.id FOR UPDATE
 ), settled AS (
     UPDATE email_sends s
     SET status = d.status,
-        attempts = CASE WHEN d.uncounted AND d.token IS NOT NULL
+        attempts = CASE WHEN (d.uncounted OR d.unclaim) AND d.token IS NOT NULL
                         THEN s.attempts - 1 ELSE s.attempts END,
+        first_tried_at = CASE WHEN d.unclaim THEN NULL ELSE s.first_tried_at END,
+        provider = CASE WHEN d.unclaim THEN NULL ELSE s.provider END,
+        provider_kind = CASE WHEN d.unclaim THEN NULL ELSE s.provider_kind END,
+        provider_key = CASE WHEN d.unclaim THEN NULL ELSE s.provider_key END,
+        guarantee = CASE WHEN d.unclaim THEN d.guarantee ELSE s.guarantee END,
         next_try_at = d.next_try_at,
         in_doubt_since = GREATEST(s.in_doubt_since, d.in_doubt_since),
         last_error = d.last_error,

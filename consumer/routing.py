@@ -58,7 +58,11 @@ class Routing:
         row = loaded.view
         if tried(row):
             return self.taken_by(loaded)
-        when_down = self.policies.for_template(row.template).when_provider_down
+        return self.first_route(row.template)
+
+    def first_route(self, template: str) -> str | None:
+        """The route of a never-claimed row's first call, by its template's policy."""
+        when_down = self.policies.for_template(template).when_provider_down
         if (
             when_down == "fallback"
             and self.fallback is not None

@@ -54,7 +54,15 @@ from mailbus.consumer.core.smtp_outcome import classify_call
 from mailbus.consumer.core.suppression import stops
 from mailbus.consumer.doubt import Doubt
 from mailbus.consumer.gate import Admission, ProviderGate
-from mailbus.consumer.ledger import Claim, LoadedSend, MessageOrigin, SendLedger, dead_letter_reason
+from mailbus.consumer.ledger import (
+    Claim,
+    FirstClaim,
+    LoadedSend,
+    MessageOrigin,
+    SendLedger,
+    Unclaim,
+    dead_letter_reason,
+)
 from mailbus.consumer.outcome_log import log_outcome
 from mailbus.consumer.provider import OutgoingMail
 from mailbus.consumer.routing import Routing
@@ -179,10 +187,15 @@ class DeliveryService:
             await self._durably(lambda: self.ledger.record_undecodable(origin, error))
             metrics.observe_dead_letter("undecodable")
             return
-        loaded = await self._durably(lambda: self.ledger.load(pointer["send_id"]))
-        if loaded is None or loaded.view.dedupe_key != pointer["dedupe_key"]:
-            log.warning("pointer to a missing row %s", pointer["send_id"])
-            return
+        if self._claims_on_its_pointer(pointer):
+            loaded = await self._first_attempt(pointer, origin)
+            if loaded is None:
+                return  # seen through, or no such row
+        else:
+            loaded = await self._durably(lambda: self.ledger.load(pointer["send_id"]))
+            if loaded is None or loaded.view.dedupe_key != pointer["dedupe_key"]:
+                log.warning("pointer to a missing row %s", pointer["send_id"])
+                return
         row = loaded.view
         if row.status is not Status.PENDING or row.attempts != pointer["attempt"]:
             return  # a duplicate or stale pointer: the row moved on without it
@@ -197,8 +210,97 @@ class DeliveryService:
                 break
             except _Rerouted:
                 continue  # a first call that waited at one breaker: prepared for the other
-        if attempt is None:
-            return
+        if attempt is not None:
+            await self._settle_attempt(attempt, route, origin)
+
+    def _claims_on_its_pointer(self, pointer: dict[str, Any]) -> bool:
+        """Whether a pointer's row is claimed as it is loaded (:meth:`_first_attempt`): a
+        first attempt (schemas/send_pointer.avsc's ``first_attempt``; False in a version 1
+        pointer) whose route's gate pauses no recipient domain (the row's domain is known
+        only once it is read, so then the row is read first, as before)."""
+        if not pointer.get("first_attempt") or pointer["attempt"] != 0:
+            return False
+        route = self.routing.first_route(pointer["template"])
+        return not self.routing.gate_for(route).pauses_a_domain()
+
+    async def _first_attempt(
+        self, pointer: dict[str, Any], origin: MessageOrigin
+    ) -> LoadedSend | None:
+        """A never-claimed row's first attempt with one statement before its call: the gate
+        decides on the pointer (route, breaker, recovery, 429 pause, rate limit), then the
+        row is loaded and claimed at once (docs/design.md, "Claimed as it is loaded"). A
+        row the claim did not take is returned, to go the usual way; one found unfit for a
+        call once read (its address or template cannot be sent, its domain started
+        throttling) is settled and its claim undone in one statement. None: seen through."""
+        template, p0 = pointer["template"], pointer["priority"] == "p0"
+        unhurried = self.policies.for_template(template).when_provider_down == "pause"
+        token = uuid.uuid4()  # one token for every try: a claim whose reply was lost is ours
+        first_route = self.routing.first_route
+        route = first_route(template)
+        while True:
+            gate, provider = self.routing.gate_for(route), self.routing.provider_for(route)
+            assert provider is not None  # first_route names a provider of this process
+
+            def still(chosen: str | None = route) -> bool:
+                return first_route(template) == chosen
+
+            admission = await gate.admit_send(unhurried, p0=p0, still=still)
+            if admission is None:
+                route = first_route(template)
+                continue  # rerouted while it waited at the breaker; nothing was claimed
+            try:
+                async with self.gate.claims:
+                    if not gate.holds(admission):
+                        continue  # the breaker opened while this waited for a permit
+                    if self.stop_requested():
+                        raise Stopping()
+                    guarantee = guarantee_of(provider.capability, self.at_least_once).value
+                    first = await self._claim_first(pointer, route, token, guarantee)
+                    if first is None:
+                        log.warning("pointer to a missing row %s", pointer["send_id"])
+                        return None
+                    if first.claim is None:
+                        return first.loaded
+                    loaded, undo = first.loaded, first.undo
+                    mail = self._verdict(loaded, route)
+                    if isinstance(mail, Decision):
+                        await self._settle_without_call(loaded, mail, origin, undo)
+                        return None
+                    domain = recipient_domain(loaded.view.to_address)
+                    if await self._defer_for_domain(loaded, domain, origin, gate, undo):
+                        return None  # the domain began throttling since the pointer's check
+                    metrics.observe_guarantee(guarantee)
+                    attempt = await self._call_in_slot(
+                        loaded, first.claim, admission, route, mail, origin
+                    )
+                    break
+            finally:
+                gate.release(admission)
+        if attempt is not None:
+            await self._settle_attempt(attempt, route, origin)
+        return None
+
+    async def _claim_first(
+        self, pointer: dict[str, Any], route: str | None, token: uuid.UUID, guarantee: str
+    ) -> FirstClaim | None:
+        send_id = pointer["send_id"]
+        with self.tracer.span("mailbus.claim", attributes={"mailbus.send_id": send_id}) as span:
+            first = await self._durably(
+                lambda: self.ledger.claim_first_attempt(
+                    send_id,
+                    pointer["dedupe_key"],
+                    route,
+                    token,
+                    provider_kind=self.routing.kind_for(route),
+                    guarantee=guarantee,
+                )
+            )
+            span.set("mailbus.claimed", first is not None and first.claim is not None)
+        return first
+
+    async def _settle_attempt(
+        self, attempt: _Attempt, route: str | None, origin: MessageOrigin
+    ) -> None:
         row, decision = attempt.row, attempt.decision
         name, attributes = settle_span(row, decision, origin)
         with self.tracer.span(name, attributes=attributes):
@@ -256,17 +358,24 @@ class DeliveryService:
             return unsendable(exc.field, exc.problem)
 
     async def _settle_without_call(
-        self, loaded: LoadedSend, verdict: Decision, origin: MessageOrigin | None
+        self,
+        loaded: LoadedSend,
+        verdict: Decision,
+        origin: MessageOrigin | None,
+        undo: Unclaim | None = None,
     ) -> None:
-        """Record a decision taken with no call, on a row still ``pending``; a final one for
-        a row that was tried stands only after a look-up at the provider that took it."""
+        """Record a decision taken with no call, on a row still ``pending`` (or claimed as it
+        was loaded: ``undo``); a final one for a row that was tried stands only after a
+        look-up at the provider that took it."""
         row = loaded.view
         taken_by = self.routing.taken_by(loaded)
         if self.doubt.must_confirm(verdict, row.attempts, row, taken_by):
             verdict = await self.doubt.confirm(row, verdict, taken_by)
         name, attributes = settle_span(row, verdict, origin)
         with self.tracer.span(name, attributes=attributes):
-            settled = await self._durably(lambda: self.ledger.settle_gate(row, verdict, origin))
+            settled = await self._durably(
+                lambda: self.ledger.settle_gate(row, verdict, origin, undo)
+            )
         if settled:
             metrics.observe_call(row.priority, verdict.next_status.value, 0.0, None)
             self._recorded(row, verdict, taken_by, None)
@@ -349,15 +458,20 @@ class DeliveryService:
         return claim
 
     async def _defer_for_domain(
-        self, loaded: LoadedSend, domain: str, origin: MessageOrigin, gate: ProviderGate
+        self,
+        loaded: LoadedSend,
+        domain: str,
+        origin: MessageOrigin,
+        gate: ProviderGate,
+        undo: Unclaim | None = None,
     ) -> bool:
         """A mail to a domain that is throttling us (at the provider of ``gate``) waits,
-        pending, without a call."""
+        pending, without a call (its claim undone, if it was claimed as it was loaded)."""
         left = gate.domain_pause(domain)
         if left <= 0:
             return False
         decision = deferred(domain, left, self.clock())
-        await self._durably(lambda: self.ledger.settle_gate(loaded.view, decision, origin))
+        await self._durably(lambda: self.ledger.settle_gate(loaded.view, decision, origin, undo))
         metrics.observe_domain_deferral(loaded.view.priority)
         return True
 

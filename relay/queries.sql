@@ -5,8 +5,10 @@
 -- as `id IN (…)`, a plan made while the table was empty re-ran it for every row, took
 -- every row past the limit and grew with the square of the backlog
 -- (tests/integration/test_relay_claim_plans.py). Every claim below does the same.
--- The last column: seconds since the row became due (its insert, or its next_try_at), on
--- the database's clock, for mailbus_relay_publish_delay_seconds.
+-- After the pointer's first fields: seconds since the row became due (its insert, or its
+-- next_try_at), on the database's clock, for mailbus_relay_publish_delay_seconds; then
+-- what the pointer carries for the consumer's gate (schemas/send_pointer.avsc): the
+-- template and whether the row was never claimed.
 UPDATE email_sends SET published_at = now()
 WHERE id = ANY(ARRAY(
     SELECT id FROM email_sends
@@ -17,7 +19,8 @@ WHERE id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED
 ))
 RETURNING id, dedupe_key, priority, attempts, created_at, traceparent, tracestate,
-          extract(epoch FROM clock_timestamp() - greatest(created_at, next_try_at))
+          extract(epoch FROM clock_timestamp() - greatest(created_at, next_try_at)),
+          template, attempts = 0 AND first_tried_at IS NULL
 
 -- name: claim_due_p0
 -- claim_due for P0 rows alone: the P0 lane's claim (relay/relay.py), so a password reset
@@ -32,7 +35,8 @@ WHERE id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED
 ))
 RETURNING id, dedupe_key, priority, attempts, created_at, traceparent, tracestate,
-          extract(epoch FROM clock_timestamp() - greatest(created_at, next_try_at))
+          extract(epoch FROM clock_timestamp() - greatest(created_at, next_try_at)),
+          template, attempts = 0 AND first_tried_at IS NULL
 
 -- name: claim_due_beside_p0
 -- claim_due for pointer workers with a P0 lane beside them (relay/relay.py): a P0 row is
@@ -50,7 +54,8 @@ WHERE id = ANY(ARRAY(
     FOR UPDATE SKIP LOCKED
 ))
 RETURNING id, dedupe_key, priority, attempts, created_at, traceparent, tracestate,
-          extract(epoch FROM clock_timestamp() - greatest(created_at, next_try_at))
+          extract(epoch FROM clock_timestamp() - greatest(created_at, next_try_at)),
+          template, attempts = 0 AND first_tried_at IS NULL
 
 -- name: unclaim
 UPDATE email_sends SET published_at = NULL WHERE id = ANY(%(ids)s)

@@ -272,7 +272,18 @@ class Relay:
         return result
 
     def _pointer_message(self, row: TupleRow) -> OutgoingMessage:
-        send_id, dedupe_key, priority, attempts, created_at, traceparent, tracestate, due_s = row
+        (
+            send_id,
+            dedupe_key,
+            priority,
+            attempts,
+            created_at,
+            traceparent,
+            tracestate,
+            due_s,
+            template,
+            never_claimed,
+        ) = row
         topic = self.settings.topic(priority)
         span = self.tracer.start(
             f"send {topic}",
@@ -291,7 +302,15 @@ class Relay:
             topic=topic,
             key=dedupe_key.encode(),
             value=self._codec.encode(
-                SendPointer.of(send_id, dedupe_key, priority, attempts, created_at)
+                SendPointer.of(
+                    send_id,
+                    dedupe_key,
+                    priority,
+                    attempts,
+                    created_at,
+                    first_attempt=never_claimed,
+                    template=template,
+                )
             ),
             headers=span.context.headers() if span.context is not None else (),
             span=span,

@@ -133,7 +133,15 @@ class SendPointer(dict[str, Any]):
 
     @classmethod
     def of(
-        cls, send_id: int, dedupe_key: str, priority: str, attempt: int, enqueued_at: datetime
+        cls,
+        send_id: int,
+        dedupe_key: str,
+        priority: str,
+        attempt: int,
+        enqueued_at: datetime,
+        *,
+        first_attempt: bool = False,
+        template: str = "",
     ) -> SendPointer:
         return cls(
             send_id=send_id,
@@ -141,6 +149,8 @@ class SendPointer(dict[str, Any]):
             priority=priority,
             attempt=attempt,
             enqueued_at=enqueued_at,
+            first_attempt=first_attempt,
+            template=template,
         )
 
 
@@ -150,13 +160,14 @@ def shipped_schema(filename: str) -> str:
 
 
 @cache
-def _shipped_codec(filename: str) -> AvroCodec:
-    return AvroCodec(shipped_schema(filename))
+def _shipped_codec(filename: str, *older: str) -> AvroCodec:
+    return AvroCodec(shipped_schema(filename), tuple(map(shipped_schema, older)))
 
 
 def send_pointer_codec() -> AvroCodec:
-    """Values of ``{prefix}.send.p0/p1/p2`` (``schemas/send_pointer.avsc``)."""
-    return _shipped_codec("send_pointer.avsc")
+    """Values of ``{prefix}.send.p0/p1/p2`` (``schemas/send_pointer.avsc``; version 1's,
+    ``schemas/history/send_pointer.1.avsc``, written by relays before it, read too)."""
+    return _shipped_codec("send_pointer.avsc", "history/send_pointer.1.avsc")
 
 
 def dead_letter_codec() -> AvroCodec:

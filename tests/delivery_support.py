@@ -68,8 +68,20 @@ def service_for(
     )
 
 
-def origin_for(send_id: int, key: str, attempt: int, priority: str = "p1") -> MessageOrigin:
-    pointer = SendPointer.of(send_id, key, priority, attempt, datetime.now(UTC))
+def origin_for(
+    send_id: int, key: str, attempt: int, priority: str = "p1", *, first_template: str = ""
+) -> MessageOrigin:
+    """A pointer as the relay publishes it; ``first_template``: the template of a row never
+    claimed, which the pointer says (the consumer claims it as it loads it)."""
+    pointer = SendPointer.of(
+        send_id,
+        key,
+        priority,
+        attempt,
+        datetime.now(UTC),
+        first_attempt=bool(first_template),
+        template=first_template,
+    )
     value = send_pointer_codec().encode(pointer)
     return MessageOrigin(f"t.send.{priority}", 0, send_id, None, value)
 

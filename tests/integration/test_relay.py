@@ -12,13 +12,14 @@ from dataclasses import replace
 
 import psycopg
 import pytest
-from kafka_reader import read_pointers
+from kafka_reader import read_messages, read_pointers
 from relay_runner import children, relay_thread, running, wait_until
 from services import REPO, settings_env, stack_script
 
 from mailbus.kernel.settings import Settings
 from mailbus.kernel.topics import send_topics
 from mailbus.relay.relay import P0_POINTERS, POINTERS, Relay
+from mailbus.schemas.codec import send_pointer_codec
 
 _SEED = """
 INSERT INTO email_sends (dedupe_key, to_address, template, priority)
@@ -73,6 +74,31 @@ def test_committed_rows_reach_their_priority_topic(settings: Settings) -> None:
                 )
             }
         assert set(seen) == keys
+
+
+def test_a_pointer_says_whether_its_row_was_ever_claimed_and_its_template(
+    settings: Settings,
+) -> None:
+    # what the consumer's gate decides on before it reads the row; never the address
+    with psycopg.connect(settings.database_url) as conn:
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template, attempts, first_tried_at)"
+            " VALUES ('new', 'a@example.com', 'welcome', 0, NULL),"
+            " ('retry', 'b@example.com', 'receipt', 1, now()),"
+            " ('handed-back', 'c@example.com', 'receipt', 0, now())"
+        )
+    with relay_thread(settings):
+        wait_until(lambda: published(settings.database_url) == 3, 60, "3 rows published")
+    landed = read_messages(settings.kafka_bootstrap, [settings.topic("p1")], 3, timeout=30)
+    codec = send_pointer_codec()
+    pointers = {p["dedupe_key"]: p for p in (codec.decode(m.value) for m in landed)}
+    said = {key: (p["first_attempt"], p["template"]) for key, p in pointers.items()}
+    assert said == {
+        "new": (True, "welcome"),
+        "retry": (False, "receipt"),
+        "handed-back": (False, "receipt"),
+    }
+    assert all(b"@example.com" not in m.value for m in landed)
 
 
 def test_the_p0_lane_publishes_p0_rows_alone(settings: Settings) -> None:

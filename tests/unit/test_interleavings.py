@@ -25,7 +25,7 @@ from mailbus.consumer.core.outcome import CallResult, ProviderReply, TransportFa
 from mailbus.consumer.db_clock import DatabaseClock
 from mailbus.consumer.gate import ProviderGate
 from mailbus.consumer.http_wire import HttpCall
-from mailbus.consumer.ledger import Claim, LoadedSend, MessageOrigin
+from mailbus.consumer.ledger import Claim, FirstClaim, LoadedSend, MessageOrigin, Unclaim
 from mailbus.consumer.provider import LookupResult, MailbusDialect, OutgoingMail, PreparedMail
 from mailbus.consumer.reconciler import Reconciler
 from mailbus.consumer.service import DeliveryService
@@ -44,6 +44,7 @@ class _Row:
     lease_until: datetime | None = None
     provider: str | None = None
     message_id: str | None = None
+    claimed_once: bool = False  # first_tried_at set
 
 
 class ModelLedger:
@@ -89,10 +90,33 @@ class ModelLedger:
             return None
         if fresh:
             row.view = replace(view, status=Status.SENDING, attempts=view.attempts + 1)
-        row.token, row.provider = token, provider
+        row.token, row.provider, row.claimed_once = token, provider, True
         row.lease_until = now + timedelta(seconds=LEASE_S)
         left = None if view.expires_at is None else (view.expires_at - now).total_seconds()
         return Claim(token, None if left is None else submitted + left - SEND_HEADROOM_S)
+
+    async def claim_first_attempt(
+        self,
+        send_id: int,
+        dedupe_key: str,
+        provider: str | None,
+        token: uuid.UUID,
+        *,
+        provider_kind: str,
+        guarantee: str,
+    ) -> FirstClaim | None:
+        row = self.rows.get(send_id)
+        if row is None or row.view.dedupe_key != dedupe_key:
+            return None
+        if row.view.status is Status.SENDING and row.token == token:  # a lost reply's retry
+            never = replace(row.view, status=Status.PENDING, attempts=0)
+            before = LoadedSend(never, {}, None, None)
+        elif row.view.attempts == 0 and not row.claimed_once:
+            before = LoadedSend(row.view, {}, None, row.provider)
+        else:
+            return FirstClaim(LoadedSend(row.view, {}, None, row.provider), None, None)
+        claim = await self.claim_for_send(send_id, 0, provider, token)
+        return FirstClaim(before, claim, None if claim is None else Unclaim(token, None))
 
     async def release_claim(self, send_id: int, token: uuid.UUID) -> None:
         row = self.rows[send_id]
@@ -100,9 +124,16 @@ class ModelLedger:
             row.view = replace(row.view, status=Status.PENDING, attempts=row.view.attempts - 1)
             row.token = row.lease_until = None
 
-    async def settle_gate(self, send: SendView, decision: Decision, _origin: Any) -> bool:
+    async def settle_gate(
+        self, send: SendView, decision: Decision, _origin: Any, unclaim: Unclaim | None = None
+    ) -> bool:
         row = self.rows[send.id]
-        if row.view.status is not Status.PENDING or row.view.attempts != send.attempts:
+        if unclaim is not None:
+            if row.view.status is not Status.SENDING or row.token != unclaim.token:
+                return False
+            row.view = replace(row.view, attempts=row.view.attempts - 1)
+            row.provider, row.claimed_once = None, False
+        elif row.view.status is not Status.PENDING or row.view.attempts != send.attempts:
             return False
         self._apply(row, send, decision)
         return True
@@ -263,7 +294,15 @@ async def _run(seed: int, late_accept_s: float) -> tuple[ModelLedger, FlakyProvi
             view = row.view
             due = view.next_try_at is None or view.next_try_at <= ledger.now()
             if view.status is Status.PENDING and due and rng.random() < 0.5:
-                pointer = SendPointer.of(view.id, view.dedupe_key, "p1", view.attempts, start)
+                pointer = SendPointer.of(
+                    view.id,
+                    view.dedupe_key,
+                    "p1",
+                    view.attempts,
+                    start,
+                    first_attempt=view.attempts == 0 and not row.claimed_once,
+                    template=view.template,
+                )
                 origin = MessageOrigin("mailbus.send.p1", 0, 0, None, codec.encode(pointer))
                 for _copy in range(rng.choice((1, 1, 2))):
                     task = asyncio.create_task(service.handle(origin))

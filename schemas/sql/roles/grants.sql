@@ -120,7 +120,7 @@ GRANT EXECUTE ON FUNCTION mailbus_cancel_send(text, text) TO mailbus_enqueuer,
 -- lock_running, fan_out, record_tick) fans recipients out into sends, skipping and marking
 -- suppressed addresses, and advances the campaign's progress.
 GRANT SELECT (id, dedupe_key, priority, status, attempts, next_try_at, created_at,
-              published_at, campaign_id, traceparent, tracestate),
+              published_at, campaign_id, traceparent, tracestate, template, first_tried_at),
       UPDATE (published_at)
     ON email_sends TO mailbus_relay;
 GRANT INSERT (dedupe_key, to_address, template, payload_json, priority, campaign_id,
