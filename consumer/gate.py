@@ -231,10 +231,15 @@ class ProviderGate:
         """Seconds the recipient domain stays paused (0: it may be sent to)."""
         return pause_left(self._domains, domain, self._clock())
 
-    def pauses_a_domain(self) -> bool:
-        """Whether any recipient domain is paused now (a mail's domain is known only once
-        its row is read)."""
-        return self._domains_paused_until > self._clock()
+    def passes_at_once(self) -> bool:
+        """Whether a send would be let out now without a wait for the breaker, a 429 pause
+        or any recipient domain's pause (the rate limit aside), taking nothing."""
+        now = self._clock()
+        return (
+            self.breaker.state is BreakerState.CLOSED
+            and self._paused_until <= now
+            and self._domains_paused_until <= now
+        )
 
     def settle(
         self, admission: Admission, result: Classification, latency_s: float, domain: str = ""
@@ -252,7 +257,11 @@ class ProviderGate:
             pause = result.retry_after_s or self._default_pause_s
             self._paused_until = max(self._paused_until, now + pause)
         elif result.outcome is Outcome.ACCEPTED and domain:
-            self._domains = clear(self._domains, domain)
+            before, self._domains = self._domains, clear(self._domains, domain)
+            if self._domains is not before:  # that domain's pause, if any, is over
+                self._domains_paused_until = max(
+                    (pause.until for pause in self._domains.values()), default=0.0
+                )
         healthy = result.outcome in (Outcome.ACCEPTED, Outcome.REJECTED) or (
             result.throttled or result.transient or domain_throttled(result)
         )

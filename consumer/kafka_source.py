@@ -11,7 +11,9 @@ stalls the flow for a few hundred milliseconds.
 On revoke the thread waits for the partitions' in-flight work (up to ``drain_s``), commits
 what is done, and lets go; anything unfinished is redelivered to the new owner and made
 harmless by the guarded claim. A message's ``traceparent`` header (docs/guides/tracing.md)
-comes along as ``MessageOrigin.trace``; a malformed one is counted and ignored.
+comes along as ``MessageOrigin.trace``; a malformed one is counted and ignored. Its
+``mailbus-first-attempt`` header (:mod:`mailbus.schemas.pointer_headers`) comes along as
+``MessageOrigin.first_attempt``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from mailbus.consumer.core.offsets import PartitionProgress
 from mailbus.consumer.ledger import MessageOrigin
 from mailbus.kernel import health, metrics
 from mailbus.kernel.tracecontext import from_headers
+from mailbus.schemas.pointer_headers import first_attempt_template
 
 __all__ = ["KafkaSource"]
 
@@ -146,11 +149,18 @@ class KafkaSource(threading.Thread):
                 return None
             progress.started(offset)
             self._outstanding += 1
-        carried = from_headers(message.headers())
+        headers = message.headers()
+        carried = from_headers(headers)
         if carried.malformed:
             metrics.observe_malformed_trace("consumer")
         return MessageOrigin(
-            topic, partition, offset, message.key(), message.value(), carried.context
+            topic,
+            partition,
+            offset,
+            message.key(),
+            message.value(),
+            carried.context,
+            first_attempt_template(headers),
         )
 
     def _start_deliveries(self, origins: list[MessageOrigin]) -> None:

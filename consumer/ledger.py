@@ -66,6 +66,8 @@ class MessageOrigin:
     key: bytes | None = None
     value: bytes | None = None
     trace: TraceContext | None = None  # its traceparent header (docs/guides/tracing.md)
+    # its row's template, when the relay said the row was never claimed (pointer_headers)
+    first_attempt: str | None = None
 
 
 @dataclass(frozen=True)

@@ -84,14 +84,14 @@ RETURNING s.id, extract(epoch FROM s.expires_at - clock_timestamp())::float8,
           END
 
 -- name: claim_first_attempt
--- load_sends and claim_for_send in one statement, for a pointer that says its row was never
--- claimed (schemas/send_pointer.avsc, first_attempt): the consumer's gate has decided on
+-- load_sends and claim_for_send in one statement, for a pointer whose header says its row
+-- was never claimed (schemas/pointer_headers.py): the consumer's gate has decided on
 -- the pointer (route, breaker, rate), so the row is touched once. Each row named (and of
 -- the pointer's dedupe key) is locked and returned as load_sends returns it, before the
 -- claim, with the guarantee it had and whether it was claimed, and the seconds it has left
 -- before it expires. It is claimed only under claim_for_send's guards for a first attempt,
 -- narrowed to what needs no look at the row first: never claimed (no first call, no
--- provider, no key), its key's first life (the key sent, `provider_key`, is the dedupe key
+-- provider, no key, never in doubt), its key's first life (the key sent, `provider_key`, is the dedupe key
 -- under MAILBUS_PROVIDER_KEY_PREFIX), and no suppression of its address at all (one that
 -- stops only bulk mail is for the consumer to weigh). A row it does not claim goes the
 -- usual way, from the row returned. A claim retried after its reply was lost finds the row
@@ -131,7 +131,7 @@ WITH claims AS (
     WHERE s.id = ANY(ARRAY(SELECT id FROM found)) AND s.id = c.id AND f.id = c.id
       AND (f.ours
            OR (f.status = 'pending' AND f.attempts = 0 AND f.first_tried_at IS NULL
-               AND f.provider IS NULL AND f.provider_key IS NULL
+               AND f.provider IS NULL AND f.provider_key IS NULL AND f.in_doubt_since IS NULL
                AND f.life = 1 AND f.suppression IS NULL
                AND (f.next_try_at IS NULL OR f.next_try_at <= clock_timestamp())
                AND (f.expires_at IS NULL

@@ -5,6 +5,10 @@
     was tried) | [provider gate → claim permit → guarded claim → in-flight slot →
     provider call → look-up?] → settle
 
+A first attempt (the pointer's ``mailbus-first-attempt`` header, while the gate would let
+it out at once) passes the gate on the pointer, then one statement loads and claims its
+row (:meth:`DeliveryService._first_attempt`); a row it does not claim goes the way above.
+
 Which provider takes a call is :class:`~mailbus.consumer.routing.Routing`'s; how a call
 with no known outcome, or a final verdict on a row a provider may hold, is resolved is
 :class:`~mailbus.consumer.doubt.Doubt`'s. Only the provider's part holds one of the
@@ -26,7 +30,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from mailbus.consumer.adapter import Provider
@@ -187,8 +191,8 @@ class DeliveryService:
             await self._durably(lambda: self.ledger.record_undecodable(origin, error))
             metrics.observe_dead_letter("undecodable")
             return
-        if self._claims_on_its_pointer(pointer):
-            loaded = await self._first_attempt(pointer, origin)
+        if origin.first_attempt is not None and self._gate_passes_at_once(origin.first_attempt):
+            loaded = await self._first_attempt(pointer, origin.first_attempt, origin)
             if loaded is None:
                 return  # seen through, or no such row
         else:
@@ -213,18 +217,17 @@ class DeliveryService:
         if attempt is not None:
             await self._settle_attempt(attempt, route, origin)
 
-    def _claims_on_its_pointer(self, pointer: dict[str, Any]) -> bool:
-        """Whether a pointer's row is claimed as it is loaded (:meth:`_first_attempt`): a
-        first attempt (schemas/send_pointer.avsc's ``first_attempt``; False in a version 1
-        pointer) whose route's gate pauses no recipient domain (the row's domain is known
-        only once it is read, so then the row is read first, as before)."""
-        if not pointer.get("first_attempt") or pointer["attempt"] != 0:
-            return False
-        route = self.routing.first_route(pointer["template"])
-        return not self.routing.gate_for(route).pauses_a_domain()
+    def _gate_passes_at_once(self, template: str) -> bool:
+        """Whether a never-claimed row of ``template`` is claimed as it is loaded
+        (:meth:`_first_attempt`): only while its route's gate would let it out at once. While
+        the breaker is not closed, a 429 pause runs or any recipient domain is paused, the
+        row is read first, as before: an expired, suppressed or duplicate pointer is then
+        settled or dropped at once instead of waiting at the gate, and a mail to a paused
+        domain is deferred unclaimed (its domain is in its address, which only the row has)."""
+        return self.routing.gate_for(self.routing.first_route(template)).passes_at_once()
 
     async def _first_attempt(
-        self, pointer: dict[str, Any], origin: MessageOrigin
+        self, pointer: dict[str, Any], template: str, origin: MessageOrigin
     ) -> LoadedSend | None:
         """A never-claimed row's first attempt with one statement before its call: the gate
         decides on the pointer (route, breaker, recovery, 429 pause, rate limit), then the
@@ -232,7 +235,7 @@ class DeliveryService:
         row the claim did not take is returned, to go the usual way; one found unfit for a
         call once read (its address or template cannot be sent, its domain started
         throttling) is settled and its claim undone in one statement. None: seen through."""
-        template, p0 = pointer["template"], pointer["priority"] == "p0"
+        p0 = pointer["priority"] == "p0"
         unhurried = self.policies.for_template(template).when_provider_down == "pause"
         token = uuid.uuid4()  # one token for every try: a claim whose reply was lost is ours
         first_route = self.routing.first_route
@@ -262,7 +265,11 @@ class DeliveryService:
                     if first.claim is None:
                         return first.loaded
                     loaded, undo = first.loaded, first.undo
-                    mail = self._verdict(loaded, route)
+                    try:
+                        mail = self._verdict(loaded, route)
+                    except Exception as exc:  # a bug, not the mail's: nothing was sent
+                        await self._undo_after_bug(loaded, undo, origin, exc)
+                        raise
                     if isinstance(mail, Decision):
                         await self._settle_without_call(loaded, mail, origin, undo)
                         return None
@@ -279,6 +286,17 @@ class DeliveryService:
         if attempt is not None:
             await self._settle_attempt(attempt, route, origin)
         return None
+
+    async def _undo_after_bug(
+        self, loaded: LoadedSend, undo: Unclaim | None, origin: MessageOrigin, exc: Exception
+    ) -> None:
+        """A first attempt whose verdict failed unexpectedly (an adapter's ``prepare`` that
+        raised): left as if never claimed, as the usual path leaves it, to be published
+        again after the retry policy's longest wait rather than at once."""
+        retry_at = self.clock() + timedelta(seconds=self.policy.cap_s)
+        reason = f"internal error: {type(exc).__name__}"
+        later = Decision(Status.PENDING, retry_at=retry_at, reason=reason)
+        await self._durably(lambda: self.ledger.settle_gate(loaded.view, later, origin, undo))
 
     async def _claim_first(
         self, pointer: dict[str, Any], route: str | None, token: uuid.UUID, guarantee: str

@@ -7,8 +7,8 @@
 -- (tests/integration/test_relay_claim_plans.py). Every claim below does the same.
 -- After the pointer's first fields: seconds since the row became due (its insert, or its
 -- next_try_at), on the database's clock, for mailbus_relay_publish_delay_seconds; then
--- what the pointer carries for the consumer's gate (schemas/send_pointer.avsc): the
--- template and whether the row was never claimed.
+-- what the pointer's header tells the consumer's gate (schemas/pointer_headers.py): the
+-- template, and whether the row was never claimed.
 UPDATE email_sends SET published_at = now()
 WHERE id = ANY(ARRAY(
     SELECT id FROM email_sends

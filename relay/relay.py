@@ -31,7 +31,8 @@ again: at-least-once onto Kafka, made harmless by the consumer's guarded claim. 
 relays can run at once; SKIP LOCKED hands each its own rows (no leader election needed).
 A send's W3C trace context (``traceparent``, ``tracestate``), when its row has one, travels as
 the pointer's Kafka headers of the same names (docs/guides/tracing.md): the row's own, or,
-with an exporter, that of the pointer's ``send`` span, a child of the row's.
+with an exporter, that of the pointer's ``send`` span, a child of the row's. A pointer to a
+row never claimed carries its template in a header (:mod:`mailbus.schemas.pointer_headers`).
 Between passes the relay sleeps until a NOTIFY on its lanes' channels (inserts of sends,
 P0 ones on their own channel, and of dead letters; recorded outcome events), the next
 row's ``next_try_at``, or the polling
@@ -63,6 +64,7 @@ from mailbus.relay.events import RETENTION_S, gather_left, prune_due, send_event
 from mailbus.relay.publisher import OutgoingMessage, PointerPublisher, PublishError
 from mailbus.relay.standby import Standby
 from mailbus.schemas.codec import SendPointer
+from mailbus.schemas.pointer_headers import first_attempt_header
 from mailbus.schemas.registry import pointer_codec
 from mailbus_client.sqlfiles import load_queries
 
@@ -302,17 +304,12 @@ class Relay:
             topic=topic,
             key=dedupe_key.encode(),
             value=self._codec.encode(
-                SendPointer.of(
-                    send_id,
-                    dedupe_key,
-                    priority,
-                    attempts,
-                    created_at,
-                    first_attempt=never_claimed,
-                    template=template,
-                )
+                SendPointer.of(send_id, dedupe_key, priority, attempts, created_at)
             ),
-            headers=span.context.headers() if span.context is not None else (),
+            headers=(
+                *(span.context.headers() if span.context is not None else ()),
+                *((first_attempt_header(template),) if never_claimed else ()),
+            ),
             span=span,
             due_s=max(0.0, float(due_s)),
         )

@@ -133,15 +133,7 @@ class SendPointer(dict[str, Any]):
 
     @classmethod
     def of(
-        cls,
-        send_id: int,
-        dedupe_key: str,
-        priority: str,
-        attempt: int,
-        enqueued_at: datetime,
-        *,
-        first_attempt: bool = False,
-        template: str = "",
+        cls, send_id: int, dedupe_key: str, priority: str, attempt: int, enqueued_at: datetime
     ) -> SendPointer:
         return cls(
             send_id=send_id,
@@ -149,8 +141,6 @@ class SendPointer(dict[str, Any]):
             priority=priority,
             attempt=attempt,
             enqueued_at=enqueued_at,
-            first_attempt=first_attempt,
-            template=template,
         )
 
 
@@ -160,14 +150,13 @@ def shipped_schema(filename: str) -> str:
 
 
 @cache
-def _shipped_codec(filename: str, *older: str) -> AvroCodec:
-    return AvroCodec(shipped_schema(filename), tuple(map(shipped_schema, older)))
+def _shipped_codec(filename: str) -> AvroCodec:
+    return AvroCodec(shipped_schema(filename))
 
 
 def send_pointer_codec() -> AvroCodec:
-    """Values of ``{prefix}.send.p0/p1/p2`` (``schemas/send_pointer.avsc``; version 1's,
-    ``schemas/history/send_pointer.1.avsc``, written by relays before it, read too)."""
-    return _shipped_codec("send_pointer.avsc", "history/send_pointer.1.avsc")
+    """Values of ``{prefix}.send.p0/p1/p2`` (``schemas/send_pointer.avsc``)."""
+    return _shipped_codec("send_pointer.avsc")
 
 
 def dead_letter_codec() -> AvroCodec:

@@ -2,15 +2,15 @@
 
 The relay encodes one pointer per row, and fastavro's ``schemaless_writer`` spent half of
 its Python time doing so (docs/benchmarks/speed.md). :func:`flat_writer` compiles a
-record schema whose fields are all ``long``, ``int``, ``string``, ``boolean``, an ``enum``, a
+record schema whose fields are all ``long``, ``int``, ``string``, an ``enum``, a
 ``timestamp-micros`` long, or a union of ``null`` and one of those, into a function of
 one record; any other schema gets None, and its codec keeps fastavro.
 
 The compiled writer takes only the values it writes exactly as fastavro does: Python
-``int`` within the type's bits, ``str``, ``bool``, a known enum symbol, an aware
-``datetime`` (or an ``int``) for a timestamp, ``None`` for a union's null. For anything
-else (a missing field, a naive datetime, a float, a tuple naming a union branch, ...) it
-returns None and the caller hands the record to fastavro, which writes it or raises its own error.
+``int`` within the type's bits, ``str``, a known enum symbol, an aware ``datetime`` (or an
+``int``) for a timestamp, ``None`` for a union's null. For anything else (a missing
+field, a naive datetime, a float, a tuple naming a union branch, ...) it returns None
+and the caller hands the record to fastavro, which writes it or raises its own error.
 tests/unit/test_flat_writer.py compares the two byte for byte.
 """
 
@@ -62,13 +62,6 @@ def _string(out: bytearray, value: Any) -> bool:
     return True
 
 
-def _boolean(out: bytearray, value: Any) -> bool:
-    if type(value) is not bool:
-        return False
-    out.append(1 if value else 0)
-    return True
-
-
 def _timestamp_micros(out: bytearray, value: Any) -> bool:
     if type(value) is datetime:
         if value.tzinfo is None:
@@ -115,8 +108,6 @@ def _field_writer(schema: Any) -> _Field | None:
         return _int
     if schema == "string":
         return _string
-    if schema == "boolean":
-        return _boolean
     if isinstance(schema, dict):
         if schema.get("type") == "enum":
             return _enum(list(schema["symbols"]))

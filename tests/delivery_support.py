@@ -53,9 +53,13 @@ class ScriptedProvider:
 
 
 def service_for(
-    ledger: SendLedger, provider: ScriptedProvider, policy: RetryPolicy, **kwargs: Any
+    ledger: SendLedger,
+    provider: ScriptedProvider,
+    policy: RetryPolicy,
+    breaker: BreakerPolicy | None = None,
+    **kwargs: Any,
 ) -> DeliveryService:
-    gate = ProviderGate(4, BreakerPolicy(), None, lambda _s: None, lambda _l: None)
+    gate = ProviderGate(4, breaker or BreakerPolicy(), None, lambda _s: None, lambda _l: None)
     return DeliveryService(
         ledger,
         provider,  # type: ignore[arg-type]
@@ -69,21 +73,13 @@ def service_for(
 
 
 def origin_for(
-    send_id: int, key: str, attempt: int, priority: str = "p1", *, first_template: str = ""
+    send_id: int, key: str, attempt: int, priority: str = "p1", *, first_attempt: str | None = None
 ) -> MessageOrigin:
-    """A pointer as the relay publishes it; ``first_template``: the template of a row never
-    claimed, which the pointer says (the consumer claims it as it loads it)."""
-    pointer = SendPointer.of(
-        send_id,
-        key,
-        priority,
-        attempt,
-        datetime.now(UTC),
-        first_attempt=bool(first_template),
-        template=first_template,
-    )
+    """A pointer as the relay publishes it; ``first_attempt``: the template its header names
+    for a row never claimed (the consumer claims it as it loads it)."""
+    pointer = SendPointer.of(send_id, key, priority, attempt, datetime.now(UTC))
     value = send_pointer_codec().encode(pointer)
-    return MessageOrigin(f"t.send.{priority}", 0, send_id, None, value)
+    return MessageOrigin(f"t.send.{priority}", 0, send_id, None, value, None, first_attempt)
 
 
 async def reconcile_then_deliver(

@@ -1,5 +1,5 @@
 """Statements that take a batch as a JSON array read only the rows it names, whatever the
-table's size: the consumer's claim and settle, the webhook receiver's record_events.
+table's size: the consumer's claims and settle, the webhook receiver's record_events.
 Real PostgreSQL.
 
 PostgreSQL always guesses a ``jsonb_to_recordset`` at 100 rows. Joined to ``email_sends``
@@ -83,6 +83,26 @@ def test_a_claim_reads_only_the_rows_it_names(outbox: psycopg.Connection[Any]) -
     assert "email_sends" not in tables_scanned_whole(outbox, QUERIES["claim_for_send"], params)
 
 
+def test_a_first_attempts_claim_reads_only_the_rows_it_names(
+    outbox: psycopg.Connection[Any],
+) -> None:
+    rows = outbox.execute("SELECT id, dedupe_key FROM email_sends LIMIT %s", (BATCH,))
+    claims = [
+        {
+            "id": id_,
+            "dedupe_key": key,
+            "token": str(uuid.uuid4()),
+            "provider": None,
+            "provider_kind": "http",
+            "guarantee": "exactly_once",
+            "provider_key": key,
+        }
+        for id_, key in rows
+    ]
+    params = {"claims": Jsonb(claims), "lease_s": 60.0, "headroom_s": SEND_HEADROOM_S}
+    assert "email_sends" not in tables_scanned_whole(outbox, QUERIES["claim_first_attempt"], params)
+
+
 def test_a_settle_reads_only_the_rows_it_names(outbox: psycopg.Connection[Any]) -> None:
     ids = [id_ for (id_,) in outbox.execute("SELECT id FROM email_sends LIMIT %s", (BATCH,))]
     decisions = [
@@ -106,6 +126,8 @@ def test_a_settle_reads_only_the_rows_it_names(outbox: psycopg.Connection[Any]) 
             "kafka_offset": None,
             "uncounted": False,
             "suppress_source": None,
+            "unclaim": False,
+            "guarantee": None,
         }
         for id_ in ids
     ]

@@ -1,27 +1,25 @@
-"""A first attempt through the real DeliveryService and ledger: a pointer that says its row
-was never claimed is gated on the pointer, then loaded and claimed by one statement; a
-version 1 pointer, and a row read while a domain is paused, go the usual way; a mail found
-unfit once read ends as it ends without the claim."""
+"""A first attempt through the real DeliveryService and ledger: a pointer whose header says
+its row was never claimed is gated on the pointer, then loaded and claimed by one
+statement; a pointer without it, and one read while the gate would hold it (a domain
+paused, the breaker open), go the usual way; a mail found unfit once read ends as it ends
+without the claim."""
 
 from __future__ import annotations
 
 import asyncio
-import io
-import json
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
-import fastavro
 import psycopg
 from delivery_support import ScriptedProvider, origin_for, service_for
 
 from mailbus.consumer.core import RetryPolicy
+from mailbus.consumer.core.breaker import BreakerPolicy, BreakerState
 from mailbus.consumer.core.outcome import ProviderReply
 from mailbus.consumer.core.smtp_outcome import SmtpReply
-from mailbus.consumer.ledger import MessageOrigin, SendLedger
+from mailbus.consumer.ledger import SendLedger
+from mailbus.consumer.provider import OutgoingMail, PreparedMail
 from mailbus.consumer.service import DeliveryService
-from mailbus.schemas.codec import schema_fingerprint, shipped_schema
 
 POLICY = RetryPolicy(max_attempts=5, base_s=1.0, cap_s=10.0)
 FIELDS = (
@@ -49,26 +47,11 @@ def _fields(database_url: str, key: str) -> tuple[Any, ...]:
     return tuple(found)
 
 
-def _v1_origin(send_id: int, key: str) -> MessageOrigin:
-    """A pointer written by a relay of the version before (schemas/history)."""
-    schema = fastavro.parse_schema(json.loads(shipped_schema("history/send_pointer.1.avsc")))
-    body = io.BytesIO()
-    body.write(b"\xc3\x01" + schema_fingerprint(schema))
-    record = {
-        "send_id": send_id,
-        "dedupe_key": key,
-        "priority": "p1",
-        "attempt": 0,
-        "enqueued_at": datetime.now(UTC),
-    }
-    fastavro.schemaless_writer(body, schema, record)
-    return MessageOrigin("t.send.p1", 0, send_id, None, body.getvalue())
-
-
 def _run(
     database_url: str,
     provider: ScriptedProvider,
     script: Callable[[DeliveryService, list[str]], Any],
+    breaker: BreakerPolicy | None = None,
 ) -> list[str]:
     """Run ``script`` on a service; the names of the statements it ran, in order."""
     statements: list[str] = []
@@ -84,7 +67,7 @@ def _run(
         ledger._run = counted  # type: ignore[method-assign]
         await ledger.open()
         try:
-            await script(service_for(ledger, provider, POLICY), statements)
+            await script(service_for(ledger, provider, POLICY, breaker), statements)
         finally:
             await ledger.close()
 
@@ -100,14 +83,15 @@ def test_a_first_attempt_runs_one_statement_before_its_call_and_one_after(
     seen: dict[str, list[str]] = {}
 
     async def script(service: DeliveryService, statements: list[str]) -> None:
-        await service.handle(origin_for(ids["new"], "new", 0, first_template="welcome"))
+        await service.handle(origin_for(ids["new"], "new", 0, first_attempt="welcome"))
         seen["new"] = statements[:]
         statements.clear()
-        await service.handle(_v1_origin(ids["old"], "old"))  # a rolling upgrade's pointer
+        # a pointer without the header: from a relay of an earlier build
+        await service.handle(origin_for(ids["old"], "old", 0))
         seen["old"] = statements[:]
         statements.clear()
         # the same pointer again: the row moved on, nothing is called or written
-        await service.handle(origin_for(ids["new"], "new", 0, first_template="welcome"))
+        await service.handle(origin_for(ids["new"], "new", 0, first_attempt="welcome"))
         seen["again"] = statements[:]
 
     _run(database_url, provider, script)
@@ -134,7 +118,7 @@ def test_a_mail_found_unfit_once_read_ends_as_it_does_without_the_claim(
     provider = ScriptedProvider(reply=lambda key: ProviderReply(200, f"msg-{key}"))
 
     async def script(service: DeliveryService, statements: list[str]) -> None:
-        await service.handle(origin_for(ids["claimed"], "claimed", 0, first_template="welcome"))
+        await service.handle(origin_for(ids["claimed"], "claimed", 0, first_attempt="welcome"))
         assert statements == ["claim_first_attempt", "settle"]
         await service.handle(origin_for(ids["usual"], "usual", 0))
 
@@ -171,7 +155,7 @@ def test_while_a_domain_is_paused_a_row_is_read_before_it_is_claimed(database_ur
     async def script(service: DeliveryService, statements: list[str]) -> None:
         for key in ("slow-1", "slow-2", "fast-1"):
             statements.clear()
-            await service.handle(origin_for(ids[key], key, 0, first_template="welcome"))
+            await service.handle(origin_for(ids[key], key, 0, first_attempt="welcome"))
             seen[key] = statements[:]
 
     _run(database_url, provider, script)
@@ -181,3 +165,63 @@ def test_while_a_domain_is_paused_a_row_is_read_before_it_is_claimed(database_ur
     assert provider.sent == ["slow-1", "fast-1"]
     status, attempts, tried_at, *_ = _fields(database_url, "slow-2")
     assert (status, attempts, tried_at) == ("pending", 0, None)
+
+
+def test_while_the_breaker_is_open_a_row_is_read_and_an_expired_one_settled_at_once(
+    database_url: str,
+) -> None:
+    # The breaker opens on the first mail's 503 (threshold 1): an expired mail behind it
+    # is settled without waiting for the breaker, as without the header.
+    ids = _insert(database_url, ("down", "a@example.com"), ("late", "b@example.com"))
+    with psycopg.connect(database_url) as conn:
+        conn.execute("UPDATE email_sends SET expires_at = now() WHERE dedupe_key = 'late'")
+    provider = ScriptedProvider()  # 503 to every send
+    seen: list[str] = []
+
+    async def script(service: DeliveryService, statements: list[str]) -> None:
+        await service.handle(origin_for(ids["down"], "down", 0, first_attempt="welcome"))
+        assert service.gate.breaker.state is not BreakerState.CLOSED
+        statements.clear()
+        late = origin_for(ids["late"], "late", 0, first_attempt="welcome")
+        await asyncio.wait_for(service.handle(late), timeout=10)  # the cool-down is 600 s
+        seen.extend(statements)
+
+    _run(database_url, provider, script, BreakerPolicy(failure_threshold=1, cool_down_s=600))
+    assert seen == ["load_sends", "settle"]
+    assert provider.sent == ["down"]
+    assert _fields(database_url, "late")[:3] == ("expired", 0, None)
+
+
+class _BrokenPrepare(ScriptedProvider):
+    def prepare(self, mail: OutgoingMail) -> PreparedMail:
+        raise RuntimeError("an adapter's bug")
+
+
+def test_a_bug_once_the_row_is_read_leaves_it_as_if_never_claimed(database_url: str) -> None:
+    # Before the claim-as-read, such a row stayed pending (the hourly republish took it);
+    # it must not stay `sending` under a lease, to be looked up as a call in doubt.
+    ids = _insert(database_url, ("buggy", "a@example.com"))
+    provider = _BrokenPrepare()
+    raised: list[BaseException] = []
+
+    async def script(service: DeliveryService, statements: list[str]) -> None:
+        try:
+            await service.handle(origin_for(ids["buggy"], "buggy", 0, first_attempt="welcome"))
+        except RuntimeError as exc:
+            raised.append(exc)
+        assert statements == ["claim_first_attempt", "settle"]
+
+    _run(database_url, provider, script)
+    assert [str(exc) for exc in raised] == ["an adapter's bug"]  # the runner logs it
+    status, attempts, tried_at, guarantee, route, kind, key, lease, error = _fields(
+        database_url, "buggy"
+    )
+    assert (status, attempts, tried_at, guarantee, route, kind, key, lease) == (
+        "pending", 0, None, None, None, None, None, None
+    )
+    assert error == "internal error: RuntimeError"
+    with psycopg.connect(database_url) as conn:
+        (wait,) = conn.execute(
+            "SELECT extract(epoch FROM next_try_at - now()) FROM email_sends"
+        ).fetchone() or (None,)
+    assert 5 < float(wait) <= POLICY.cap_s  # not published again at once, into the same bug

@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.errors import InsufficientPrivilege, InvalidParameterValue
+from psycopg.types.json import Jsonb
 from transport_security import login_as
 
 from mailbus.app.migrate import apply_roles
@@ -96,6 +97,26 @@ MUST: dict[str, list[tuple[str, dict[str, Any]]]] = {
     ],
     "mailbus_consumer": [
         (CONSUMER["load_sends"], {"ids": [1, 2]}),
+        (
+            CONSUMER["claim_first_attempt"],
+            {
+                "claims": Jsonb(  # no such row: the privileges are checked all the same
+                    [
+                        {
+                            "id": 1,
+                            "dedupe_key": "no-such-key",
+                            "token": "00000000-0000-4000-8000-000000000001",
+                            "provider": None,
+                            "provider_kind": "http",
+                            "guarantee": "exactly_once",
+                            "provider_key": "no-such-key",
+                        }
+                    ]
+                ),
+                "lease_s": 30.0,
+                "headroom_s": 0.05,
+            },
+        ),
         (CONSUMER["republish_stale"], {"priorities": ["p0"], "after_s": 60, "limit": 10}),
         (
             "UPDATE email_sends SET status = 'sending', attempts = attempts + 1,"
@@ -397,6 +418,33 @@ def test_a_plain_migrate_narrows_the_console_on_campaigns_as_the_grants_do(seede
         assert ("rate_per_min", "UPDATE") in privileges(conn)
         conn.execute(narrowing.sql.encode())
         assert privileges(conn) == granted
+
+
+def test_a_plain_migrate_lets_the_relay_claim_what_its_pointer_header_needs(seeded: str) -> None:
+    """Migration 0076 on a database whose grants predate it (a plain `mailbus migrate`): the
+    relay's claims read `template` and `first_tried_at`, or every one is refused."""
+    granting = next(m for m in available_migrations() if m.version == 76)
+    claims = [RELAY[name] for name in ("claim_due", "claim_due_p0", "claim_due_beside_p0")]
+    with psycopg.connect(seeded, autocommit=True) as conn:  # the grants before 0076
+        conn.execute("REVOKE SELECT (template, first_tried_at) ON email_sends FROM mailbus_relay")
+
+    def denied(url: str) -> list[bool]:
+        found = []
+        for claim in claims:
+            with psycopg.connect(url) as conn:
+                try:
+                    conn.execute(claim, {"limit": 10})
+                    found.append(False)
+                except InsufficientPrivilege:
+                    found.append(True)
+                conn.rollback()
+        return found
+
+    with login_as(seeded, "mailbus_relay") as url:
+        assert denied(url) == [True, True, True]
+        with psycopg.connect(seeded, autocommit=True) as conn:
+            conn.execute(granting.sql.encode())
+        assert denied(url) == [False, False, False]
 
 
 def test_webhooks_settle_a_send_only_through_their_function(seeded: str) -> None:

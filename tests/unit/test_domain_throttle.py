@@ -126,5 +126,34 @@ def test_the_gate_pauses_the_domain_not_the_process_nor_the_breaker() -> None:
     assert gate._paused_until == 3.0  # a plain 429 still pauses the whole process
 
 
+def test_a_send_passes_at_once_only_while_nothing_would_hold_it() -> None:
+    # What decides whether a first attempt is claimed as it is read (consumer/service.py):
+    # a domain's pause, a 429 pause, a breaker not closed; each, once over, no longer.
+    now = [0.0]
+    gate = ProviderGate(
+        4,
+        BreakerPolicy(failure_threshold=1, cool_down_s=30.0),
+        None,
+        on_breaker_change=lambda _s: None,
+        on_limit_change=lambda _l: None,
+        clock=lambda: now[0],
+    )
+    assert gate.passes_at_once()
+    scoped = classify(ProviderReply(429, retry_after_s=60.0, domain_scoped=True))
+    gate.settle(gate_admission(gate), scoped, 0.01, "slow.example")
+    assert not gate.passes_at_once()
+    gate.settle(gate_admission(gate), OK, 0.01, "slow.example")  # its run of throttles ends
+    assert gate.passes_at_once()
+    gate.settle(gate_admission(gate), scoped, 0.01, "slow.example")
+    now[0] = 61.0  # the pause ran out
+    assert gate.passes_at_once()
+    gate.settle(gate_admission(gate), classify(ProviderReply(429, retry_after_s=3.0)), 0.01, "x")
+    assert not gate.passes_at_once()
+    now[0] = 65.0
+    assert gate.passes_at_once()
+    gate.settle(gate_admission(gate), classify(ProviderReply(503)), 0.01, "x")
+    assert gate.breaker.state is not BreakerState.CLOSED and not gate.passes_at_once()
+
+
 def gate_admission(gate: ProviderGate) -> Admission:
     return asyncio.run(gate.admit_send())

@@ -70,8 +70,6 @@ def _values(schema: Any) -> st.SearchStrategy[Any]:
         return st.integers(-(2**31), 2**31 - 1) | st.sampled_from([0, -1, 2**31 - 1, -(2**31)])
     if schema == "string":
         return st.text()
-    if schema == "boolean":
-        return st.booleans()
     if schema["type"] == "enum":
         return st.sampled_from(schema["symbols"])
     assert schema["logicalType"] == "timestamp-micros"

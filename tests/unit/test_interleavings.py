@@ -294,16 +294,17 @@ async def _run(seed: int, late_accept_s: float) -> tuple[ModelLedger, FlakyProvi
             view = row.view
             due = view.next_try_at is None or view.next_try_at <= ledger.now()
             if view.status is Status.PENDING and due and rng.random() < 0.5:
-                pointer = SendPointer.of(
-                    view.id,
-                    view.dedupe_key,
-                    "p1",
-                    view.attempts,
-                    start,
-                    first_attempt=view.attempts == 0 and not row.claimed_once,
-                    template=view.template,
+                pointer = SendPointer.of(view.id, view.dedupe_key, "p1", view.attempts, start)
+                never_claimed = view.attempts == 0 and not row.claimed_once
+                origin = MessageOrigin(
+                    "mailbus.send.p1",
+                    0,
+                    0,
+                    None,
+                    codec.encode(pointer),
+                    None,
+                    view.template if never_claimed else None,  # the relay's header
                 )
-                origin = MessageOrigin("mailbus.send.p1", 0, 0, None, codec.encode(pointer))
                 for _copy in range(rng.choice((1, 1, 2))):
                     task = asyncio.create_task(service.handle(origin))
                     deliveries.add(task)
