@@ -233,7 +233,8 @@ class ProviderGate:
 
     def passes_at_once(self) -> bool:
         """Whether a send would be let out now without a wait for the breaker, a 429 pause
-        or any recipient domain's pause (the rate limit aside), taking nothing."""
+        or any recipient domain's pause, taking nothing (the rate limit and a recovery
+        ramp's cap, which only pace sends, aside)."""
         now = self._clock()
         return (
             self.breaker.state is BreakerState.CLOSED

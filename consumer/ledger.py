@@ -109,13 +109,20 @@ class FirstClaim:
 
     loaded: LoadedSend
     claim: Claim | None
-    undo: Unclaim | None  # set when claimed: how a decision without a call undoes it
+    guarantee_before: str | None
+
+    def undo(self) -> Unclaim:
+        """How a decision taken with no call undoes the claim."""
+        assert self.claim is not None
+        return Unclaim(self.claim.token, self.guarantee_before)
 
 
 @dataclass(frozen=True)
 class _FirstClaimRequest:
     send_id: int
     dedupe_key: str
+    template: str
+    priority: str
     token: uuid.UUID
     provider: str | None
     provider_kind: str
@@ -215,6 +222,8 @@ class SendLedger:
         self,
         send_id: int,
         dedupe_key: str,
+        template: str,
+        priority: str,
         provider: str | None,
         token: uuid.UUID,
         *,
@@ -223,10 +232,19 @@ class SendLedger:
     ) -> FirstClaim | None:
         """Load a row a pointer says was never claimed and, in the same statement, claim its
         first attempt under ``token`` for ``provider`` (recording its kind, ``guarantee``
-        and its key) if it is sendable without a look at it first (consumer/queries.sql,
-        claim_first_attempt). None: no row of that id and ``dedupe_key``."""
+        and its key) if it is sendable without a look at it first and of the ``template``
+        and ``priority`` its gate decided on (consumer/queries.sql, claim_first_attempt).
+        None: no row of that id and ``dedupe_key``."""
         request = _FirstClaimRequest(
-            send_id, dedupe_key, token, provider, provider_kind, guarantee, time.monotonic()
+            send_id,
+            dedupe_key,
+            template,
+            priority,
+            token,
+            provider,
+            provider_kind,
+            guarantee,
+            time.monotonic(),
         )
         return await self._first_claims.submit(request)
 
@@ -345,6 +363,8 @@ class SendLedger:
                 {
                     "id": r.send_id,
                     "dedupe_key": r.dedupe_key,
+                    "template": r.template,
+                    "priority": r.priority,
                     "token": str(r.token),
                     "provider": r.provider,
                     "provider_kind": r.provider_kind,
@@ -364,11 +384,11 @@ class SendLedger:
                 if row is None:
                     continue
                 *loaded, guarantee_before, claimed, left_s = row
-                claim, undo = None, None
+                claim = None
                 if claimed:
                     send_by = None if left_s is None else r.submitted + left_s - SEND_HEADROOM_S
-                    claim, undo = Claim(r.token, send_by), Unclaim(r.token, guarantee_before)
-                found[r.token] = FirstClaim(self._loaded(tuple(loaded)), claim, undo)
+                    claim = Claim(r.token, send_by)
+                found[r.token] = FirstClaim(self._loaded(tuple(loaded)), claim, guarantee_before)
         return [found.get(request.token) for request in requests]
 
     async def _settle_batch(self, settlements: Sequence[_Settlement]) -> list[bool]:

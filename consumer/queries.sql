@@ -91,15 +91,17 @@ RETURNING s.id, extract(epoch FROM s.expires_at - clock_timestamp())::float8,
 -- claim, with the guarantee it had and whether it was claimed, and the seconds it has left
 -- before it expires. It is claimed only under claim_for_send's guards for a first attempt,
 -- narrowed to what needs no look at the row first: never claimed (no first call, no
--- provider, no key, never in doubt), its key's first life (the key sent, `provider_key`, is the dedupe key
--- under MAILBUS_PROVIDER_KEY_PREFIX), and no suppression of its address at all (one that
--- stops only bulk mail is for the consumer to weigh). A row it does not claim goes the
--- usual way, from the row returned. A claim retried after its reply was lost finds the row
--- under its own token and gets it again, returned as it was before that claim.
+-- provider, no key, never in doubt), of the template and priority the gate decided on (a
+-- header of another producer decides nothing), and its key's first life (the key sent,
+-- `provider_key`, is the dedupe key under MAILBUS_PROVIDER_KEY_PREFIX). A suppression is
+-- the consumer's to weigh once the row is read: a mail it stops has its claim undone
+-- (settle, `unclaim`). A row not claimed goes the usual way, from the row returned. A claim
+-- retried after its reply was lost finds the row under its own token and gets it again,
+-- returned as it was before that claim.
 WITH claims AS (
     SELECT * FROM jsonb_to_recordset(%(claims)s::jsonb)
-        AS c (id bigint, dedupe_key text, token uuid, provider text, provider_kind text,
-              guarantee text, provider_key text)
+        AS c (id bigint, dedupe_key text, template text, priority text, token uuid,
+              provider text, provider_kind text, guarantee text, provider_key text)
 ), locked AS (
     SELECT s.id, s.dedupe_key, s.to_address, s.template, s.payload_json, s.priority,
            s.status, s.attempts, s.expires_at, s.next_try_at, s.in_doubt_since, s.provider,
@@ -109,6 +111,7 @@ WITH claims AS (
     ORDER BY s.id FOR UPDATE
 ), found AS (
     SELECT l.*, c.guarantee AS claim_guarantee,
+           l.template = c.template AND l.priority = c.priority AS as_decided,
            l.status = 'sending' AND l.lease_token = c.token AS ours,
            coalesce((SELECT k.lives + 1 FROM email_key_lives k
                      WHERE k.dedupe_key = l.dedupe_key), 1) AS life,
@@ -132,7 +135,7 @@ WITH claims AS (
       AND (f.ours
            OR (f.status = 'pending' AND f.attempts = 0 AND f.first_tried_at IS NULL
                AND f.provider IS NULL AND f.provider_key IS NULL AND f.in_doubt_since IS NULL
-               AND f.life = 1 AND f.suppression IS NULL
+               AND f.as_decided AND f.life = 1
                AND (f.next_try_at IS NULL OR f.next_try_at <= clock_timestamp())
                AND (f.expires_at IS NULL
                     OR f.expires_at > clock_timestamp() + make_interval(secs => %(headroom_s)s))))

@@ -235,57 +235,62 @@ class DeliveryService:
         row the claim did not take is returned, to go the usual way; one found unfit for a
         call once read (its address or template cannot be sent, its domain started
         throttling) is settled and its claim undone in one statement. None: seen through."""
-        p0 = pointer["priority"] == "p0"
-        unhurried = self.policies.for_template(template).when_provider_down == "pause"
         token = uuid.uuid4()  # one token for every try: a claim whose reply was lost is ours
-        first_route = self.routing.first_route
-        route = first_route(template)
+        route = self.routing.first_route(template)
         while True:
-            gate, provider = self.routing.gate_for(route), self.routing.provider_for(route)
-            assert provider is not None  # first_route names a provider of this process
-
-            def still(chosen: str | None = route) -> bool:
-                return first_route(template) == chosen
-
-            admission = await gate.admit_send(unhurried, p0=p0, still=still)
-            if admission is None:
-                route = first_route(template)
-                continue  # rerouted while it waited at the breaker; nothing was claimed
             try:
-                async with self.gate.claims:
-                    if not gate.holds(admission):
-                        continue  # the breaker opened while this waited for a permit
-                    if self.stop_requested():
-                        raise Stopping()
-                    guarantee = guarantee_of(provider.capability, self.at_least_once).value
-                    first = await self._claim_first(pointer, route, token, guarantee)
-                    if first is None:
-                        log.warning("pointer to a missing row %s", pointer["send_id"])
-                        return None
-                    if first.claim is None:
-                        return first.loaded
-                    loaded, undo = first.loaded, first.undo
-                    try:
-                        mail = self._verdict(loaded, route)
-                    except Exception as exc:  # a bug, not the mail's: nothing was sent
-                        await self._undo_after_bug(loaded, undo, origin, exc)
-                        raise
-                    if isinstance(mail, Decision):
-                        await self._settle_without_call(loaded, mail, origin, undo)
-                        return None
-                    domain = recipient_domain(loaded.view.to_address)
-                    if await self._defer_for_domain(loaded, domain, origin, gate, undo):
-                        return None  # the domain began throttling since the pointer's check
-                    metrics.observe_guarantee(guarantee)
-                    attempt = await self._call_in_slot(
-                        loaded, first.claim, admission, route, mail, origin
-                    )
-                    break
-            finally:
-                gate.release(admission)
-        if attempt is not None:
-            await self._settle_attempt(attempt, route, origin)
-        return None
+                done = await self._first_attempt_on(route, pointer, template, token, origin)
+            except _Rerouted:
+                route = self.routing.first_route(template)
+                continue  # rerouted while it waited at the breaker; nothing was claimed
+            if isinstance(done, _Attempt):
+                await self._settle_attempt(done, route, origin)
+                return None
+            return done
+
+    async def _first_attempt_on(
+        self,
+        route: str | None,
+        pointer: dict[str, Any],
+        template: str,
+        token: uuid.UUID,
+        origin: MessageOrigin,
+    ) -> _Attempt | LoadedSend | None:
+        """:meth:`_first_attempt` on one route: the call made, the row to go the usual way,
+        or None (nothing more to do)."""
+        gate, provider = self.routing.gate_for(route), self.routing.provider_for(route)
+        assert provider is not None  # first_route names a provider of this process
+        guarantee = guarantee_of(provider.capability, self.at_least_once).value
+
+        async def claim_and_call(admission: Admission) -> _Attempt | LoadedSend | None:
+            first = await self._claim_first(pointer, template, route, token, guarantee)
+            if first is None:
+                log.warning("pointer to a missing row %s", pointer["send_id"])
+                return None
+            if first.claim is None:
+                return first.loaded
+            loaded, undo = first.loaded, first.undo()
+            try:
+                mail = self._verdict(loaded, route)
+            except Exception as exc:  # a bug, not the mail's: nothing was sent
+                await self._undo_after_bug(loaded, undo, origin, exc)
+                raise
+            if isinstance(mail, Decision):
+                await self._settle_without_call(loaded, mail, origin, undo)
+                return None
+            domain = recipient_domain(loaded.view.to_address)
+            if await self._defer_for_domain(loaded, domain, origin, gate, undo):
+                return None  # the domain began throttling since the pointer's check
+            metrics.observe_guarantee(guarantee)
+            return await self._call_in_slot(loaded, first.claim, admission, route, mail, origin)
+
+        return await self._past_the_gate(
+            gate,
+            self.policies.for_template(template).when_provider_down == "pause",
+            pointer["priority"] == "p0",
+            lambda: self.routing.first_route(template) == route,
+            claim_and_call,
+        )
 
     async def _undo_after_bug(
         self, loaded: LoadedSend, undo: Unclaim | None, origin: MessageOrigin, exc: Exception
@@ -299,7 +304,12 @@ class DeliveryService:
         await self._durably(lambda: self.ledger.settle_gate(loaded.view, later, origin, undo))
 
     async def _claim_first(
-        self, pointer: dict[str, Any], route: str | None, token: uuid.UUID, guarantee: str
+        self,
+        pointer: dict[str, Any],
+        template: str,
+        route: str | None,
+        token: uuid.UUID,
+        guarantee: str,
     ) -> FirstClaim | None:
         send_id = pointer["send_id"]
         with self.tracer.span("mailbus.claim", attributes={"mailbus.send_id": send_id}) as span:
@@ -307,6 +317,8 @@ class DeliveryService:
                 lambda: self.ledger.claim_first_attempt(
                     send_id,
                     pointer["dedupe_key"],
+                    template,
+                    pointer["priority"],
                     route,
                     token,
                     provider_kind=self.routing.kind_for(route),
@@ -404,8 +416,7 @@ class DeliveryService:
         self, loaded: LoadedSend, origin: MessageOrigin, route: str | None, mail: Any
     ) -> _Attempt | None:
         """Wait at the gate, then claim, then call (and look up when the call leaves doubt)
-        in an in-flight slot. The gate is passed before a claim permit is taken, so mail
-        waiting for a recovering provider never holds one. The row is claimed before its
+        in an in-flight slot (:meth:`_past_the_gate`). The row is claimed before its
         slot comes, so the claim's round trip is not spent holding one; if no slot comes in
         time, or the row would reach the provider after it expired, the claim is handed
         back. None if no call was made; :class:`_Rerouted` if the route changed while it
@@ -419,32 +430,53 @@ class DeliveryService:
         gate = self.routing.gate_for(route)
         if await self._defer_for_domain(loaded, domain, origin, gate):
             return None
+
+        async def claim_and_call(admission: Admission) -> _Attempt | None:
+            if await self._defer_for_domain(loaded, domain, origin, gate):
+                return None  # the domain throttled while this waited at the gate
+            if expired := before_send(
+                row, self.clock(), self._suppressed(loaded), self.policy.max_age_s
+            ):
+                await self._settle_without_call(loaded, expired, origin)
+                return None  # it expired while the provider was down
+            claim = await self._claim(row, route, token)
+            if claim is None:
+                await self._recheck(row.id, origin)  # e.g. it expired a moment ago
+                return None
+            return await self._call_in_slot(loaded, claim, admission, route, mail, origin)
+
+        return await self._past_the_gate(
+            gate,
+            unhurried,
+            row.priority == "p0",
+            lambda: self.routing.route(loaded) == route,
+            claim_and_call,
+        )
+
+    async def _past_the_gate(
+        self,
+        gate: ProviderGate,
+        unhurried: bool,
+        p0: bool,
+        still: Callable[[], bool],
+        step: Callable[[Admission], Awaitable[_T]],
+    ) -> _T:
+        """Wait at ``gate`` (:meth:`ProviderGate.admit_send`), then run ``step`` holding one
+        of the process's claim permits, and again from the gate if its breaker opened while
+        this waited for the permit. The gate is passed before a permit is taken, so mail
+        waiting for a recovering provider never holds one. :class:`_Rerouted` if ``still()``
+        turned False while it waited at the breaker."""
         while True:
-            admission = await gate.admit_send(
-                unhurried,
-                p0=row.priority == "p0",
-                still=lambda: self.routing.route(loaded) == route,
-            )
+            admission = await gate.admit_send(unhurried, p0=p0, still=still)
             if admission is None:
                 raise _Rerouted()
             try:
-                if await self._defer_for_domain(loaded, domain, origin, gate):
-                    return None  # the domain throttled while this waited at the gate
                 async with self.gate.claims:
                     if not gate.holds(admission):
                         continue  # the breaker opened while this waited for a permit
                     if self.stop_requested():
                         raise Stopping()
-                    if expired := before_send(
-                        row, self.clock(), self._suppressed(loaded), self.policy.max_age_s
-                    ):
-                        await self._settle_without_call(loaded, expired, origin)
-                        return None  # it expired while the provider was down
-                    claim = await self._claim(row, route, token)
-                    if claim is None:
-                        await self._recheck(row.id, origin)  # e.g. it expired a moment ago
-                        return None
-                    return await self._call_in_slot(loaded, claim, admission, route, mail, origin)
+                    return await step(admission)
             finally:
                 gate.release(admission)
 

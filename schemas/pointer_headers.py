@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from mailbus_client.send_request import is_template_name
+
 __all__ = ["FIRST_ATTEMPT", "first_attempt_header", "first_attempt_template"]
 
 FIRST_ATTEMPT = "mailbus-first-attempt"
@@ -28,8 +30,9 @@ Headers = Iterable[tuple[str, Header]] | Mapping[str, Header] | None
 
 def first_attempt_template(headers: Headers) -> str | None:
     """The template a pointer's header names for a never-claimed row (the first header of
-    that name, compared case-insensitively), or None: no such header, or one that is not
-    UTF-8 (the row is read first)."""
+    that name, compared case-insensitively), or None: no such header, or one that names no
+    template a send request may carry (not UTF-8, too long, other characters): the row is
+    read first. The claim checks the name against the row's own."""
     pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
     for name, value in pairs:
         if name.lower() != FIRST_ATTEMPT:
@@ -39,5 +42,5 @@ def first_attempt_template(headers: Headers) -> str | None:
                 value = value.decode()
             except UnicodeDecodeError:
                 return None
-        return value or None
+        return value if value is not None and is_template_name(value) else None
     return None

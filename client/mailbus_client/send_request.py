@@ -21,6 +21,7 @@ __all__ = [
     "MAX_TRACESTATE_LENGTH",
     "PRIORITIES",
     "SendRequest",
+    "is_template_name",
     "mail_headers",
     "reject_line_breaks",
     "validate_address",
@@ -73,6 +74,11 @@ def validate_address(address: object) -> str:
     return address
 
 
+def is_template_name(value: str) -> bool:
+    """Whether ``value`` is a template name a send request may carry."""
+    return len(value) <= MAX_TEMPLATE_LENGTH and _TEMPLATE.match(value) is not None
+
+
 def validate_send_request(request: SendRequest) -> bytes:
     """Check every field; return the payload serialised as JSON (it is checked by size)."""
     if not isinstance(request.dedupe_key, str) or not _DEDUPE_KEY.match(request.dedupe_key):
@@ -82,7 +88,7 @@ def validate_send_request(request: SendRequest) -> bytes:
     validate_address(request.to_address)
     if not isinstance(request.template, str) or not _TEMPLATE.match(request.template):
         raise InvalidSendError("template", "must match [a-z0-9][a-z0-9_.-]*")
-    if len(request.template) > MAX_TEMPLATE_LENGTH:
+    if not is_template_name(request.template):
         raise InvalidSendError("template", f"longer than {MAX_TEMPLATE_LENGTH} characters")
     if request.priority not in PRIORITIES:
         raise InvalidSendError("priority", f"must be one of {', '.join(PRIORITIES)}")

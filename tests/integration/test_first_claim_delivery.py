@@ -225,3 +225,54 @@ def test_a_bug_once_the_row_is_read_leaves_it_as_if_never_claimed(database_url: 
             "SELECT extract(epoch FROM next_try_at - now()) FROM email_sends"
         ).fetchone() or (None,)
     assert 5 < float(wait) <= POLICY.cap_s  # not published again at once, into the same bug
+
+
+def test_a_suppression_is_weighed_once_the_row_is_read(database_url: str) -> None:
+    # A receipt to an address unsubscribed from newsletters (scope bulk) is sent, with one
+    # statement before its call; one to a hard-bounced address (scope all) ends suppressed
+    # as it does without the claim.
+    ids = _insert(
+        database_url,
+        ("receipt", "news-off@example.com"),
+        ("bounced", "gone@example.com"),
+        ("usual", "gone@example.com"),
+    )
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO email_suppressions (address, reason)"
+            " VALUES ('news-off@example.com', 'unsubscribed'), ('gone@example.com', 'hard_bounce')"
+        )
+    provider = ScriptedProvider(reply=lambda key: ProviderReply(200, f"msg-{key}"))
+    seen: dict[str, list[str]] = {}
+
+    async def script(service: DeliveryService, statements: list[str]) -> None:
+        for key, header in (("receipt", "welcome"), ("bounced", "welcome"), ("usual", None)):
+            statements.clear()
+            await service.handle(origin_for(ids[key], key, 0, first_attempt=header))
+            seen[key] = statements[:]
+
+    _run(database_url, provider, script)
+    assert seen == {
+        "receipt": ["claim_first_attempt", "settle"],
+        "bounced": ["claim_first_attempt", "settle"],
+        "usual": ["load_sends", "settle"],
+    }
+    assert provider.sent == ["receipt"]
+    assert _fields(database_url, "receipt")[:2] == ("accepted", 1)
+    bounced, usual = _fields(database_url, "bounced"), _fields(database_url, "usual")
+    assert bounced == usual and bounced[:8] == ("suppressed", 0, None, None, None, None, None, None)
+
+
+def test_a_header_naming_another_template_decides_nothing(database_url: str) -> None:
+    # Another producer's pointer, or a copied header: the claim refuses to act on a gate
+    # decided for another template (its policy, its route); the row's own decides.
+    ids = _insert(database_url, ("spoofed", "a@example.com"))
+    provider = ScriptedProvider(reply=lambda key: ProviderReply(200, f"msg-{key}"))
+
+    async def script(service: DeliveryService, statements: list[str]) -> None:
+        await service.handle(origin_for(ids["spoofed"], "spoofed", 0, first_attempt="other"))
+        assert statements == ["claim_first_attempt", "claim_for_send", "settle"]
+
+    _run(database_url, provider, script)
+    assert provider.sent == ["spoofed"]
+    assert _fields(database_url, "spoofed")[:2] == ("accepted", 1)

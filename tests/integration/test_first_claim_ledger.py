@@ -28,11 +28,23 @@ def _fields(database_url: str, row_id: int) -> tuple[Any, ...]:
 
 
 async def _first(
-    ledger: SendLedger, row_id: int, token: uuid.UUID, dedupe_key: str | None = None
+    ledger: SendLedger,
+    row_id: int,
+    token: uuid.UUID,
+    dedupe_key: str | None = None,
+    template: str = "welcome",
+    priority: str = "p1",
 ) -> FirstClaim | None:
     key = dedupe_key if dedupe_key is not None else f"batch-{row_id}"
     return await ledger.claim_first_attempt(
-        row_id, key, "postmark", token, provider_kind="postmark", guarantee="exactly_once"
+        row_id,
+        key,
+        template,
+        priority,
+        "postmark",
+        token,
+        provider_kind="postmark",
+        guarantee="exactly_once",
     )
 
 
@@ -85,20 +97,21 @@ def test_a_claim_retried_after_its_reply_was_lost_gets_the_row_as_it_was_before(
     first, again = with_ledger(database_url, scenario)
     assert first is not None and again is not None and again.claim is not None
     assert again.loaded.view == first.loaded.view  # pending, attempt 0, never tried
-    assert again.undo is not None and again.undo.guarantee_before is None
+    assert again.guarantee_before is None
     assert _fields(database_url, row_id)[:2] == ("sending", 1)  # counted once
 
 
 def test_rows_it_does_not_claim_come_back_for_the_usual_path(database_url: str) -> None:
-    ids = seed(database_url, 6)
+    # Tried before, expiring, a later life of its key, of a paused campaign, given a
+    # provider, in doubt; and two whose pointer names another template or priority than
+    # the row's (another producer's header decides nothing).
+    ids = seed(database_url, 8)
     _keys(database_url, ids)
-    tried, suppressed, expiring, later_life, paused, elsewhere = ids
+    tried, expiring, later_life, paused, elsewhere, in_doubt, spoofed, promoted = ids
     with psycopg.connect(database_url) as conn:
         conn.execute("UPDATE email_sends SET first_tried_at = now() WHERE id = %s", (tried,))
         conn.execute(
-            "INSERT INTO email_suppressions (address, reason)"  # a bulk-only scope
-            " SELECT to_address, 'unsubscribe' FROM email_sends WHERE id = %s",
-            (suppressed,),
+            "UPDATE email_sends SET in_doubt_since = now() WHERE id = %s", (in_doubt,)
         )
         conn.execute(
             "UPDATE email_sends SET expires_at = now() + interval '10 ms' WHERE id = %s",
@@ -117,17 +130,54 @@ def test_rows_it_does_not_claim_come_back_for_the_usual_path(database_url: str) 
         conn.execute("UPDATE email_sends SET provider = 'fallback' WHERE id = %s", (elsewhere,))
 
     async def scenario(ledger: SendLedger) -> list[FirstClaim | None]:
-        return [await _first(ledger, row_id, uuid.uuid4()) for row_id in ids]
+        return [
+            await _first(
+                ledger,
+                row_id,
+                uuid.uuid4(),
+                template="other" if row_id == spoofed else "welcome",
+                priority="p0" if row_id == promoted else "p1",
+            )
+            for row_id in ids
+        ]
 
     for row_id, first in zip(ids, with_ledger(database_url, scenario), strict=True):
-        assert first is not None and first.claim is None and first.undo is None, row_id
+        assert first is not None and first.claim is None, row_id
         assert first.loaded.view.id == row_id
         assert _fields(database_url, row_id)[:2] == ("pending", 0), row_id
     with psycopg.connect(database_url) as conn:
-        lives = conn.execute(
+        unleased = conn.execute(
             "SELECT count(*) FROM email_sends WHERE id = ANY(%s) AND lease_token IS NULL", (ids,)
         ).fetchone()
-    assert lives == (6,)
+    assert unleased == (8,)
+
+
+def test_a_suppressed_row_is_claimed_for_the_consumer_to_weigh(database_url: str) -> None:
+    # A suppression that stops only bulk mail does not stop a receipt: the consumer decides,
+    # and undoes the claim of a mail it stops (test_first_claim_delivery.py).
+    ids = seed(database_url, 2)
+    _keys(database_url, ids)
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO email_suppressions (address, reason)"
+            " SELECT to_address, 'hard_bounce' FROM email_sends WHERE id = %s",
+            (ids[0],),
+        )
+        conn.execute(
+            "INSERT INTO email_suppressions (address, reason)"
+            " SELECT to_address, 'unsubscribed' FROM email_sends WHERE id = %s",
+            (ids[1],),
+        )
+        scopes = conn.execute("SELECT scope FROM email_suppressions ORDER BY scope").fetchall()
+    assert scopes == [("all",), ("bulk",)]
+
+    async def scenario(ledger: SendLedger) -> list[FirstClaim | None]:
+        return [await _first(ledger, row_id, uuid.uuid4()) for row_id in ids]
+
+    found = with_ledger(database_url, scenario)
+    assert [(f.claim is not None, f.loaded.suppression) for f in found if f] == [
+        (True, "all"), (True, "bulk")
+    ]
 
 
 def test_a_pointer_of_another_dedupe_key_finds_no_row(database_url: str) -> None:
@@ -153,9 +203,11 @@ def test_a_mail_found_unfit_once_read_is_settled_as_if_never_claimed(database_ur
         settled = []
         for row_id in (plain, chosen):
             first = await _first(ledger, row_id, uuid.uuid4())
-            assert first is not None and first.claim is not None and first.undo is not None
+            assert first is not None and first.claim is not None
             invalid = unsendable("template", "no such template")
-            settled.append(await ledger.settle_gate(first.loaded.view, invalid, ORIGIN, first.undo))
+            settled.append(
+                await ledger.settle_gate(first.loaded.view, invalid, ORIGIN, first.undo())
+            )
         return settled
 
     assert with_ledger(database_url, scenario) == [True, True]
@@ -182,9 +234,9 @@ def test_an_undone_deferral_leaves_the_row_pending_for_the_relay(database_url: s
 
     async def scenario(ledger: SendLedger) -> bool:
         first = await _first(ledger, row_id, uuid.uuid4())
-        assert first is not None and first.undo is not None
+        assert first is not None and first.claim is not None
         later = Decision(Status.PENDING, retry_at=ledger.clock.now(), reason="domain deferred")
-        settled = await ledger.settle_gate(first.loaded.view, later, ORIGIN, first.undo)
+        settled = await ledger.settle_gate(first.loaded.view, later, ORIGIN, first.undo())
         # a claim with the usual statement then finds a never-claimed row
         return settled and await claim(ledger, row_id, 0, None) is not None
 

@@ -50,6 +50,7 @@ from mailbus.kernel.settings import Settings
 from mailbus.kernel.tracing import NOOP, Tracer
 from mailbus.relay.relay import Relay
 from mailbus.schemas.codec import order_placed_codec
+from mailbus.schemas.pointer_headers import FIRST_ATTEMPT
 from mailbus_client.policies import configured_policy_book
 
 pytestmark = pytest.mark.stack
@@ -294,9 +295,10 @@ def test_without_an_exporter_the_context_is_passed_on_and_a_malformed_one_ignore
 
     pointers = relay_once(settings, 3)
     assert malformed("relay") == before + 1
-    assert pointers[traced].headers == (("traceparent", TRACEPARENT.encode()),)
-    assert pointers[broken].headers == ()
-    assert pointers[plain].headers == ()
+    first = (FIRST_ATTEMPT, b"welcome")  # each row is new (schemas/pointer_headers.py)
+    assert pointers[traced].headers == (("traceparent", TRACEPARENT.encode()), first)
+    assert pointers[broken].headers == (first,)
+    assert pointers[plain].headers == (first,)
     # a duplicate of a pointer, its header malformed on the way: counted, then harmless
     producer = Producer(kafka_client_config(settings))
     producer.produce(

@@ -99,6 +99,8 @@ class ModelLedger:
         self,
         send_id: int,
         dedupe_key: str,
+        template: str,
+        priority: str,
         provider: str | None,
         token: uuid.UUID,
         *,
@@ -108,6 +110,7 @@ class ModelLedger:
         row = self.rows.get(send_id)
         if row is None or row.view.dedupe_key != dedupe_key:
             return None
+        assert (template, priority) == (row.view.template, row.view.priority)
         if row.view.status is Status.SENDING and row.token == token:  # a lost reply's retry
             never = replace(row.view, status=Status.PENDING, attempts=0)
             before = LoadedSend(never, {}, None, None)
@@ -116,7 +119,7 @@ class ModelLedger:
         else:
             return FirstClaim(LoadedSend(row.view, {}, None, row.provider), None, None)
         claim = await self.claim_for_send(send_id, 0, provider, token)
-        return FirstClaim(before, claim, None if claim is None else Unclaim(token, None))
+        return FirstClaim(before, claim, None)
 
     async def release_claim(self, send_id: int, token: uuid.UUID) -> None:
         row = self.rows[send_id]

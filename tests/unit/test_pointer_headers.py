@@ -28,6 +28,9 @@ def test_what_the_relay_writes_the_consumer_reads() -> None:
         ([(FIRST_ATTEMPT, b"")], None),
         ([(FIRST_ATTEMPT, None)], None),
         ([(FIRST_ATTEMPT, b"a"), (FIRST_ATTEMPT, b"b")], "a"),  # the first counts
+        ([(FIRST_ATTEMPT, b"x" * 101)], None),  # longer than a template may be
+        ([(FIRST_ATTEMPT, b"x" * 100_000)], None),
+        ([(FIRST_ATTEMPT, b"Welcome Mail")], None),  # not a template's characters
     ],
 )
 def test_what_a_header_says(headers: object, template: str | None) -> None:
