@@ -24,7 +24,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 import ssl
+import threading
+import time
 from typing import Any
 
 from mailbus.kernel import health
@@ -33,6 +37,7 @@ from mailbus.kernel.extras import extra
 from mailbus.kernel.kafka_security import KafkaSecurity, kafka_client_config
 from mailbus.kernel.metrics import observe_intake_lag
 from mailbus.kernel.settings import Settings
+from mailbus.kernel.signals import stop_on_signals
 from mailbus.kernel.topics import create_topics
 from mailbus.kernel.tracers import configured_tracer
 from mailbus.schemas.registry import RegistryWriters, settings_registry_client
@@ -164,6 +169,18 @@ def _incoming(event: Any) -> Incoming:
     )
 
 
+def _pass_on_early_stop(stop: threading.Event, ours: object) -> None:
+    """A SIGTERM or SIGINT that came before faust's worker took the signals (while the
+    intake started: its imports, its topics, the worker's own start; or the schema guard's,
+    mailbus/kernel/schema_guard.py) only set the command line's ``stop``
+    (mailbus/kernel/signals.py), and the worker ran on, never stopping. Once the worker
+    has put its own handler in place, it is sent SIGTERM, and stops as it would have."""
+    stop.wait()
+    while signal.getsignal(signal.SIGTERM) is ours:
+        time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def run_intake(settings: Settings, config: IntakeConfig, log_level: str = "WARNING") -> int:
     """Run until SIGTERM/SIGINT (then exit 0), or until the agent crashes (exit 1)."""
     mappings = load_mappings(config.mappings_path)
@@ -204,6 +221,14 @@ def run_intake(settings: Settings, config: IntakeConfig, log_level: str = "WARNI
         override_logging=False,
     )
     worker.spinner = None  # a terminal progress spinner: escape codes in a service's log
+    stop = stop_on_signals()
+    early = threading.Thread(
+        target=_pass_on_early_stop,
+        args=(stop, signal.getsignal(signal.SIGTERM)),
+        name="intake-early-stop",
+        daemon=True,
+    )
+    early.start()
     code: int | str | None = 0
     try:
         worker.execute_from_commandline()

@@ -393,6 +393,32 @@ def test_sigkill_mid_stream_then_restart_gives_exactly_one_row_per_order(
     assert _count(settings.database_url) == count
 
 
+def _catches(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has a handler of its own for ``sig`` (/proc's SigCgt)."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
+    return False
+
+
+def test_a_sigterm_while_it_starts_stops_it(intake_env: dict[str, str], tmp_path: Path) -> None:
+    # SIGTERM as soon as the command line handles it, long before faust's worker takes the
+    # signals: it only set the command line's stop event, and the intake ran on (the
+    # schema guard's own SIGTERM too, under CI's load: test_schema_version.py).
+    intake = Intake(intake_env, tmp_path / "intake.log")
+    deadline = time.monotonic() + _STARTUP_S
+    while not _catches(intake.process.pid, signal.SIGTERM):
+        assert intake.process.poll() is None, intake.output()
+        assert time.monotonic() < deadline, intake.output()
+        time.sleep(0.005)
+    try:
+        assert intake.stop(timeout=30) == 0, intake.output()
+    except subprocess.TimeoutExpired:
+        intake.process.kill()
+        raise AssertionError(f"still running 30 s after SIGTERM:\n{intake.output()}") from None
+
+
 def test_a_bad_mappings_file_exits_2_naming_the_setting(
     intake_env: dict[str, str], tmp_path: Path
 ) -> None:
