@@ -126,10 +126,16 @@ def test_every_change_of_every_send_is_on_the_events_topic_once_in_order(
     )
     codec = send_event_codec()
     events = [SendEvent.from_record(codec.decode(message.value)) for message in landed]
-    assert len(events) == total and len({e.event_id for e in events}) == total  # each once
     seen: dict[str, list[str]] = defaultdict(list)
     for event in events:
         seen[event.dedupe_key].append(event.event)
+    differing = {  # (on the topic, expected) of each send whose changes differ
+        key: (seen.get(key, []), changes)
+        for key, changes in expected.items()
+        if seen.get(key, []) != changes
+    }
+    assert len(events) == total, differing
+    assert len({e.event_id for e in events}) == total  # each once
     assert dict(seen) == expected  # every change, in the order of the changes, per send
     kinds = {kind for changes in expected.values() for kind in changes}
     assert {"accepted", "failed", "expired", "suppressed", "delivered", "bounced"} <= kinds
