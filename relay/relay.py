@@ -35,11 +35,11 @@ with an exporter, that of the pointer's ``send`` span, a child of the row's. A p
 row never claimed carries its template in a header (:mod:`mailbus.schemas.pointer_headers`).
 Between passes the relay sleeps until a NOTIFY on its lanes' channels (inserts of sends,
 P0 ones on their own channel, and of dead letters; recorded outcome events), the next
-row's ``next_try_at``, or the polling
-interval, whichever comes first; the pointer workers of one process answer each
-notification once (:mod:`mailbus.relay.standby`); the event lane then waits until
-:data:`~mailbus.relay.events.GATHER_S` has passed since its last pass began, so the events
-of many settles go out in one pass.
+row's ``next_try_at`` (looked up at most every 0.1 s, :mod:`mailbus.relay.next_retry`),
+or the polling interval, whichever comes first; the pointer workers of one process answer
+each notification once (:mod:`mailbus.relay.standby`); the event lane then waits until
+:data:`~mailbus.relay.events.GATHER_S` has passed since its last pass began, so the
+events of many settles go out in one pass.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from mailbus.kernel.tracing import NOOP, Tracer
 from mailbus.relay.batch import BatchResult, Outbox, publish_claimed
 from mailbus.relay.dead_letters import dead_letter_outbox
 from mailbus.relay.events import RETENTION_S, gather_left, prune_due, send_event_outbox
+from mailbus.relay.next_retry import NextRetry
 from mailbus.relay.publisher import OutgoingMessage, PointerPublisher, PublishError
 from mailbus.relay.standby import Standby
 from mailbus.schemas.codec import SendPointer
@@ -105,6 +106,7 @@ class RelayStats:
     send_events: int = 0  # outcome events acknowledged by Kafka
     batches: int = 0  # claims that took rows
     passes: int = 0  # claims made, whether they took rows or not
+    retry_lookups: int = 0  # look-ups of the next retry coming due (relay/next_retry.py)
     unacknowledged: int = 0
 
     def __add__(self, other: RelayStats) -> RelayStats:
@@ -162,6 +164,7 @@ class Relay:
         self._pass_started: float | None = None  # monotonic
         self._conn: psycopg.Connection | None = None
         self._listener: psycopg.Connection | None = None
+        self._next_retry = NextRetry()
 
     def run(self, stop: threading.Event) -> None:
         """Publish until ``stop`` is set; survives PostgreSQL and Kafka outages. Anything
@@ -315,13 +318,17 @@ class Relay:
         )
 
     def _wait_for_work(self, stop: threading.Event) -> None:
-        timeout = self.settings.relay_poll_interval
+        now = time.monotonic()
+        deadline = now + self.settings.relay_poll_interval
         if self.lanes & _SEND_LANES:  # a retry coming due is only a send lane's business
-            row = self._require_connection().execute(self._queries["seconds_until_next_due"])
-            due = row.fetchone()
-            if due is not None and due[0] is not None:
-                timeout = max(0.0, min(timeout, float(due[0])))
-        self._wait_for_notification(stop, time.monotonic() + timeout)
+            if self._next_retry.stale(now):
+                row = self._require_connection().execute(self._queries["seconds_until_next_due"])
+                due = row.fetchone()
+                seconds = None if due is None or due[0] is None else float(due[0])
+                self._next_retry.looked_up(now, seconds)
+                self.stats.retry_lookups += 1
+            deadline = min(deadline, self._next_retry.due_at)
+        self._wait_for_notification(stop, deadline)
         if not self.lanes & _SEND_LANES:  # outcome events: gather the settles of a moment
             stop.wait(gather_left(time.monotonic(), self._pass_started))
 
@@ -394,6 +401,7 @@ class Relay:
             if conn is not None:
                 conn.close()
         self._conn = self._listener = None
+        self._next_retry.forget()
 
 
 def _row_context(traceparent: str | None, tracestate: str | None) -> TraceContext | None:

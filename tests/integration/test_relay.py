@@ -317,3 +317,57 @@ def test_relay_reconnects_after_a_database_restart(settings: Settings) -> None:
         seed(settings.database_url, 10, prefix="after-")
         wait_until(lambda: published(settings.database_url) == 20, 60, "rows after the restart")
         assert relay.stats.published == 20
+
+
+def _send_one(database_url: str, key: str) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template) VALUES (%s, %s, 'welcome')",
+            (key, f"{key}@example.com"),
+        )
+
+
+def test_sends_one_after_another_look_up_the_next_retry_a_few_times_not_each(
+    settings: Settings,
+) -> None:
+    """Issue 37: the look-up of the next retry coming due ran after every pass that drained
+    the table, one per send at a steady rate. Its answer now holds for 0.1 s."""
+    sends = 30
+    slow_poll = replace(settings, relay_poll_interval=30.0)
+    with relay_thread(slow_poll) as relay:
+        wait_until(lambda: relay.stats.retry_lookups >= 1, 10, "the first sleep")
+        started = time.monotonic()
+        for n in range(sends):
+            _send_one(settings.database_url, f"steady-{n}")
+            time.sleep(0.01)
+        wait_until(lambda: relay.stats.published == sends, 10, "every send published")
+        elapsed = time.monotonic() - started
+        lookups, passes = relay.stats.retry_lookups, relay.stats.passes
+    assert passes >= sends  # sends and dead letters each claimed per wake-up
+    # one look-up per 0.1 s and the first; one per pass before (30 or more)
+    assert lookups <= 2 + elapsed / 0.1, (lookups, elapsed, passes)
+    assert lookups < sends / 2, (lookups, elapsed, passes)
+
+
+def test_a_retry_scheduled_while_sends_keep_the_relay_busy_goes_out_when_due(
+    settings: Settings,
+) -> None:
+    """A retry's ``next_try_at`` is set by an UPDATE, which notifies no one: the relay finds
+    it by its look-up, within 0.1 s of its schedule while other sends wake the relay, not at
+    the polling interval (30 s here)."""
+    slow_poll = replace(settings, relay_poll_interval=30.0)
+    with relay_thread(slow_poll) as relay:
+        _send_one(settings.database_url, "first-try")
+        wait_until(lambda: relay.stats.published == 1, 10, "the first attempt published")
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            conn.execute(  # what a retryable outcome's settle leaves
+                "UPDATE email_sends SET attempts = 1, published_at = NULL,"
+                " next_try_at = now() + interval '1.5 seconds' WHERE dedupe_key = 'first-try'"
+            )
+        scheduled = time.monotonic()
+        for n in range(5):  # traffic that wakes it, every 0.2 s
+            time.sleep(0.2)
+            _send_one(settings.database_url, f"other-{n}")
+        wait_until(lambda: relay.stats.published == 7, 10, "the retry published")
+        waited = time.monotonic() - scheduled
+    assert 1.4 <= waited < 4.0, waited

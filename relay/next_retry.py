@@ -1,0 +1,50 @@
+"""When a send lane looks up the next retry coming due.
+
+A retry becomes due without a NOTIFY (the consumer's settle sets ``next_try_at`` in an
+UPDATE), so a send lane bounds each sleep by the earliest ``next_try_at`` ahead
+(``seconds_until_next_due``). That look-up ran after every pass that left the table
+drained: at a steady 200 sends/s, 200 look-ups a second per lane, each 0.2 ms of
+PostgreSQL's time, and 1.3 ms while a backlog is due, since the index it reads holds the
+due rows it skips (docs/benchmarks/speed.md). Now a look-up's answer holds for
+:data:`HOLD_S`, or until the retry it found comes due. A retry scheduled meanwhile is found
+by the first look-up after that, so it goes out at most :data:`HOLD_S` later than it did
+while sends keep the lane busy; an idle lane looks up after each sleep as before, so
+nothing waits longer than the polling interval it always could. No I/O; time is passed
+in (monotonic seconds).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["HOLD_S", "NextRetry"]
+
+HOLD_S = 0.1  # how long a look-up's answer holds
+
+
+@dataclass
+class NextRetry:
+    """The last look-up's answer: when the earliest retry ahead comes due."""
+
+    hold_s: float = HOLD_S
+    looked_up_at: float | None = None
+    due_at: float = math.inf  # inf: no retry was ahead
+
+    def stale(self, now: float) -> bool:
+        """Whether the lane looks up again before it sleeps: never yet, :attr:`hold_s`
+        since, or the retry it found has come due (the one after it is not known)."""
+        return (
+            self.looked_up_at is None
+            or now >= self.looked_up_at + self.hold_s
+            or now >= self.due_at
+        )
+
+    def looked_up(self, now: float, seconds_until_due: float | None) -> None:
+        """Record a look-up's answer: seconds until the earliest retry, None if none."""
+        self.looked_up_at = now
+        self.due_at = math.inf if seconds_until_due is None else now + max(0.0, seconds_until_due)
+
+    def forget(self) -> None:
+        """A new connection (a restart, a failover): look up again before the next sleep."""
+        self.looked_up_at, self.due_at = None, math.inf
