@@ -63,7 +63,7 @@ from mailbus.relay.dead_letters import dead_letter_outbox
 from mailbus.relay.events import RETENTION_S, gather_left, prune_due, send_event_outbox
 from mailbus.relay.next_retry import NextRetry
 from mailbus.relay.publisher import OutgoingMessage, PointerPublisher, PublishError
-from mailbus.relay.standby import Standby
+from mailbus.relay.standby import Standby, names_dead_letters
 from mailbus.schemas.codec import SendPointer
 from mailbus.schemas.pointer_headers import first_attempt_header
 from mailbus.schemas.registry import pointer_codec
@@ -165,6 +165,7 @@ class Relay:
         self._conn: psycopg.Connection | None = None
         self._listener: psycopg.Connection | None = None
         self._next_retry = NextRetry()
+        self._dead_letters_due = True  # False after a wake-up by new sends alone
 
     def run(self, stop: threading.Event) -> None:
         """Publish until ``stop`` is set; survives PostgreSQL and Kafka outages. Anything
@@ -210,12 +211,15 @@ class Relay:
             self._releases_seen = self._standby.releases
         passes = []
         if POINTERS in self.lanes:
-            passes += [self.publish_due_batch, self.publish_dead_letters]
+            passes.append(self.publish_due_batch)
+            if self._dead_letters_due:
+                passes.append(self.publish_dead_letters)
         if P0_POINTERS in self.lanes:
             passes += [self.publish_due_p0_batch]
         if EVENTS in self.lanes:
             passes += [self.publish_send_events]
         claimed = [0 if stop.is_set() else one(stop) for one in passes]
+        self._dead_letters_due = True  # until a wake-up by new sends alone says otherwise
         if EVENTS in self.lanes:
             self._prune_send_events()
         return max(claimed)
@@ -340,28 +344,32 @@ class Relay:
                 return  # another worker's claim came back full, or its pass failed
             notifications = self._listener.notifies(timeout=min(remaining, _SLICE_S), stop_after=1)
             try:  # closed before the next read: an open one holds the connection's lock
-                # every one of a packet is answered (a list, not any()'s first True alone)
-                answered = any([self._answers(n.payload) for n in notifications])
+                payloads = [n.payload for n in notifications]
             finally:
                 notifications.close()
-            if answered:
+            # every one of a packet is answered (a list, not any()'s first True alone)
+            if any([self._answers(payload) for payload in payloads]):
                 if self._standby is not None:
-                    self._take_waiting_notifications(self._standby)
+                    payloads += self._take_waiting_notifications(self._standby)
+                self._dead_letters_due = names_dead_letters(payloads)
                 return
 
     def _answers(self, payload: str) -> bool:
         return self._standby is None or self._standby.answer(payload)
 
-    def _take_waiting_notifications(self, standby: Standby) -> None:
+    def _take_waiting_notifications(self, standby: Standby) -> list[str]:
         """Answer the notifications already on the listener's connection too: the claim
-        about to begin sees their rows (at most a few reads, not a stream)."""
+        about to begin sees their rows (at most a few reads, not a stream). Their payloads."""
         assert self._listener is not None
+        payloads: list[str] = []
         for _ in range(_TAKEN_READS):
             taken = [n.payload for n in self._listener.notifies(timeout=0)]
             if not taken:
-                return
+                break
             for payload in taken:
                 standby.answer(payload)
+            payloads += taken
+        return payloads
 
     def _release_others(self) -> None:
         """This worker answered rows it may not have claimed (its claim came back full,

@@ -92,3 +92,19 @@ def test_an_insert_that_adds_nothing_is_given_no_transaction_id(database_url: st
             conn.execute(_DUPLICATE_SEND)
             assigned = conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone()
     assert assigned == (None,)
+
+
+def test_a_dead_letter_s_notification_says_it_is_one(database_url: str) -> None:
+    """0077: a dead letter's payload is its transaction's name after ``dead-letter:``, a new
+    send's the name alone, so a relay woken by new sends alone skips the dead letters'
+    claim (relay/standby.py)."""
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("LISTEN mailbus_outbox")
+        with psycopg.connect(database_url, autocommit=True) as writer:
+            writer.execute(_NO_DEAD_LETTER, (True,))
+            writer.execute(_DUPLICATE_SEND)  # the first insert adds the row
+        payloads = [n.payload for n in listener.notifies(timeout=1.0, stop_after=2)]
+    assert len(payloads) == 2, payloads
+    dead_letter, send = payloads
+    assert dead_letter.startswith("dead-letter:") and "@" in dead_letter
+    assert not send.startswith("dead-letter:") and "@" in send
