@@ -1,9 +1,10 @@
 """The relay's second outbox: ``email_dead_letters`` rows onto ``{prefix}.send.dlq``.
 
 The consumer writes a dead letter in the same transaction as the send's ``failed``
-status; the relay publishes it with the same claim-publish-commit pass as send pointers
-(:mod:`mailbus.relay.batch`), so no dead letter is lost between PostgreSQL and Kafka. The insert
-trigger's NOTIFY wakes the relay as it does for new sends.
+status; the relay publishes it with the same claim-publish-commit transaction as send
+pointers (:mod:`mailbus.relay.batch`), so no dead letter is lost between PostgreSQL and
+Kafka. The insert trigger's NOTIFY wakes the relay as it does for new sends, and says it is
+a dead letter's (:mod:`mailbus.relay.dead_letter_claims`).
 """
 
 from __future__ import annotations

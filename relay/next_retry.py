@@ -6,11 +6,11 @@ UPDATE), so a send lane bounds each sleep by the earliest ``next_try_at`` ahead
 drained: at a steady 200 sends/s, 200 look-ups a second per lane, each 0.2 ms of
 PostgreSQL's time, and 1.3 ms while a backlog is due, since the index it reads holds the
 due rows it skips (docs/benchmarks/speed.md). Now a look-up's answer holds for
-:data:`HOLD_S`, or until the retry it found comes due. A retry scheduled meanwhile is found
-by the first look-up after that, so it goes out at most :data:`HOLD_S` later than it did
-while sends keep the lane busy; an idle lane looks up after each sleep as before, so
-nothing waits longer than the polling interval it always could. No I/O; time is passed
-in (monotonic seconds).
+:data:`HOLD_S`, or until the retry it found comes due. A lane that sleeps on a held answer
+wakes when the hold ends for a pass, which claims a retry that came due meanwhile, and
+looks up again; so a retry goes out at most :data:`HOLD_S` later than it did. An idle
+lane looks up before each sleep, as before.
+No I/O; time is passed in (monotonic seconds).
 """
 
 from __future__ import annotations
@@ -44,6 +44,13 @@ class NextRetry:
         """Record a look-up's answer: seconds until the earliest retry, None if none."""
         self.looked_up_at = now
         self.due_at = math.inf if seconds_until_due is None else now + max(0.0, seconds_until_due)
+
+    def held_until(self) -> float:
+        """When a lane sleeping on a held answer wakes for a pass (or the retry it found
+        comes due): a retry scheduled since the look-up is then claimed, or looked up."""
+        if self.looked_up_at is None:
+            raise RuntimeError("held_until() before any look-up")
+        return min(self.due_at, self.looked_up_at + self.hold_s)
 
     def forget(self) -> None:
         """A new connection (a restart, a failover): look up again before the next sleep."""

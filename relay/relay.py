@@ -1,7 +1,8 @@
 """`mailbus relay`: publishes committed outbox rows to Kafka, never losing one.
 
-Each pass drains three tables with the same claim-publish-commit transaction
-(:func:`mailbus.relay.batch.publish_claimed`):
+A pass drains up to three tables, each with the same claim-publish-commit transaction
+(:func:`mailbus.relay.batch.publish_claimed`; a pointer worker woken by new sends alone
+skips the dead letters, :mod:`mailbus.relay.dead_letter_claims`):
 
 - due ``email_sends`` rows become pointers on ``{prefix}.send.{priority}``, keyed by
   dedupe key (:meth:`Relay.publish_due_batch`);
@@ -59,11 +60,12 @@ from mailbus.kernel.settings import Settings
 from mailbus.kernel.tracecontext import TraceContext, parse
 from mailbus.kernel.tracing import NOOP, Tracer
 from mailbus.relay.batch import BatchResult, Outbox, publish_claimed
+from mailbus.relay.dead_letter_claims import DeadLetterClaims
 from mailbus.relay.dead_letters import dead_letter_outbox
 from mailbus.relay.events import RETENTION_S, gather_left, prune_due, send_event_outbox
 from mailbus.relay.next_retry import NextRetry
 from mailbus.relay.publisher import OutgoingMessage, PointerPublisher, PublishError
-from mailbus.relay.standby import Standby, names_dead_letters
+from mailbus.relay.standby import Standby
 from mailbus.schemas.codec import SendPointer
 from mailbus.schemas.pointer_headers import first_attempt_header
 from mailbus.schemas.registry import pointer_codec
@@ -165,7 +167,7 @@ class Relay:
         self._conn: psycopg.Connection | None = None
         self._listener: psycopg.Connection | None = None
         self._next_retry = NextRetry()
-        self._dead_letters_due = True  # False after a wake-up by new sends alone
+        self._dead_letter_claims = DeadLetterClaims(settings.relay_poll_interval)
 
     def run(self, stop: threading.Event) -> None:
         """Publish until ``stop`` is set; survives PostgreSQL and Kafka outages. Anything
@@ -185,11 +187,14 @@ class Relay:
             try:
                 self._connect()
                 reconnect_delay = 0.5  # connected: the next outage starts over
+                woken_by: list[str] | None = None  # the first pass claims every table
                 while not stop.is_set():
                     # the database answers, Kafka acknowledges, and the pass came round
                     health.mark(self._component, True, heartbeat_s=heartbeat_s)
-                    if self._one_pass(stop) < self.settings.relay_batch_size:
-                        self._wait_for_work(stop)
+                    if self._one_pass(stop, woken_by) < self.settings.relay_batch_size:
+                        woken_by = self._wait_for_work(stop)
+                    else:
+                        woken_by = None  # more may be due: the next pass claims every table
             except psycopg.OperationalError as exc:
                 self._release_others()
                 health.mark(self._component, False, "database unavailable")
@@ -204,22 +209,23 @@ class Relay:
         health.mark(self._component, False, "stopping")
         self.close()
 
-    def _one_pass(self, stop: threading.Event) -> int:
-        """Drain each table of the lanes once; the most rows any of them claimed."""
+    def _one_pass(self, stop: threading.Event, woken_by: list[str] | None = None) -> int:
+        """Drain each table of the lanes once (a pointer lane's dead letters only when
+        ``woken_by``, the payloads of the notifications that woke it, may call for them:
+        :mod:`mailbus.relay.dead_letter_claims`); the most rows any claim took."""
         self._pass_started = time.monotonic()
         if self._standby is not None:  # a release from now on may be of rows this misses
             self._releases_seen = self._standby.releases
         passes = []
         if POINTERS in self.lanes:
             passes.append(self.publish_due_batch)
-            if self._dead_letters_due:
+            if self._dead_letter_claims.due(time.monotonic(), woken_by):
                 passes.append(self.publish_dead_letters)
         if P0_POINTERS in self.lanes:
             passes += [self.publish_due_p0_batch]
         if EVENTS in self.lanes:
             passes += [self.publish_send_events]
         claimed = [0 if stop.is_set() else one(stop) for one in passes]
-        self._dead_letters_due = True  # until a wake-up by new sends alone says otherwise
         if EVENTS in self.lanes:
             self._prune_send_events()
         return max(claimed)
@@ -243,8 +249,12 @@ class Relay:
 
     def publish_dead_letters(self, stop: threading.Event) -> int:
         """One pass over unpublished dead letters; returns the number of rows claimed."""
+        began_at = time.monotonic()
+        self._dead_letter_claims.forget()  # until this claim ends well
         result = self._publish(self._dead_letters, stop)
         self.stats.dead_letters += result.published
+        if result.claimed < self.settings.relay_batch_size and not result.unacknowledged:
+            self._dead_letter_claims.left_none(began_at)
         return result.claimed
 
     def publish_send_events(self, stop: threading.Event) -> int:
@@ -321,27 +331,40 @@ class Relay:
             due_s=max(0.0, float(due_s)),
         )
 
-    def _wait_for_work(self, stop: threading.Event) -> None:
-        now = time.monotonic()
-        deadline = now + self.settings.relay_poll_interval
+    def _wait_for_work(self, stop: threading.Event) -> list[str] | None:
+        """Sleep until there may be work; the payloads of the notifications that ended the
+        sleep, or None if it ran out (the polling interval, a retry coming due, a held
+        answer about the next retry) or was stopped."""
+        deadline = time.monotonic() + self.settings.relay_poll_interval
         if self.lanes & _SEND_LANES:  # a retry coming due is only a send lane's business
-            if self._next_retry.stale(now):
-                row = self._require_connection().execute(self._queries["seconds_until_next_due"])
-                due = row.fetchone()
-                seconds = None if due is None or due[0] is None else float(due[0])
-                self._next_retry.looked_up(now, seconds)
-                self.stats.retry_lookups += 1
-            deadline = min(deadline, self._next_retry.due_at)
-        self._wait_for_notification(stop, deadline)
+            deadline = min(deadline, self._next_retry_wake_by(time.monotonic()))
+        woken_by = self._wait_for_notification(stop, deadline)
         if not self.lanes & _SEND_LANES:  # outcome events: gather the settles of a moment
             stop.wait(gather_left(time.monotonic(), self._pass_started))
+        return woken_by
 
-    def _wait_for_notification(self, stop: threading.Event, deadline: float) -> None:
+    def _next_retry_wake_by(self, now: float) -> float:
+        """When the next retry comes due, looked up unless an answer still holds; on a held
+        answer, also when it stops holding, for a pass: a retry scheduled since the look-up
+        may be due by then, and only a claim finds those (:mod:`mailbus.relay.next_retry`)."""
+        if not self._next_retry.stale(now):
+            return self._next_retry.held_until()
+        row = self._require_connection().execute(self._queries["seconds_until_next_due"])
+        due = row.fetchone()
+        self._next_retry.looked_up(now, None if due is None or due[0] is None else float(due[0]))
+        self.stats.retry_lookups += 1
+        return self._next_retry.due_at
+
+    def _wait_for_notification(self, stop: threading.Event, deadline: float) -> list[str] | None:
+        """Wait until ``deadline`` for a notification this worker answers; the payloads it
+        took, or None if none came."""
         assert self._listener is not None
         # Short slices so SIGTERM, and another worker's release, are seen promptly.
         while not stop.is_set() and (remaining := deadline - time.monotonic()) > 0:
             if self._standby is not None and self._standby.releases != self._releases_seen:
-                return  # another worker's claim came back full, or its pass failed
+                # another worker's claim came back full, or its pass failed: as a
+                # notification without a name, it may be of anything
+                return [""]
             notifications = self._listener.notifies(timeout=min(remaining, _SLICE_S), stop_after=1)
             try:  # closed before the next read: an open one holds the connection's lock
                 payloads = [n.payload for n in notifications]
@@ -351,8 +374,8 @@ class Relay:
             if any([self._answers(payload) for payload in payloads]):
                 if self._standby is not None:
                     payloads += self._take_waiting_notifications(self._standby)
-                self._dead_letters_due = names_dead_letters(payloads)
-                return
+                return payloads
+        return None
 
     def _answers(self, payload: str) -> bool:
         return self._standby is None or self._standby.answer(payload)
@@ -410,6 +433,7 @@ class Relay:
                 conn.close()
         self._conn = self._listener = None
         self._next_retry.forget()
+        self._dead_letter_claims.forget()  # notifications were lost with the connection
 
 
 def _row_context(traceparent: str | None, tracestate: str | None) -> TraceContext | None:

@@ -14,8 +14,7 @@ wait's slice (0.1 s), without a database call. A notification without a name (``
 replay``'s, an older trigger's) is answered by every worker, as before. An answer is
 forgotten after :data:`FRESH_S`: a name seen again later (a NOTIFY sent by another login,
 a transaction id given again after a failover) costs an empty pass at worst, never a wait
-for the polling interval. A wake-up by new sends alone claims sends, not dead letters:
-their notifications say which table they are of (:func:`names_dead_letters`).
+for the polling interval.
 """
 
 from __future__ import annotations
@@ -24,18 +23,10 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["DEAD_LETTER", "FRESH_S", "REMEMBERED", "Standby", "names_dead_letters"]
+__all__ = ["FRESH_S", "REMEMBERED", "Standby"]
 
 FRESH_S = 2.0  # an answer older than this is forgotten
 REMEMBERED = 4096  # and the oldest beyond this many
-DEAD_LETTER = "dead-letter:"  # how a dead letter's notification begins (schemas/sql/0077)
-
-
-def names_dead_letters(payloads: list[str]) -> bool:
-    """Whether a wake-up by notifications with these payloads claims dead letters as well
-    as sends: unless every one named a transaction that added sends (0077). One without
-    a name (``dlq replay``'s) may be of anything."""
-    return any(not payload or payload.startswith(DEAD_LETTER) for payload in payloads)
 
 
 class Standby:

@@ -332,7 +332,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     _s("SCHEMA_REGISTRY_CA_FILE", "system CAs", "CA of the registry's TLS certificate", _KAFKA),
     _s("RELAY_BATCH_SIZE", "2000", "rows the relay claims per batch", {"relay"}),
-    _s("RELAY_POLL_INTERVAL", "1", "seconds between relay polls without NOTIFY", {"relay"}),
+    _s(
+        "RELAY_POLL_INTERVAL",
+        "1",
+        "seconds between relay polls without NOTIFY (and, at most, between its claims of"
+        " dead letters while new sends wake it)",
+        {"relay"},
+    ),
     _s(
         "RELAY_WORKERS",
         "2",

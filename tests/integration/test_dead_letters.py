@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Sequence
 from dataclasses import fields, replace
 from typing import Any
 
@@ -11,7 +13,10 @@ from kafka_reader import Landed, read_messages
 from psycopg.rows import class_row
 from relay_runner import relay_thread, wait_until
 
+from mailbus.kernel.kafka_security import kafka_client_config
 from mailbus.kernel.settings import Settings
+from mailbus.relay.publisher import OutgoingMessage, PointerPublisher
+from mailbus.relay.relay import POINTERS, Relay
 from mailbus.schemas.codec import dead_letter_codec
 from mailbus.schemas.dead_letter import DeadLetter
 
@@ -168,3 +173,55 @@ def test_a_dead_letter_wakes_an_idle_relay(settings: Settings) -> None:
             insert_dead_letter(conn, reason="invalid_address", error="invalid to_address")
         wait_until(lambda: relay.stats.dead_letters == 1, 30, "the dead letter published")
         assert time.monotonic() - started < 10
+
+
+class RefusesDeadLettersOnce(PointerPublisher):
+    """The real producer, but Kafka's acknowledgement of the first batch of dead letters
+    never comes (as when the broker times it out): the relay un-marks them."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(kafka_client_config(settings))
+        self._dlq_topic = settings.dlq_topic
+        self.refused = 0
+
+    def publish(self, messages: Sequence[OutgoingMessage], stop: threading.Event) -> list[int]:
+        if not self.refused and any(m.topic == self._dlq_topic for m in messages):
+            self.refused += 1
+            return list(range(len(messages)))
+        return super().publish(messages, stop)
+
+
+def test_a_dead_letter_kafka_did_not_take_goes_out_while_sends_keep_waking_the_relay(
+    settings: Settings,
+) -> None:
+    """Issue 37 skips the claim of dead letters on a wake-up by new sends alone. A dead
+    letter whose claim Kafka did not acknowledge is claimed again by the next pass, whatever
+    woke it, not once the sends stop (reviewed: it waited for the sends to stop)."""
+    polling = replace(settings, relay_poll_interval=1.0)
+    publisher = RefusesDeadLettersOnce(polling)
+    relay = Relay(polling, publisher=publisher, lanes=frozenset({POINTERS}))
+    stop = threading.Event()
+    thread = threading.Thread(target=relay.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        time.sleep(1.5)  # listening
+        with psycopg.connect(settings.database_url) as conn:
+            insert_dead_letter(conn, reason="rejected", error="refused once")
+        wait_until(lambda: publisher.refused == 1, 10, "the first claim of the dead letter")
+        refused_at, published_at = time.monotonic(), None
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            for n in range(100):  # a new send every 0.05 s for 5 s
+                conn.execute(
+                    "INSERT INTO email_sends (dedupe_key, to_address, template)"
+                    " VALUES (%s, %s, 'welcome')",
+                    (f"busy-{n}", f"busy-{n}@example.com"),
+                )
+                time.sleep(0.05)
+                if published_at is None and relay.stats.dead_letters == 1:
+                    published_at = time.monotonic()
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert published_at is not None, "the dead letter waited for the sends to stop"
+    assert published_at - refused_at < 3.5  # the relay's 1 s pause after a refusal, and some
+    assert unpublished(settings.database_url) == 0

@@ -18,6 +18,7 @@ from services import REPO, settings_env, stack_script
 
 from mailbus.kernel.settings import Settings
 from mailbus.kernel.topics import send_topics
+from mailbus.relay.next_retry import NextRetry
 from mailbus.relay.relay import P0_POINTERS, POINTERS, Relay
 from mailbus.schemas.codec import send_pointer_codec
 from mailbus.schemas.pointer_headers import first_attempt_template
@@ -371,3 +372,28 @@ def test_a_retry_scheduled_while_sends_keep_the_relay_busy_goes_out_when_due(
         wait_until(lambda: relay.stats.published == 7, 10, "the retry published")
         waited = time.monotonic() - scheduled
     assert 1.4 <= waited < 4.0, waited
+
+
+def test_a_retry_scheduled_after_a_held_look_up_goes_out_when_the_hold_ends(
+    settings: Settings,
+) -> None:
+    """A pass that ends while the last look-up still holds sleeps until the hold ends, then
+    looks up again: a retry scheduled since the look-up is found then, not at the polling
+    interval (reviewed: a burst, then silence, left it for the polling interval). The hold
+    is 3 s here, where it is 0.1 s, so the order of events is not left to the scheduler."""
+    slow_poll = replace(settings, relay_poll_interval=30.0)
+    with relay_thread(slow_poll) as relay:
+        relay._next_retry = NextRetry(hold_s=3.0)
+        _send_one(settings.database_url, "first-try")
+        wait_until(lambda: relay.stats.published == 1, 10, "the first attempt published")
+        time.sleep(0.3)  # its pass has looked up: no retry ahead, held for 3 s
+        held_from = time.monotonic()
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            conn.execute(  # what a retryable outcome's settle leaves
+                "UPDATE email_sends SET attempts = 1, published_at = NULL,"
+                " next_try_at = now() + interval '0.5 seconds' WHERE dedupe_key = 'first-try'"
+            )
+        _send_one(settings.database_url, "wakes-it")  # its pass ends on the held answer
+        wait_until(lambda: relay.stats.published == 3, 10, "the retry published")
+        waited = time.monotonic() - held_from
+    assert 2.0 <= waited < 6.0, waited

@@ -39,3 +39,11 @@ def test_a_new_connection_forgets_the_answer() -> None:
     retry.forget()
     assert retry.stale(now=100.0)
     assert retry.due_at == math.inf
+
+
+def test_a_lane_sleeping_on_a_held_answer_wakes_when_it_stops_holding() -> None:
+    retry = NextRetry(hold_s=0.1)
+    retry.looked_up(now=100.0, seconds_until_due=None)
+    assert retry.held_until() == 100.1  # a retry scheduled since is found then
+    retry.looked_up(now=100.0, seconds_until_due=0.05)
+    assert retry.held_until() == 100.05  # or when the retry it found comes due

@@ -3,7 +3,7 @@ by while the answer is fresh; a notification without a name is answered by each.
 
 from __future__ import annotations
 
-from mailbus.relay.standby import FRESH_S, REMEMBERED, Standby, names_dead_letters
+from mailbus.relay.standby import FRESH_S, REMEMBERED, Standby
 
 
 def test_a_named_notification_is_answered_once() -> None:
@@ -42,13 +42,3 @@ def test_a_release_is_counted() -> None:
     seen = standby.releases
     standby.release()  # a worker's claim came back full
     assert standby.releases == seen + 1
-
-
-def test_a_wake_up_by_new_sends_alone_leaves_the_dead_letters_unclaimed() -> None:
-    assert not names_dead_letters(["7301@1796605597505000"])
-    assert not names_dead_letters(["7301@1796605597505000", "7302@1796605597506000"])
-
-
-def test_a_dead_letter_or_a_nameless_notification_claims_dead_letters_too() -> None:
-    assert names_dead_letters(["7301@1796605597505000", "dead-letter:7303@1796605597507000"])
-    assert names_dead_letters([""])  # `dlq replay`'s: it may be of anything
