@@ -7,10 +7,10 @@ begins :data:`DEAD_LETTER`), so a pass woken by new sends alone skips the dead l
 long as its worker's last claim of them left none behind (it took less than a batch, Kafka
 acknowledged each, it did not fail) and is at most a polling interval old. Every other pass
 claims both: after a dead letter's notification, one without a name (``dlq replay``'s, a
-release by another worker), a wait that ran out, a full batch, a reconnect. So while sends
-keep waking a worker, a dead letter whose notification went to a pass that failed is
-published within a polling interval, not once the sends stop. No I/O; time is passed in
-(monotonic seconds).
+release by another worker), the polling interval, a full batch, a reconnect; a pass at a
+retry's time counts as one for sends. So while sends keep waking a worker, a dead letter
+whose notification went to a pass that failed is published within a polling interval, not
+once the sends stop. No I/O; time is passed in (monotonic seconds).
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ class DeadLetterClaims:
     interval_s: float  # the lane's polling interval
     left_none_at: float | None = None  # None: none yet, or the last claim left some
 
-    def due(self, now: float, woken_by: Sequence[str] | None) -> bool:
-        """Whether the pass about to begin claims dead letters. ``woken_by``: the payloads
-        of the notifications that woke it; None when anything else began it."""
-        if woken_by is None or self.left_none_at is None:
+    def due(self, now: float, sends_alone: bool) -> bool:
+        """Whether the pass about to begin claims dead letters. ``sends_alone``: it was
+        begun for sends alone (notifications of new sends, a retry's time)."""
+        if not sends_alone or self.left_none_at is None:
             return True
-        return now >= self.left_none_at + self.interval_s or may_name_dead_letters(woken_by)
+        return now >= self.left_none_at + self.interval_s
 
     def left_none(self, began_at: float) -> None:
         """A claim that began at ``began_at`` took less than a batch and Kafka acknowledged

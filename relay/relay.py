@@ -60,7 +60,7 @@ from mailbus.kernel.settings import Settings
 from mailbus.kernel.tracecontext import TraceContext, parse
 from mailbus.kernel.tracing import NOOP, Tracer
 from mailbus.relay.batch import BatchResult, Outbox, publish_claimed
-from mailbus.relay.dead_letter_claims import DeadLetterClaims
+from mailbus.relay.dead_letter_claims import DeadLetterClaims, may_name_dead_letters
 from mailbus.relay.dead_letters import dead_letter_outbox
 from mailbus.relay.events import RETENTION_S, gather_left, prune_due, send_event_outbox
 from mailbus.relay.next_retry import NextRetry
@@ -109,6 +109,7 @@ class RelayStats:
     batches: int = 0  # claims that took rows
     passes: int = 0  # claims made, whether they took rows or not
     retry_lookups: int = 0  # look-ups of the next retry coming due (relay/next_retry.py)
+    dead_letter_claims: int = 0  # of the claims, those of dead letters
     unacknowledged: int = 0
 
     def __add__(self, other: RelayStats) -> RelayStats:
@@ -187,14 +188,14 @@ class Relay:
             try:
                 self._connect()
                 reconnect_delay = 0.5  # connected: the next outage starts over
-                woken_by: list[str] | None = None  # the first pass claims every table
+                sends_alone = False  # the first pass claims every table
                 while not stop.is_set():
                     # the database answers, Kafka acknowledges, and the pass came round
                     health.mark(self._component, True, heartbeat_s=heartbeat_s)
-                    if self._one_pass(stop, woken_by) < self.settings.relay_batch_size:
-                        woken_by = self._wait_for_work(stop)
+                    if self._one_pass(stop, sends_alone) < self.settings.relay_batch_size:
+                        sends_alone = self._wait_for_work(stop)
                     else:
-                        woken_by = None  # more may be due: the next pass claims every table
+                        sends_alone = False  # more may be due: the next pass claims every table
             except psycopg.OperationalError as exc:
                 self._release_others()
                 health.mark(self._component, False, "database unavailable")
@@ -209,17 +210,17 @@ class Relay:
         health.mark(self._component, False, "stopping")
         self.close()
 
-    def _one_pass(self, stop: threading.Event, woken_by: list[str] | None = None) -> int:
-        """Drain each table of the lanes once (a pointer lane's dead letters only when
-        ``woken_by``, the payloads of the notifications that woke it, may call for them:
-        :mod:`mailbus.relay.dead_letter_claims`); the most rows any claim took."""
+    def _one_pass(self, stop: threading.Event, sends_alone: bool = False) -> int:
+        """Drain each table of the lanes once; the most rows any claim took. A pointer
+        lane woken for ``sends_alone`` may skip its dead letters
+        (:mod:`mailbus.relay.dead_letter_claims`)."""
         self._pass_started = time.monotonic()
         if self._standby is not None:  # a release from now on may be of rows this misses
             self._releases_seen = self._standby.releases
         passes = []
         if POINTERS in self.lanes:
             passes.append(self.publish_due_batch)
-            if self._dead_letter_claims.due(time.monotonic(), woken_by):
+            if self._dead_letter_claims.due(time.monotonic(), sends_alone):
                 passes.append(self.publish_dead_letters)
         if P0_POINTERS in self.lanes:
             passes += [self.publish_due_p0_batch]
@@ -251,6 +252,7 @@ class Relay:
         """One pass over unpublished dead letters; returns the number of rows claimed."""
         began_at = time.monotonic()
         self._dead_letter_claims.forget()  # until this claim ends well
+        self.stats.dead_letter_claims += 1
         result = self._publish(self._dead_letters, stop)
         self.stats.dead_letters += result.published
         if result.claimed < self.settings.relay_batch_size and not result.unacknowledged:
@@ -331,17 +333,21 @@ class Relay:
             due_s=max(0.0, float(due_s)),
         )
 
-    def _wait_for_work(self, stop: threading.Event) -> list[str] | None:
-        """Sleep until there may be work; the payloads of the notifications that ended the
-        sleep, or None if it ran out (the polling interval, a retry coming due, a held
-        answer about the next retry) or was stopped."""
-        deadline = time.monotonic() + self.settings.relay_poll_interval
+    def _wait_for_work(self, stop: threading.Event) -> bool:
+        """Sleep until there may be work. True if only sends may be: notifications of new
+        sends woke it, or a retry's time came (its due time, or a held answer's end);
+        False after anything else (the polling interval, another worker's release, a
+        notification of dead letters or without a name, a stop)."""
+        poll_ends = time.monotonic() + self.settings.relay_poll_interval
+        deadline = poll_ends
         if self.lanes & _SEND_LANES:  # a retry coming due is only a send lane's business
             deadline = min(deadline, self._next_retry_wake_by(time.monotonic()))
-        woken_by = self._wait_for_notification(stop, deadline)
+        payloads = self._wait_for_notification(stop, deadline)
         if not self.lanes & _SEND_LANES:  # outcome events: gather the settles of a moment
             stop.wait(gather_left(time.monotonic(), self._pass_started))
-        return woken_by
+        if payloads is not None:
+            return not may_name_dead_letters(payloads)
+        return deadline < poll_ends and not stop.is_set()
 
     def _next_retry_wake_by(self, now: float) -> float:
         """When the next retry comes due, looked up unless an answer still holds; on a held

@@ -1,11 +1,13 @@
 -- A dead letter's outbox NOTIFY says it is one (issue 37): its payload is the
 -- transaction's name (0075) after `dead-letter:`, a new send's the name alone. A pointer
--- worker woken only by new sends claims sends and skips the claim of dead letters, which
--- was a transaction of its own on every wake-up (BEGIN, an UPDATE that found nothing,
--- COMMIT): at a steady rate, one per send. A worker woken by a dead letter, an empty
--- payload (`dlq replay`'s), its polling interval or another worker's release claims both
--- (relay/standby.py). Rolling: a relay of the previous build takes the payload for a name
--- and claims both, as before.
+-- worker woken only by new sends may skip the claim of dead letters, which was a
+-- transaction of its own on every wake-up (BEGIN, an UPDATE that found nothing, COMMIT): at
+-- a steady rate, one per send. It skips it while its last claim of dead letters left none
+-- behind and is at most a polling interval old; a dead letter, an empty payload (`dlq
+-- replay`'s), the polling interval or another worker's release makes it claim both
+-- (relay/dead_letter_claims.py). A transaction that adds both sends and dead letters now
+-- notifies twice. Rolling: a relay of the previous build takes the payload for a name and
+-- claims both, as before.
 -- Lock level: CREATE OR REPLACE FUNCTION takes no lock on a table; writers never wait. Its
 -- owner and grants are kept.
 CREATE OR REPLACE FUNCTION mailbus_notify_outbox_if_rows() RETURNS trigger

@@ -96,8 +96,8 @@ def test_an_insert_that_adds_nothing_is_given_no_transaction_id(database_url: st
 
 def test_a_dead_letter_s_notification_says_it_is_one(database_url: str) -> None:
     """0077: a dead letter's payload is its transaction's name after ``dead-letter:``, a new
-    send's the name alone, so a relay woken by new sends alone skips the dead letters'
-    claim (relay/standby.py)."""
+    send's the name alone, so a relay woken by new sends alone may skip the dead letters'
+    claim (relay/dead_letter_claims.py)."""
     with psycopg.connect(database_url, autocommit=True) as listener:
         listener.execute("LISTEN mailbus_outbox")
         with psycopg.connect(database_url, autocommit=True) as writer:

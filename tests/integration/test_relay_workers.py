@@ -122,8 +122,9 @@ def test_workers_publish_and_mark_every_row_of_a_backlog(settings: Settings) -> 
 
 
 def test_a_new_send_wakes_one_worker_not_each(settings: Settings) -> None:
-    """Sends committed one at a time: each is answered by one worker's pass, a claim of
-    sends alone (0077: not of dead letters too), and none waits for the polling interval."""
+    """Sends committed one at a time: each is answered by one worker's pass, and none
+    waits for the polling interval. Its claims are of sends: dead letters are claimed by
+    each worker's first pass, then only when a notification names them (0077)."""
     sends, gap_s = 20, 0.1
     two = replace(settings, relay_workers=2, relay_poll_interval=30.0)
     workers = PointerWorkers(two)
@@ -139,10 +140,12 @@ def test_a_new_send_wakes_one_worker_not_each(settings: Settings) -> None:
                 time.sleep(gap_s)
         wait_until(lambda: unpublished(settings.database_url) == 0, 5, "every send published")
     assert workers.stats.published == sends
-    first, answering = 4, sends  # each worker's first pass; one worker's claim per send
+    first, answering = 4, 2 * sends  # each worker's first pass; one worker's per send
     # Every worker answering every send would be 4 * sends; a few more than one's are
     # allowed, for a send committed while the first worker was still in a pass.
     assert workers.stats.passes <= first + answering + 12, workers.stats.passes
+    # a claim of dead letters per send before 0077 (20 or more)
+    assert workers.stats.dead_letter_claims <= 2 + 4, workers.stats
 
 
 def test_a_burst_larger_than_a_batch_wakes_the_other_workers(settings: Settings) -> None:
