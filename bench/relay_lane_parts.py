@@ -81,12 +81,18 @@ def timed_passes(times: PassTimes) -> Iterator[None]:
     """Wrap the relay's wait for work and its pass while the block runs."""
     wait, one_pass = Relay._wait_for_work, relay_module.publish_claimed
 
-    def timed_wait(self: Relay, stop: threading.Event) -> None:
-        wait(self, stop)
+    def timed_wait(self: Relay, stop: threading.Event) -> Any:
+        woken = wait(self, stop)
         times.woke[threading.get_ident()] = time.time()
+        return woken
 
     def timed_pass(
-        conn: Any, outbox: Any, limit: int, publisher: PointerPublisher, stop: threading.Event
+        conn: Any,
+        outbox: Any,
+        limit: int,
+        publisher: PointerPublisher,
+        stop: threading.Event,
+        **options: Any,
     ) -> Any:
         keys: list[str] = []
         publish = publisher.publish
@@ -102,7 +108,7 @@ def timed_passes(times: PassTimes) -> Iterator[None]:
 
         publisher.publish = timed_publish  # type: ignore[method-assign]
         try:
-            return one_pass(conn, outbox, limit, publisher, stop)
+            return one_pass(conn, outbox, limit, publisher, stop, **options)
         finally:
             del publisher.publish
             committed, me = time.time(), threading.current_thread().name
@@ -261,6 +267,8 @@ def main() -> None:
         workers, missing = parts.pop("by a worker"), int(parts.pop("missing")[0])
         print(f"run {run} ({label}): {len(parts['claim'])} rows by the P0 lane,"
               f" {len(workers)} by a pointer worker, {missing} not seen", flush=True)  # fmt: skip
+        if missing:  # a relay that stopped (its log above), or a harness out of step with it
+            raise SystemExit(f"{missing} P0 rows never reached the broker")
         for part in (*PARTS, "by a worker"):
             samples = [s * 1000 for s in (workers if part == "by a worker" else parts[part])]
             if len(samples) < 2:
