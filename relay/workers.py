@@ -19,6 +19,7 @@ event lane, which must keep each send's order, stays one relay (docs/guides/oper
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -34,6 +35,7 @@ __all__ = ["BULK_NICENESS", "PointerWorkers"]
 # Added to the workers' threads' niceness while a P0 lane runs beside them: on a busy core
 # the lane's process, its wake-up and claim, runs first (docs/benchmarks/speed.md).
 BULK_NICENESS = 5
+log = logging.getLogger("mailbus.relay")
 
 
 class PointerWorkers:
@@ -87,12 +89,17 @@ class PointerWorkers:
             relay.run(stop)
             return
         thread_id = threading.get_native_id()
-        niceness = os.getpriority(os.PRIO_PROCESS, thread_id)  # Linux keeps one per thread
-        os.setpriority(os.PRIO_PROCESS, thread_id, min(19, niceness + BULK_NICENESS))
+        try:
+            niceness = os.getpriority(os.PRIO_PROCESS, thread_id)  # Linux keeps one per thread
+            os.setpriority(os.PRIO_PROCESS, thread_id, min(19, niceness + BULK_NICENESS))
+        except OSError as exc:  # a sandbox that refuses it: the relay runs on without
+            log.warning("pointer workers keep their CPU priority: %s", exc)
+            relay.run(stop)
+            return
         try:
             relay.run(stop)
         finally:
-            with contextlib.suppress(PermissionError):  # without CAP_SYS_NICE, it stays nicer
+            with contextlib.suppress(OSError):  # without CAP_SYS_NICE it stays nicer
                 os.setpriority(os.PRIO_PROCESS, thread_id, niceness)
 
     @property

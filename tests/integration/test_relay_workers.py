@@ -198,3 +198,20 @@ def test_beside_a_p0_lane_the_workers_yield_the_cpu_to_it(
         stop.set()
         caller.join(timeout=60)
     assert after == [base]
+
+
+def test_workers_a_sandbox_refuses_a_niceness_publish_as_before(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A container whose seccomp profile refuses setpriority must not stop the relay: its
+    workers keep their priority, say so, and publish."""
+
+    def refused(*_: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "setpriority", refused)
+    seed(settings.database_url, 30)
+    workers = PointerWorkers(replace(settings, relay_workers=2), p0_lane_apart=True)
+    with running(workers):
+        wait_until(lambda: unpublished(settings.database_url) == 0, 30, "the rows published")
+    assert "pointer workers keep their CPU priority" in caplog.text
