@@ -39,6 +39,8 @@ BENCHES: dict[str, tuple[str, tuple[str, ...]]] = {
         "relay_lane_parts.py",
         ("--rate", "100", "--seconds", "10", "--backlog", "100000", "--runs", "1"),
     ),
+    # P0 password resets at 5/s while a campaign of 1M recipients fans out and drains
+    "campaign": ("campaign_p0_latency.py", ("--runs", "1", "--seconds", "20")),
     "steady": (
         "delivery_throughput.py",
         ("--runs", "1", "--rows", "2000", "--max-consumers", "1", "--seconds", "20"),
