@@ -269,6 +269,8 @@ def main() -> None:
               f" {len(workers)} by a pointer worker, {missing} not seen", flush=True)  # fmt: skip
         if missing:  # a relay that stopped (its log above), or a harness out of step with it
             raise SystemExit(f"{missing} P0 rows never reached the broker")
+        if len(parts["claim"]) < 2:  # the lane's child never ran: the workers took them all
+            raise SystemExit("the P0 lane published fewer than 2 rows: nothing to measure")
         for part in (*PARTS, "by a worker"):
             samples = [s * 1000 for s in (workers if part == "by a worker" else parts[part])]
             if len(samples) < 2:

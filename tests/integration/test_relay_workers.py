@@ -188,6 +188,7 @@ def test_beside_a_p0_lane_the_workers_yield_the_cpu_to_it(
 
     caller = threading.Thread(target=call, daemon=True)
     base = os.getpriority(os.PRIO_PROCESS, 0)  # the caller inherits this thread's
+    assert base < 19, "at the largest niceness there is nothing to yield"
     caller.start()
     try:
         wait_until(lambda: workers.stats.passes >= 2, 10, "each worker's first pass")
@@ -197,7 +198,8 @@ def test_beside_a_p0_lane_the_workers_yield_the_cpu_to_it(
     finally:
         stop.set()
         caller.join(timeout=60)
-    assert after == [base]
+    # lowering it back needs root or CAP_SYS_NICE; without, the caller stays nicer
+    assert after == [base if os.geteuid() == 0 or not p0_lane_apart else expected]
 
 
 def test_workers_a_sandbox_refuses_a_niceness_publish_as_before(
