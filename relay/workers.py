@@ -33,7 +33,7 @@ from mailbus.relay.standby import Standby
 __all__ = ["BULK_NICENESS", "PointerWorkers"]
 
 # Added to the workers' threads' niceness while a P0 lane runs beside them: on a busy core
-# the lane's process, its wake-up and claim, runs first (docs/benchmarks/speed.md).
+# the lane's process is scheduled first (docs/benchmarks/speed.md).
 BULK_NICENESS = 5
 log = logging.getLogger("mailbus.relay")
 
@@ -85,24 +85,28 @@ class PointerWorkers:
                 thread.join(timeout=60)  # a pass cut short is published again later
 
     def _work(self, relay: Relay, stop: threading.Event) -> None:
-        if not self._yield_to_p0:
-            relay.run(stop)
-            return
-        thread_id = threading.get_native_id()
-        try:
-            niceness = os.getpriority(os.PRIO_PROCESS, thread_id)  # Linux keeps one per thread
-            os.setpriority(os.PRIO_PROCESS, thread_id, min(19, niceness + BULK_NICENESS))
-        except OSError as exc:  # a sandbox that refuses it: the relay runs on without
-            log.warning("pointer workers keep their CPU priority: %s", exc)
-            relay.run(stop)
-            return
+        niceness = _yield_cpu() if self._yield_to_p0 else None
         try:
             relay.run(stop)
         finally:
-            with contextlib.suppress(OSError):  # without CAP_SYS_NICE it stays nicer
-                os.setpriority(os.PRIO_PROCESS, thread_id, niceness)
+            if niceness is not None:
+                with contextlib.suppress(OSError):  # without CAP_SYS_NICE it stays nicer
+                    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)
 
     @property
     def stats(self) -> RelayStats:
         """The workers' counts added up."""
         return sum((relay.stats for relay in self.relays), RelayStats())
+
+
+def _yield_cpu() -> int | None:
+    """Raise the calling thread's niceness by :data:`BULK_NICENESS` (Linux keeps one per
+    thread); its niceness before, or None where a sandbox refuses (the relay runs on)."""
+    thread_id = threading.get_native_id()
+    try:
+        niceness = os.getpriority(os.PRIO_PROCESS, thread_id)
+        os.setpriority(os.PRIO_PROCESS, thread_id, min(19, niceness + BULK_NICENESS))
+    except OSError as exc:
+        log.warning("pointer workers keep their CPU priority: %s", exc)
+        return None
+    return niceness
