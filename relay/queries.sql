@@ -61,6 +61,7 @@ RETURNING id, dedupe_key, priority, attempts, created_at, traceparent, tracestat
 UPDATE email_sends SET published_at = NULL WHERE id = ANY(%(ids)s)
 
 -- name: seconds_until_next_due
+-- One entry of email_sends_next_retry_idx (0078), whatever the backlog due now.
 SELECT extract(epoch FROM min(next_try_at) - now())
 FROM email_sends
 WHERE status = 'pending' AND published_at IS NULL AND next_try_at > now()

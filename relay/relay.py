@@ -355,7 +355,11 @@ class Relay:
         may be due by then, and only a claim finds those (:mod:`mailbus.relay.next_retry`)."""
         if not self._next_retry.stale(now):
             return self._next_retry.held_until()
-        row = self._require_connection().execute(self._queries["seconds_until_next_due"])
+        # Planned at each run, never prepared: a plan kept from an empty outbox scans the
+        # table rather than read the one entry of email_sends_next_retry_idx (0078).
+        row = self._require_connection().execute(
+            self._queries["seconds_until_next_due"], prepare=False
+        )
         due = row.fetchone()
         self._next_retry.looked_up(now, None if due is None or due[0] is None else float(due[0]))
         self.stats.retry_lookups += 1

@@ -1,5 +1,6 @@
 """A relay that idled on an empty outbox still claims a later backlog in batches of
-MAILBUS_RELAY_BATCH_SIZE. Real PostgreSQL and Kafka.
+MAILBUS_RELAY_BATCH_SIZE, and looks up its next retry in a few pages whatever the backlog.
+Real PostgreSQL and Kafka.
 
 An idle relay runs its claims again and again on an empty table; psycopg prepares them
 after five runs and PostgreSQL then keeps a generic plan made for a table of no rows.
@@ -11,13 +12,16 @@ with the square of the backlog, so a relay could hang on a large campaign's firs
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
+from typing import Any
 
 import psycopg
 from relay_runner import relay_thread, wait_until
 
 from mailbus.kernel.settings import Settings
+from mailbus_client.sqlfiles import load_queries
 
 BATCH = 100
 BACKLOG = 3000
@@ -46,3 +50,36 @@ def test_an_idle_relay_claims_a_later_backlog_batch_by_batch(settings: Settings)
             wait_until(lambda: published() == BACKLOG, 120, "the backlog published")
         assert relay.stats.published == BACKLOG
         assert relay.stats.batches >= BACKLOG // BATCH  # no claim took more than its limit
+
+
+def blocks_read(plan: dict[str, Any]) -> int:
+    """Pages an EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) plan's top node touched, its
+    children's included."""
+    return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
+
+
+def test_the_next_retrys_look_up_reads_a_few_pages_whatever_is_due(database_url: str) -> None:
+    """Before migration 0078 the look-up walked every row due now (the relay's due index
+    holds them all, of every priority; only the heap says which have a next_try_at): an
+    idle P0 lane did that walk before each sleep while a campaign's backlog waited."""
+    lookup = load_queries("mailbus.relay", "queries.sql")["seconds_until_next_due"]
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template, priority)"
+            " SELECT 'due-' || n, 'u' || n || '@example.com', 'news', 'p2'"
+            " FROM generate_series(1, %s) n",
+            (BACKLOG,),
+        )
+        conn.execute(
+            "INSERT INTO email_sends (dedupe_key, to_address, template, priority, next_try_at)"
+            " SELECT 'retry-' || n, 'r' || n || '@example.com', 'welcome', 'p1',"
+            " now() + make_interval(secs => 60 * n) FROM generate_series(1, 3) n"
+        )
+        conn.execute("VACUUM ANALYZE email_sends")
+        [(explained,)] = conn.execute(
+            f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {lookup}"
+        ).fetchall()
+        document = explained if isinstance(explained, list) else json.loads(explained)
+        assert blocks_read(document[0]["Plan"]) <= 8, document
+        [(seconds,)] = conn.execute(lookup).fetchall()
+        assert 50 < seconds <= 60  # the earliest retry's, not a row due now
