@@ -51,6 +51,8 @@ def test_ratio_is_nan_without_a_usable_baseline() -> None:
     nan = Summary("x", "u", float("nan"), float("nan"), float("nan"), 0)
     assert math.isnan(compare_doc.ratio(zero, one))
     assert math.isnan(compare_doc.ratio(nan, one))
+    # printed as 0.00 (a CPU share measured as 2e-12): B/A read 237,031,559,332.70
+    assert math.isnan(compare_doc.ratio(Summary("x", "u", 0, 2.5e-12, 1, 3), one))
     assert compare_doc.ratio(one, one) == 1
 
 
