@@ -61,10 +61,16 @@ RETURNING id, dedupe_key, priority, attempts, created_at, traceparent, tracestat
 UPDATE email_sends SET published_at = NULL WHERE id = ANY(%(ids)s)
 
 -- name: seconds_until_next_due
--- One entry of email_sends_next_retry_idx (0078), whatever the backlog due now.
-SELECT extract(epoch FROM min(next_try_at) - now())
-FROM email_sends
-WHERE status = 'pending' AND published_at IS NULL AND next_try_at > now()
+-- Seconds until the earliest retry ahead of the given priorities comes due, NULL if none:
+-- the first entry of email_sends_next_retry_idx (0078) for each priority, whatever the
+-- backlog due now or the table's statistics say.
+SELECT extract(epoch FROM min(ahead.next_try_at) - now())
+FROM unnest(%(priorities)s::text[]) AS p (priority),
+     LATERAL (SELECT s.next_try_at FROM email_sends s
+              WHERE s.priority = p.priority AND s.status = 'pending'
+                AND s.published_at IS NULL AND s.next_try_at > now()
+              ORDER BY s.next_try_at
+              LIMIT 1) AS ahead
 
 -- name: claim_dead_letters
 -- Same claim as claim_due, for email_dead_letters; the columns are the fields of

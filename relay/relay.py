@@ -168,6 +168,10 @@ class Relay:
         self._conn: psycopg.Connection | None = None
         self._listener: psycopg.Connection | None = None
         self._next_retry = NextRetry()
+        # the priorities whose retries wake it: the P0 lane's alone, or every one it claims
+        self._retry_priorities = list(
+            metrics.PRIORITIES if POINTERS in lanes else ("p0",) if P0_POINTERS in lanes else ()
+        )
         self._dead_letter_claims = DeadLetterClaims(settings.relay_poll_interval)
 
     def run(self, stop: threading.Event) -> None:
@@ -356,9 +360,11 @@ class Relay:
         if not self._next_retry.stale(now):
             return self._next_retry.held_until()
         # Planned at each run, never prepared: a plan kept from an empty outbox scans the
-        # table rather than read the one entry of email_sends_next_retry_idx (0078).
+        # table rather than read one entry of email_sends_next_retry_idx (0078) a priority.
         row = self._require_connection().execute(
-            self._queries["seconds_until_next_due"], prepare=False
+            self._queries["seconds_until_next_due"],
+            {"priorities": self._retry_priorities},
+            prepare=False,
         )
         due = row.fetchone()
         self._next_retry.looked_up(now, None if due is None or due[0] is None else float(due[0]))

@@ -374,6 +374,33 @@ def test_a_retry_scheduled_while_sends_keep_the_relay_busy_goes_out_when_due(
     assert 1.4 <= waited < 4.0, waited
 
 
+def test_the_p0_lane_sleeps_through_other_priorities_retries(settings: Settings) -> None:
+    """Reviewed: the P0 lane looked up the next retry of every priority, so each
+    newsletter's retry coming due woke it for a look-up and an empty claim (301 of each
+    for 300 retries in 3 s); it looks up P0 retries alone."""
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        conn.execute(  # what retryable outcomes' settles leave, due over the next 3 s
+            "INSERT INTO email_sends (dedupe_key, to_address, template, priority, attempts,"
+            " next_try_at) SELECT 'news-' || n, 'u' || n || '@example.com', 'welcome', 'p2',"
+            " 1, now() + make_interval(secs => n / 10.0) FROM generate_series(1, 30) n"
+        )
+    stop = threading.Event()
+    p0 = Relay(
+        replace(settings, relay_poll_interval=30.0),
+        lanes=frozenset({P0_POINTERS}),
+        component="relay.p0",
+    )
+    thread = threading.Thread(target=p0.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        time.sleep(4.5)  # every newsletter's retry came due meanwhile
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert p0.stats.published == 0
+    assert p0.stats.retry_lookups <= 2, p0.stats.retry_lookups
+
+
 def test_a_retry_scheduled_after_a_held_look_up_goes_out_when_the_hold_ends(
     settings: Settings,
 ) -> None:

@@ -58,28 +58,67 @@ def blocks_read(plan: dict[str, Any]) -> int:
     return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
 
 
+LOOKUP = load_queries("mailbus.relay", "queries.sql")["seconds_until_next_due"]
+EVERY_PRIORITY = {"priorities": ["p0", "p1", "p2"]}
+
+
+def looked_up(conn: psycopg.Connection[Any], params: dict[str, Any]) -> tuple[float | None, int]:
+    """The look-up's answer, and the pages its plan read."""
+    [(explained,)] = conn.execute(
+        f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {LOOKUP}", params
+    ).fetchall()
+    document = explained if isinstance(explained, list) else json.loads(explained)
+    [(seconds,)] = conn.execute(LOOKUP, params).fetchall()
+    return seconds, blocks_read(document[0]["Plan"])
+
+
+def insert_rows(
+    conn: psycopg.Connection[Any], prefix: str, rows: int, priority: str, next_try_at: str = "NULL"
+) -> None:
+    conn.execute(
+        "INSERT INTO email_sends (dedupe_key, to_address, template, priority, next_try_at)"
+        f" SELECT %s || n, 'u' || n || '@example.com', 'welcome', %s, {next_try_at}"
+        " FROM generate_series(1, %s) n",
+        (prefix, priority, rows),
+    )
+
+
 def test_the_next_retrys_look_up_reads_a_few_pages_whatever_is_due(database_url: str) -> None:
     """Before migration 0078 the look-up walked every row due now (the relay's due index
     holds them all, of every priority; only the heap says which have a next_try_at): an
     idle P0 lane did that walk before each sleep while a campaign's backlog waited."""
-    lookup = load_queries("mailbus.relay", "queries.sql")["seconds_until_next_due"]
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO email_sends (dedupe_key, to_address, template, priority)"
-            " SELECT 'due-' || n, 'u' || n || '@example.com', 'news', 'p2'"
-            " FROM generate_series(1, %s) n",
-            (BACKLOG,),
-        )
-        conn.execute(
-            "INSERT INTO email_sends (dedupe_key, to_address, template, priority, next_try_at)"
-            " SELECT 'retry-' || n, 'r' || n || '@example.com', 'welcome', 'p1',"
-            " now() + make_interval(secs => 60 * n) FROM generate_series(1, 3) n"
-        )
+        insert_rows(conn, "due-", BACKLOG, "p2")
+        insert_rows(conn, "retry-", 3, "p1", "now() + make_interval(secs => 60 * n)")
         conn.execute("VACUUM ANALYZE email_sends")
-        [(explained,)] = conn.execute(
-            f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {lookup}"
-        ).fetchall()
-        document = explained if isinstance(explained, list) else json.loads(explained)
-        assert blocks_read(document[0]["Plan"]) <= 8, document
-        [(seconds,)] = conn.execute(lookup).fetchall()
-        assert 50 < seconds <= 60  # the earliest retry's, not a row due now
+        seconds, pages = looked_up(conn, EVERY_PRIORITY)
+    assert pages <= 8
+    assert seconds is not None and 50 < seconds <= 60  # the earliest retry's, not a row due now
+
+
+def test_the_look_up_reads_a_few_pages_with_many_retries_ahead_the_statistics_never_saw(
+    database_url: str,
+) -> None:
+    """Reviewed: `min(next_try_at)` read every entry ahead when the statistics said few lay
+    there (a campaign paused, or a storm of retries, since the last ANALYZE)."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        insert_rows(conn, "retry-", 1, "p1", "now() + interval '1 minute'")
+        conn.execute("VACUUM ANALYZE email_sends")
+        insert_rows(conn, "held-", BACKLOG, "p2", "now() + interval '100 years'")
+        insert_rows(conn, "storm-", BACKLOG, "p1", "now() + make_interval(secs => 60 + n)")
+        seconds, pages = looked_up(conn, EVERY_PRIORITY)
+    assert pages <= 12
+    assert seconds is not None and 50 < seconds <= 60
+
+
+def test_the_p0_lanes_look_up_sees_p0_retries_alone(database_url: str) -> None:
+    """Reviewed: the P0 lane looked up every priority's retries, so each newsletter's retry
+    coming due woke it for an empty claim."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        insert_rows(conn, "news-", BACKLOG, "p2", "now() + make_interval(secs => n)")
+        conn.execute("VACUUM ANALYZE email_sends")
+        assert looked_up(conn, {"priorities": ["p0"]})[0] is None
+        insert_rows(conn, "reset-", 1, "p0", "now() + interval '1 hour'")
+        seconds, pages = looked_up(conn, {"priorities": ["p0"]})
+    assert pages <= 8
+    assert seconds is not None and 3500 < seconds <= 3600
