@@ -360,7 +360,8 @@ class Relay:
         if not self._next_retry.stale(now):
             return self._next_retry.held_until()
         # Planned at each run, never prepared: a plan kept from an empty outbox scans the
-        # table rather than read one entry of email_sends_next_retry_idx (0078) a priority.
+        # table rather than read one entry of email_sends_next_retry_idx (0078) a priority
+        # (relay/queries.sql says when it may read more).
         row = self._require_connection().execute(
             self._queries["seconds_until_next_due"],
             {"priorities": self._retry_priorities},

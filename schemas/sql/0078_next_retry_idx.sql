@@ -11,8 +11,8 @@
 -- without one are not.
 -- Lock level: CREATE INDEX CONCURRENTLY takes SHARE UPDATE EXCLUSIVE on email_sends, which
 -- no INSERT, UPDATE or DELETE waits for: writers never queue behind it. It waits for the
--- transactions open when it starts, and holds off autovacuum and ANALYZE of email_sends
--- while it builds (docs/runbook.md#upgrades).
+-- transactions open when it starts; meanwhile autovacuum skips email_sends and a manual
+-- ANALYZE of it waits (docs/runbook.md#upgrades).
 CREATE INDEX CONCURRENTLY IF NOT EXISTS email_sends_next_retry_idx
     ON email_sends (priority, next_try_at)
     WHERE status = 'pending' AND published_at IS NULL AND next_try_at IS NOT NULL;

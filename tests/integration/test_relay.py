@@ -398,7 +398,35 @@ def test_the_p0_lane_sleeps_through_other_priorities_retries(settings: Settings)
         stop.set()
         thread.join(timeout=30)
     assert p0.stats.published == 0
-    assert p0.stats.retry_lookups <= 2, p0.stats.retry_lookups
+    assert 1 <= p0.stats.retry_lookups <= 2, p0.stats.retry_lookups
+
+
+def test_the_p0_lane_wakes_for_a_p0_retry_when_it_comes_due(settings: Settings) -> None:
+    """Reviewed: nothing failed when the P0 lane looked up no priority at all, and its P0
+    retry waited for the polling interval (30 s here)."""
+    stop = threading.Event()
+    p0 = Relay(
+        replace(settings, relay_poll_interval=30.0),
+        lanes=frozenset({P0_POINTERS}),
+        component="relay.p0",
+    )
+    thread = threading.Thread(target=p0.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        time.sleep(1.0)  # idle: it looked up (nothing ahead) and sleeps on LISTEN
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            conn.execute(  # what a retryable outcome's settle leaves, due in 1.5 s
+                "INSERT INTO email_sends (dedupe_key, to_address, template, priority, attempts,"
+                " next_try_at) VALUES ('reset-retry', 'r@example.com', 'welcome', 'p0', 1,"
+                " now() + interval '1.5 seconds')"
+            )
+        scheduled = time.monotonic()
+        wait_until(lambda: p0.stats.published == 1, 10, "the P0 retry published")
+        waited = time.monotonic() - scheduled
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert 1.4 <= waited < 4.0, waited
 
 
 def test_a_retry_scheduled_after_a_held_look_up_goes_out_when_the_hold_ends(
