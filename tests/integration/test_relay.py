@@ -8,6 +8,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import psycopg
@@ -374,6 +376,24 @@ def test_a_retry_scheduled_while_sends_keep_the_relay_busy_goes_out_when_due(
     assert 1.4 <= waited < 4.0, waited
 
 
+@contextmanager
+def p0_lane_polling_every_30_s(settings: Settings) -> Iterator[Relay]:
+    """The P0 lane alone, running in a thread; a retry wakes it only by its look-up."""
+    stop = threading.Event()
+    p0 = Relay(
+        replace(settings, relay_poll_interval=30.0),
+        lanes=frozenset({P0_POINTERS}),
+        component="relay.p0",
+    )
+    thread = threading.Thread(target=p0.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        yield p0
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+
+
 def test_the_p0_lane_sleeps_through_other_priorities_retries(settings: Settings) -> None:
     """Reviewed: the P0 lane looked up the next retry of every priority, so each
     newsletter's retry coming due woke it for a look-up and an empty claim (301 of each
@@ -384,19 +404,8 @@ def test_the_p0_lane_sleeps_through_other_priorities_retries(settings: Settings)
             " next_try_at) SELECT 'news-' || n, 'u' || n || '@example.com', 'welcome', 'p2',"
             " 1, now() + make_interval(secs => n / 10.0) FROM generate_series(1, 30) n"
         )
-    stop = threading.Event()
-    p0 = Relay(
-        replace(settings, relay_poll_interval=30.0),
-        lanes=frozenset({P0_POINTERS}),
-        component="relay.p0",
-    )
-    thread = threading.Thread(target=p0.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
+    with p0_lane_polling_every_30_s(settings) as p0:
         time.sleep(4.5)  # every newsletter's retry came due meanwhile
-    finally:
-        stop.set()
-        thread.join(timeout=30)
     assert p0.stats.published == 0
     assert 1 <= p0.stats.retry_lookups <= 2, p0.stats.retry_lookups
 
@@ -404,15 +413,7 @@ def test_the_p0_lane_sleeps_through_other_priorities_retries(settings: Settings)
 def test_the_p0_lane_wakes_for_a_p0_retry_when_it_comes_due(settings: Settings) -> None:
     """Reviewed: nothing failed when the P0 lane looked up no priority at all, and its P0
     retry waited for the polling interval (30 s here)."""
-    stop = threading.Event()
-    p0 = Relay(
-        replace(settings, relay_poll_interval=30.0),
-        lanes=frozenset({P0_POINTERS}),
-        component="relay.p0",
-    )
-    thread = threading.Thread(target=p0.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
+    with p0_lane_polling_every_30_s(settings) as p0:
         time.sleep(1.0)  # idle: it looked up (nothing ahead) and sleeps on LISTEN
         with psycopg.connect(settings.database_url, autocommit=True) as conn:
             conn.execute(  # what a retryable outcome's settle leaves, due in 1.5 s
@@ -423,9 +424,6 @@ def test_the_p0_lane_wakes_for_a_p0_retry_when_it_comes_due(settings: Settings) 
         scheduled = time.monotonic()
         wait_until(lambda: p0.stats.published == 1, 10, "the P0 retry published")
         waited = time.monotonic() - scheduled
-    finally:
-        stop.set()
-        thread.join(timeout=30)
     assert 1.4 <= waited < 4.0, waited
 
 
