@@ -6,7 +6,8 @@ superuser (the local stack's app role) may not end an autovacuum worker's: a bul
 just before often starts one, and the drop then fails with ``must be a member of the role
 whose process is being terminated``. A plain ``DROP DATABASE`` stops autovacuum workers
 by itself (and waits for them), so that is what follows; it fails only while a session
-of ours is still open, which FORCE ends on the next try.
+of ours is still open, which FORCE ends on the next try. It also fails when another
+session's ``DROP ROLE`` deletes the same role setting at once, and then is tried again.
 """
 
 from __future__ import annotations
@@ -31,14 +32,15 @@ def drop_database(admin_url: str, name: str, attempts: int = 10) -> None:
     with psycopg.connect(admin_url, autocommit=True) as admin:
         for attempt in range(attempts):
             try:
-                admin.execute(f'DROP DATABASE IF EXISTS "{quoted}" WITH (FORCE)')
+                try:
+                    admin.execute(f'DROP DATABASE IF EXISTS "{quoted}" WITH (FORCE)')
+                except psycopg.errors.InsufficientPrivilege:  # an autovacuum worker is in it
+                    admin.execute(f'DROP DATABASE IF EXISTS "{quoted}"')
                 return
-            except psycopg.errors.InsufficientPrivilege:  # an autovacuum worker is in it
-                pass
-            try:
-                admin.execute(f'DROP DATABASE IF EXISTS "{quoted}"')
-                return
-            except psycopg.errors.ObjectInUse:  # a session of ours came meanwhile
+            # ObjectInUse: a session of ours came meanwhile. InternalError_: "tuple
+            # concurrently deleted", a DROP ROLE elsewhere deleting its login's setting in
+            # this database (grants.sql sets one for each login) while the drop deletes it
+            except (psycopg.errors.ObjectInUse, psycopg.errors.InternalError_):
                 if attempt == attempts - 1:
                     raise
                 time.sleep(0.2)
