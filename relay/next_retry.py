@@ -10,6 +10,13 @@ second per lane (docs/benchmarks/speed.md). Now a look-up's answer holds for
 wakes when the hold ends for a pass, which claims a retry that came due meanwhile, and
 looks up again; so a retry goes out at most :data:`HOLD_S` later than it did. An idle
 lane looks up before each sleep, as before.
+
+A lane that wakes for the retry it found may claim a moment before the database's
+``now()`` passes that retry's ``next_try_at`` (the clocks differ by the look-up's own
+latency, or a wall-clock step): its claim takes nothing, and its next look-up, of
+retries still ahead, no longer sees it. Such a retry waited for the polling interval.
+So after a wake for a retry, the lane wakes once more when that look-up's hold ends, for
+a pass: one more claim per retry wake, none while idle.
 No I/O; time is passed in (monotonic seconds).
 """
 
@@ -30,6 +37,7 @@ class NextRetry:
     hold_s: float = HOLD_S
     looked_up_at: float | None = None
     due_at: float = math.inf  # inf: no retry was ahead
+    after_due: bool = False  # the retry the look-up before this one found had come due
 
     def stale(self, now: float) -> bool:
         """Whether the lane looks up again before it sleeps: never yet, :attr:`hold_s`
@@ -41,9 +49,17 @@ class NextRetry:
         )
 
     def looked_up(self, now: float, seconds_until_due: float | None) -> None:
-        """Record a look-up's answer: seconds until the earliest retry, None if none."""
+        """Record a look-up's answer: seconds until the earliest retry, None if none.
+        ``now`` is when the answer came, so the retry is never thought due early."""
+        self.after_due = self.due_at <= now
         self.looked_up_at = now
         self.due_at = math.inf if seconds_until_due is None else now + max(0.0, seconds_until_due)
+
+    def wake_at(self) -> float:
+        """When a lane that has just looked up wakes: when the retry found comes due, or,
+        after a wake for a retry, at the hold's end too, for the pass that claims it
+        should the claim before this look-up have come a moment early."""
+        return self.held_until() if self.after_due else self.due_at
 
     def held_until(self) -> float:
         """When a lane sleeping on a held answer wakes for a pass (or the retry it found

@@ -368,9 +368,11 @@ class Relay:
             prepare=False,
         )
         due = row.fetchone()
-        self._next_retry.looked_up(now, None if due is None or due[0] is None else float(due[0]))
+        self._next_retry.looked_up(
+            time.monotonic(), None if due is None or due[0] is None else float(due[0])
+        )
         self.stats.retry_lookups += 1
-        return self._next_retry.due_at
+        return self._next_retry.wake_at()
 
     def _wait_for_notification(self, stop: threading.Event, deadline: float) -> list[str] | None:
         """Wait until ``deadline`` for a notification this worker answers; the payloads it

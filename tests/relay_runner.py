@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from mailbus.kernel.settings import Settings
 from mailbus.relay.relay import Relay
@@ -24,9 +25,10 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
 
 
 @contextmanager
-def relay_thread(settings: Settings) -> Iterator[Relay]:
+def relay_thread(settings: Settings, **relay_args: Any) -> Iterator[Relay]:
+    """A Relay (``Relay(settings, **relay_args)``: every lane by default) run in a thread."""
     stop = threading.Event()
-    relay = Relay(settings)
+    relay = Relay(settings, **relay_args)
     thread = threading.Thread(target=relay.run, args=(stop,), daemon=True)
     thread.start()
     try:

@@ -9,8 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
@@ -162,11 +161,7 @@ def test_new_p0_sends_wake_the_p0_lane_and_not_pointer_workers_beside_it(
     """Issue 37: a P0 insert notifies P0's own channel. Polls once a minute here, so
     whatever is published within seconds was woken by a NOTIFY."""
     slow_poll = replace(settings, relay_poll_interval=60.0)
-    stop = threading.Event()
-    pointers = Relay(slow_poll, lanes=frozenset({POINTERS}), p0_lane_apart=True)
-    thread = threading.Thread(target=pointers.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
+    with relay_thread(slow_poll, lanes=frozenset({POINTERS}), p0_lane_apart=True) as pointers:
         time.sleep(1.5)  # listening
         insert_send(settings.database_url, "reset-1", "p0")
         time.sleep(3)
@@ -177,15 +172,10 @@ def test_new_p0_sends_wake_the_p0_lane_and_not_pointer_workers_beside_it(
             time.sleep(1.5)
             insert_send(settings.database_url, "reset-2", "p0")
             wait_until(lambda: alone.stats.published == 1, 10, "reset-2 by the lone relay")
-        p0 = Relay(slow_poll, lanes=frozenset({P0_POINTERS}), component="relay.p0")
-        p0_thread = threading.Thread(target=p0.run, args=(stop,), daemon=True)
-        p0_thread.start()
-        time.sleep(1.5)
-        insert_send(settings.database_url, "reset-3", "p0")
-        wait_until(lambda: p0.stats.published == 1, 10, "reset-3 by the P0 lane")
-    finally:
-        stop.set()
-        thread.join(timeout=30)
+        with relay_thread(slow_poll, lanes=frozenset({P0_POINTERS}), component="relay.p0") as p0:
+            time.sleep(1.5)
+            insert_send(settings.database_url, "reset-3", "p0")
+            wait_until(lambda: p0.stats.published == 1, 10, "reset-3 by the P0 lane")
     assert pointers.stats.published == 2
 
 
@@ -385,22 +375,13 @@ def test_a_retry_scheduled_while_sends_keep_the_relay_busy_goes_out_when_due(
     assert 1.4 <= waited < 4.0, waited
 
 
-@contextmanager
-def p0_lane_polling_every_30_s(settings: Settings) -> Iterator[Relay]:
+def p0_lane_polling_every_30_s(settings: Settings) -> AbstractContextManager[Relay]:
     """The P0 lane alone, running in a thread; a retry wakes it only by its look-up."""
-    stop = threading.Event()
-    p0 = Relay(
+    return relay_thread(
         replace(settings, relay_poll_interval=30.0),
         lanes=frozenset({P0_POINTERS}),
         component="relay.p0",
     )
-    thread = threading.Thread(target=p0.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
-        yield p0
-    finally:
-        stop.set()
-        thread.join(timeout=30)
 
 
 def test_the_p0_lane_sleeps_through_other_priorities_retries(settings: Settings) -> None:
@@ -434,6 +415,36 @@ def test_the_p0_lane_looks_up_its_p0_retry(settings: Settings) -> None:
         # the insert's NOTIFY wakes it; before its next sleep it looks the retry up
         wait_until(lambda: p0._next_retry.due_at < math.inf, 10, "the P0 retry looked up")
         assert p0._next_retry.due_at - time.monotonic() > 50
+
+
+def test_a_retry_its_claim_missed_at_its_due_time_goes_out_when_the_hold_ends(
+    settings: Settings,
+) -> None:
+    """The P0 lane wakes for the retry it looked up. Seen in a CI rehearsal: its claim came
+    a moment before the database's now() passed the retry's next_try_at and took nothing,
+    and its next look-up, of retries still ahead, no longer saw it, so the retry waited for
+    the polling interval (30 s here). A lock held over the retry's due time makes the claim
+    miss it here. The hold is 3 s, where it is 0.1 s, so the order of events is not left
+    to the scheduler."""
+    with p0_lane_polling_every_30_s(settings) as p0:
+        p0._next_retry = NextRetry(hold_s=3.0)
+        time.sleep(3.5)  # idle: its first look-up's answer no longer holds
+        with (
+            psycopg.connect(settings.database_url, autocommit=True) as conn,
+            psycopg.connect(settings.database_url) as locker,
+        ):
+            conn.execute(  # what a retryable outcome's settle leaves; its NOTIFY wakes the lane
+                "INSERT INTO email_sends (dedupe_key, to_address, template, priority, attempts,"
+                " next_try_at) VALUES ('reset-retry', 'r@example.com', 'welcome', 'p0', 1,"
+                " now() + interval '1.5 seconds')"
+            )
+            locker.execute("SELECT 1 FROM email_sends WHERE dedupe_key = 'reset-retry' FOR UPDATE")
+            wait_until(lambda: p0._next_retry.due_at < math.inf, 10, "the retry looked up")
+            lookups = p0.stats.retry_lookups
+            wait_until(lambda: p0.stats.retry_lookups > lookups, 10, "the wake for the retry")
+            assert p0.stats.published == 0  # its claim skipped the locked row
+            locker.commit()
+        wait_until(lambda: p0.stats.published == 1, 10, "the retry published")
 
 
 def test_a_retry_scheduled_after_a_held_look_up_goes_out_when_the_hold_ends(

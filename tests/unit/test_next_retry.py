@@ -47,3 +47,26 @@ def test_a_lane_sleeping_on_a_held_answer_wakes_when_it_stops_holding() -> None:
     assert retry.held_until() == 100.1  # a retry scheduled since is found then
     retry.looked_up(now=100.0, seconds_until_due=0.05)
     assert retry.held_until() == 100.05  # or when the retry it found comes due
+
+
+def test_an_idle_lane_wakes_when_its_retry_comes_due_and_not_before() -> None:
+    retry = NextRetry(hold_s=0.1)
+    retry.looked_up(now=100.0, seconds_until_due=None)
+    assert retry.wake_at() == math.inf  # no pass while idle
+    retry.looked_up(now=100.2, seconds_until_due=5.0)
+    assert retry.wake_at() == 105.2
+
+
+def test_after_a_wake_for_its_retry_a_lane_wakes_again_when_the_hold_ends() -> None:
+    """Its claim may come a moment before the database's now() passes the retry's
+    next_try_at; the look-up after it, of retries still ahead, no longer sees that retry:
+    one more pass at the hold's end claims it (it waited for the polling interval)."""
+    retry = NextRetry(hold_s=0.1)
+    retry.looked_up(now=100.0, seconds_until_due=1.0)
+    assert retry.wake_at() == 101.0
+    assert retry.stale(now=101.0)  # woke for it; its claim took nothing
+    retry.looked_up(now=101.0, seconds_until_due=None)
+    assert retry.wake_at() == 101.1
+    retry.looked_up(now=101.1, seconds_until_due=None)  # that pass
+    assert retry.wake_at() == math.inf  # once: idle again
+
