@@ -69,6 +69,12 @@ def find_services(cleanup: ExitStack) -> StackServices:
     if database_url and bootstrap:
         if not _reachable(bootstrap):
             pytest.fail(f"MAILBUS_KAFKA_BOOTSTRAP={bootstrap} does not answer. {_HOW}")
+        # No TLS on loopback unless a URL asks for it (libpq's default, sslmode=prefer, has
+        # it on the stack's PostgreSQL): a handshake costs about 4 ms of CPU a connection,
+        # and the lanes' CPU-bound run opens some 17,500 of them, in the test processes and
+        # the `mailbus` processes they start. test_transport_security.py connects with
+        # sslmode=verify-full, which this leaves alone.
+        os.environ.setdefault("PGSSLMODE", "disable")
         return StackServices(database_url, bootstrap)
     if _docker_answers():
         return _start_containers(cleanup)
