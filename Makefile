@@ -47,11 +47,12 @@ checks: lint
 ## The whole test suite against the real broker and database. The checks run while the
 ## stack starts (mostly waiting for its JVMs) and the distributions are tried; then the
 ## tests that stop a service, alone, while the broker holds few partitions (a restart
-## loads every one of them: about 40 s once the lanes have made thousands); then four lanes.
+## loads every one of them: about 40 s once the lanes have made thousands); then four lanes,
+## handed whole files in the order of pyproject.toml's testpaths.
 test: install
 	$(MAKE) --no-print-directory -j2 --output-sync=target checks test-distributions
 	$(PYTHON) -m pytest -m serial
-	$(PYTHON) -m pytest -n 4 --dist loadfile -m "not serial"
+	$(PYTHON) -m pytest -n 4 --dist loadfile --no-loadscope-reorder -m "not serial"
 
 ## The slim client's own tests, then the release check (both start the stack).
 test-distributions: test-client

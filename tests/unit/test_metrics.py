@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,10 @@ from prometheus_client import REGISTRY, generate_latest
 from mailbus.kernel import metrics
 
 STATS = Path(__file__).parent / "data" / "librdkafka_consumer_stats.json"
+_EXPOSITION = (
+    "import mailbus.kernel.metrics; from prometheus_client import generate_latest;"
+    " print(generate_latest().decode())"
+)
 
 
 def sample(name: str, **labels: str) -> float:
@@ -19,7 +25,11 @@ def sample(name: str, **labels: str) -> float:
 
 
 def test_label_sets_exist_before_the_first_event() -> None:
-    text = generate_latest().decode()
+    """In a fresh interpreter: a test that ran a consumer in this process before (the
+    lanes hand a process files in turn) has counted its events."""
+    text = subprocess.run(
+        [sys.executable, "-c", _EXPOSITION], capture_output=True, text=True, check=True
+    ).stdout
     assert 'mailbus_sends_total{outcome="failed",priority="p0"} 0.0' in text
     assert 'mailbus_provider_requests_total{kind="lookup"}' in text
     assert "mailbus_provider_rate_limited_total 0.0" in text
