@@ -12,11 +12,12 @@ looks up again; so a retry goes out at most :data:`HOLD_S` later than it did. An
 lane looks up before each sleep, as before.
 
 A lane that wakes for the retry it found may claim a moment before the database's
-``now()`` passes that retry's ``next_try_at`` (the clocks differ by the look-up's own
-latency, or a wall-clock step): its claim takes nothing, and its next look-up, of
-retries still ahead, no longer sees it. Such a retry waited for the polling interval.
-So after a wake for a retry, the lane wakes once more when that look-up's hold ends, for
-a pass: one more claim per retry wake, none while idle.
+``now()`` passes that retry's ``next_try_at`` (its due time once counted from before the
+look-up's query, so it woke early by the query's latency; a wall-clock step still can
+make it early): its claim takes nothing, and its next look-up, of retries still ahead,
+no longer sees it. Such a retry waited for the polling interval. So a due time counts
+from the answer, and after a wake for a retry the lane wakes once more when that
+look-up's hold ends, for a pass: at most one more claim per retry wake, none while idle.
 No I/O; time is passed in (monotonic seconds).
 """
 

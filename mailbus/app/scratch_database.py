@@ -37,13 +37,15 @@ def drop_database(admin_url: str, name: str, attempts: int = 10) -> None:
                 except psycopg.errors.InsufficientPrivilege:  # an autovacuum worker is in it
                     admin.execute(f'DROP DATABASE IF EXISTS "{quoted}"')
                 return
-            # ObjectInUse: a session of ours came meanwhile. InternalError_: "tuple
-            # concurrently deleted", a DROP ROLE elsewhere deleting its login's setting in
-            # this database (grants.sql sets one for each login) while the drop deletes it
-            except (psycopg.errors.ObjectInUse, psycopg.errors.InternalError_):
+            except psycopg.errors.ObjectInUse:  # a session of ours came meanwhile, or worse
                 if attempt == attempts - 1:
                     raise
-                time.sleep(0.2)
+            except psycopg.errors.InternalError_ as exc:
+                # "tuple concurrently deleted": a DROP ROLE elsewhere deleting its login's
+                # setting in this database (grants.sql sets one for each login) at once
+                if "concurrently" not in str(exc) or attempt == attempts - 1:
+                    raise
+            time.sleep(0.2)
 
 
 def schema_as_of(url: str, last: int) -> None:

@@ -19,6 +19,7 @@ from kafka_reader import read_messages, read_pointers
 from relay_runner import children, relay_thread, running, wait_until
 from services import REPO, settings_env, stack_script
 
+import mailbus.relay.relay as relay_module
 from mailbus.kernel.settings import Settings
 from mailbus.kernel.topics import send_topics
 from mailbus.relay.next_retry import NextRetry
@@ -418,7 +419,7 @@ def test_the_p0_lane_looks_up_its_p0_retry(settings: Settings) -> None:
 
 
 def test_a_retry_its_claim_missed_at_its_due_time_goes_out_when_the_hold_ends(
-    settings: Settings,
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The P0 lane wakes for the retry it looked up. Seen in a CI rehearsal: its claim came
     a moment before the database's now() passed the retry's next_try_at and took nothing,
@@ -426,9 +427,10 @@ def test_a_retry_its_claim_missed_at_its_due_time_goes_out_when_the_hold_ends(
     the polling interval (30 s here). A lock held over the retry's due time makes the claim
     miss it here. The hold is 3 s, where it is 0.1 s, so the order of events is not left
     to the scheduler."""
+    monkeypatch.setattr(relay_module, "NextRetry", lambda: NextRetry(hold_s=3.0))
     with p0_lane_polling_every_30_s(settings) as p0:
-        p0._next_retry = NextRetry(hold_s=3.0)
-        time.sleep(3.5)  # idle: its first look-up's answer no longer holds
+        wait_until(lambda: p0._next_retry.looked_up_at is not None, 30, "its first look-up")
+        time.sleep(3.5)  # idle: that answer no longer holds
         with (
             psycopg.connect(settings.database_url, autocommit=True) as conn,
             psycopg.connect(settings.database_url) as locker,
