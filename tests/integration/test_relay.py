@@ -132,13 +132,17 @@ def test_a_row_inserted_while_the_relay_idles_is_published_promptly(settings: Se
         assert time.monotonic() - started < 5
 
 
-def insert_send(database_url: str, key: str, priority: str) -> None:
-    with psycopg.connect(database_url) as conn:
-        conn.execute(
-            "INSERT INTO email_sends (dedupe_key, to_address, template, priority)"
-            " VALUES (%s, 'a@example.com', 'welcome', %s)",
-            (key, priority),
-        )
+def insert_send(database_url: str, key: str, priority: str = "p1") -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        insert_send_over(conn, key, priority)
+
+
+def insert_send_over(conn: psycopg.Connection[Any], key: str, priority: str = "p1") -> None:
+    conn.execute(
+        "INSERT INTO email_sends (dedupe_key, to_address, template, priority)"
+        " VALUES (%s, 'a@example.com', 'welcome', %s)",
+        (key, priority),
+    )
 
 
 def test_a_pass_commits_its_marks_without_waiting_for_the_wal_flush(settings: Settings) -> None:
@@ -315,18 +319,6 @@ def test_relay_reconnects_after_a_database_restart(settings: Settings) -> None:
         assert relay.stats.published == 20
 
 
-def _send_one(database_url: str, key: str) -> None:
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        _insert_send(conn, key)
-
-
-def _insert_send(conn: psycopg.Connection[Any], key: str) -> None:
-    conn.execute(
-        "INSERT INTO email_sends (dedupe_key, to_address, template) VALUES (%s, %s, 'welcome')",
-        (key, f"{key}@example.com"),
-    )
-
-
 def test_sends_one_after_another_look_up_the_next_retry_a_few_times_not_each(
     settings: Settings,
 ) -> None:
@@ -341,7 +333,7 @@ def test_sends_one_after_another_look_up_the_next_retry_a_few_times_not_each(
         # which let the held answer expire between sends and fail the count below
         with psycopg.connect(settings.database_url, autocommit=True) as conn:
             for n in range(sends):
-                _insert_send(conn, f"steady-{n}")
+                insert_send_over(conn, f"steady-{n}")
                 time.sleep(0.01)
         wait_until(lambda: relay.stats.published == sends, 10, "every send published")
         elapsed = time.monotonic() - started
@@ -360,7 +352,7 @@ def test_a_retry_scheduled_while_sends_keep_the_relay_busy_goes_out_when_due(
     the polling interval (30 s here)."""
     slow_poll = replace(settings, relay_poll_interval=30.0)
     with relay_thread(slow_poll) as relay:
-        _send_one(settings.database_url, "first-try")
+        insert_send(settings.database_url, "first-try")
         wait_until(lambda: relay.stats.published == 1, 10, "the first attempt published")
         with psycopg.connect(settings.database_url, autocommit=True) as conn:
             conn.execute(  # what a retryable outcome's settle leaves
@@ -370,7 +362,7 @@ def test_a_retry_scheduled_while_sends_keep_the_relay_busy_goes_out_when_due(
         scheduled = time.monotonic()
         for n in range(5):  # traffic that wakes it, every 0.2 s
             time.sleep(0.2)
-            _send_one(settings.database_url, f"other-{n}")
+            insert_send(settings.database_url, f"other-{n}")
         wait_until(lambda: relay.stats.published == 7, 10, "the retry published")
         waited = time.monotonic() - scheduled
     assert 1.4 <= waited < 4.0, waited
@@ -459,7 +451,7 @@ def test_a_retry_scheduled_after_a_held_look_up_goes_out_when_the_hold_ends(
     slow_poll = replace(settings, relay_poll_interval=30.0)
     with relay_thread(slow_poll) as relay:
         relay._next_retry = NextRetry(hold_s=3.0)
-        _send_one(settings.database_url, "first-try")
+        insert_send(settings.database_url, "first-try")
         wait_until(lambda: relay.stats.published == 1, 10, "the first attempt published")
         time.sleep(0.3)  # its pass has looked up: no retry ahead, held for 3 s
         held_from = time.monotonic()
@@ -468,7 +460,7 @@ def test_a_retry_scheduled_after_a_held_look_up_goes_out_when_the_hold_ends(
                 "UPDATE email_sends SET attempts = 1, published_at = NULL,"
                 " next_try_at = now() + interval '0.5 seconds' WHERE dedupe_key = 'first-try'"
             )
-        _send_one(settings.database_url, "wakes-it")  # its pass ends on the held answer
+        insert_send(settings.database_url, "wakes-it")  # its pass ends on the held answer
         wait_until(lambda: relay.stats.published == 3, 10, "the retry published")
         waited = time.monotonic() - held_from
     assert 2.0 <= waited < 6.0, waited

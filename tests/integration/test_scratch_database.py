@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from typing import Any
 
 import psycopg
 import pytest
@@ -35,12 +36,15 @@ def test_a_drop_racing_a_drop_role_over_the_same_setting_is_tried_again(
         except BaseException as exc:  # reported by the assertion below
             failures.append(exc)
 
-    with psycopg.connect(services.database_url) as role_dropper:
+    with (
+        psycopg.connect(services.database_url) as role_dropper,
+        psycopg.connect(services.database_url, autocommit=True) as watcher,
+    ):
         role_dropper.execute(f"DROP ROLE {login}")  # its transaction holds the row deleted
         dropping = threading.Thread(target=drop)
         dropping.start()
         waited = time.monotonic() + 10
-        while not _waits_for_a_transaction(services.database_url, name):
+        while not _waits_for_a_transaction(watcher, name):
             assert time.monotonic() < waited, "the drop never waited for the DROP ROLE"
             time.sleep(0.05)
         role_dropper.commit()
@@ -51,11 +55,10 @@ def test_a_drop_racing_a_drop_role_over_the_same_setting_is_tried_again(
         assert gone.fetchone() == (0,)
 
 
-def _waits_for_a_transaction(database_url: str, name: str) -> bool:
-    with psycopg.connect(database_url) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'transactionid'"
-            " AND query LIKE %s",
-            (f'DROP DATABASE%"{name}"%',),
-        ).fetchone()
+def _waits_for_a_transaction(conn: psycopg.Connection[Any], name: str) -> bool:
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'transactionid'"
+        " AND query LIKE %s",
+        (f'DROP DATABASE%"{name}"%',),
+    ).fetchone()
     return row == (1,)

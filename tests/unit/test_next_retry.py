@@ -69,4 +69,3 @@ def test_after_a_wake_for_its_retry_a_lane_wakes_again_when_the_hold_ends() -> N
     assert retry.wake_at() == 101.1
     retry.looked_up(now=101.1, seconds_until_due=None)  # that pass
     assert retry.wake_at() == math.inf  # once: idle again
-
