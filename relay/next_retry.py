@@ -18,6 +18,9 @@ make it early): its claim takes nothing, and its next look-up, of retries still 
 no longer sees it. Such a retry waited for the polling interval. So a due time counts
 from the answer, and after a wake for a retry the lane wakes once more when that
 look-up's hold ends, for a pass: at most one more claim per retry wake, none while idle.
+A pass that waits for Kafka between its claim and its look-up misses a retry coming due
+meanwhile in the same way, so the look-up counts retries due since the pass began as due
+now (the relay passes that span).
 No I/O; time is passed in (monotonic seconds).
 """
 

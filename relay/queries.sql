@@ -67,12 +67,15 @@ UPDATE email_sends SET published_at = NULL WHERE id = ANY(%(ids)s)
 -- restore, before autovacuum's first ANALYZE) may be read through email_sends_open_idx and
 -- a sort instead: tens of ms for 100,000 pending rows, for the pointer lanes' P2 look-up
 -- (the P0 lane's reads the P0 rows alone). After a campaign's resume, its held rows' dead
--- entries (at +100 years) are read until VACUUM removes them.
+-- entries (at +100 years) are read until VACUUM removes them. A retry that came due in
+-- the last %(since_claim_s)s seconds (since the lane's last pass began) counts too, with
+-- seconds below zero: that pass's claim came before it was due, and nothing else finds it.
 SELECT extract(epoch FROM min(ahead.next_try_at) - now())
 FROM unnest(%(priorities)s::text[]) AS p (priority),
      LATERAL (SELECT s.next_try_at FROM email_sends s
               WHERE s.priority = p.priority AND s.status = 'pending'
-                AND s.published_at IS NULL AND s.next_try_at > now()
+                AND s.published_at IS NULL
+                AND s.next_try_at > now() - make_interval(secs => %(since_claim_s)s)
               ORDER BY s.next_try_at
               LIMIT 1) AS ahead
 

@@ -168,10 +168,7 @@ class Relay:
         self._conn: psycopg.Connection | None = None
         self._listener: psycopg.Connection | None = None
         self._next_retry = NextRetry()
-        # the priorities whose retries wake it: the P0 lane's alone, or every one it claims
-        self._retry_priorities = list(
-            metrics.PRIORITIES if POINTERS in lanes else ("p0",) if P0_POINTERS in lanes else ()
-        )
+        self._retry_priorities = _retry_priorities_for(lanes, p0_lane_apart)
         self._dead_letter_claims = DeadLetterClaims(settings.relay_poll_interval)
 
     def run(self, stop: threading.Event) -> None:
@@ -362,9 +359,11 @@ class Relay:
         # Planned at each run, never prepared: a plan kept from an empty outbox scans the
         # table rather than read one entry of email_sends_next_retry_idx (0078) a priority
         # (relay/queries.sql says when it may read more).
+        # since the last pass began: a retry due after that pass's claim is due now
+        since_claim_s = 0.0 if self._pass_started is None else now - self._pass_started
         row = self._require_connection().execute(
             self._queries["seconds_until_next_due"],
-            {"priorities": self._retry_priorities},
+            {"priorities": self._retry_priorities, "since_claim_s": since_claim_s},
             prepare=False,
         )
         due = row.fetchone()
@@ -453,6 +452,16 @@ class Relay:
         self._conn = self._listener = None
         self._next_retry.forget()
         self._dead_letter_claims.forget()  # notifications were lost with the connection
+
+
+def _retry_priorities_for(lanes: frozenset[str], p0_lane_apart: bool) -> list[str]:
+    """The priorities whose retries coming due wake a relay of ``lanes``: the P0 lane's
+    alone, or every one a pointer lane claims at once. Beside a P0 lane, a P0 retry is that
+    lane's for its first second (``claim_due_beside_p0``), so the pointer workers wake for
+    it no sooner: their polling interval finds it if the lane is down."""
+    if POINTERS in lanes:
+        return [p for p in metrics.PRIORITIES if not (p0_lane_apart and p == "p0")]
+    return ["p0"] if P0_POINTERS in lanes else []
 
 
 def _row_context(traceparent: str | None, tracestate: str | None) -> TraceContext | None:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
@@ -20,9 +21,11 @@ from relay_runner import children, relay_thread, running, wait_until
 from services import REPO, settings_env, stack_script
 
 import mailbus.relay.relay as relay_module
+from mailbus.kernel.kafka_security import kafka_client_config
 from mailbus.kernel.settings import Settings
 from mailbus.kernel.topics import send_topics
 from mailbus.relay.next_retry import NextRetry
+from mailbus.relay.publisher import OutgoingMessage, PointerPublisher
 from mailbus.relay.relay import P0_POINTERS, POINTERS, Relay
 from mailbus.schemas.codec import send_pointer_codec
 from mailbus.schemas.pointer_headers import first_attempt_template
@@ -393,6 +396,24 @@ def test_the_p0_lane_sleeps_through_other_priorities_retries(settings: Settings)
     assert 1 <= p0.stats.retry_lookups <= 2, p0.stats.retry_lookups
 
 
+def test_pointer_workers_beside_a_p0_lane_sleep_through_its_retries(settings: Settings) -> None:
+    """Reviewed: pointer workers beside a P0 lane looked up P0 retries too, but leave a P0
+    row to that lane for its first second (claim_due_beside_p0), so each P0 retry coming
+    due woke each worker for a look-up and an empty claim, then another at the hold's end
+    (30 retries: 30 look-ups or more). They look up the other priorities' retries alone."""
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        conn.execute(  # what retryable outcomes' settles leave, due over the next 3 s
+            "INSERT INTO email_sends (dedupe_key, to_address, template, priority, attempts,"
+            " next_try_at) SELECT 'reset-' || n, 'u' || n || '@example.com', 'welcome', 'p0',"
+            " 1, now() + make_interval(secs => n / 10.0) FROM generate_series(1, 30) n"
+        )
+    slow_poll = replace(settings, relay_poll_interval=30.0)
+    with relay_thread(slow_poll, lanes=frozenset({POINTERS}), p0_lane_apart=True) as workers:
+        time.sleep(4.5)  # every P0 retry came due meanwhile: the P0 lane's to publish
+    assert workers.stats.published == 0
+    assert 1 <= workers.stats.retry_lookups <= 2, workers.stats.retry_lookups
+
+
 def test_the_p0_lane_looks_up_its_p0_retry(settings: Settings) -> None:
     """Reviewed: nothing failed when the P0 lane looked up no priority at all, so its P0
     retry would wait for the polling interval (30 s here)."""
@@ -464,3 +485,47 @@ def test_a_retry_scheduled_after_a_held_look_up_goes_out_when_the_hold_ends(
         wait_until(lambda: relay.stats.published == 3, 10, "the retry published")
         waited = time.monotonic() - held_from
     assert 2.0 <= waited < 6.0, waited
+
+
+class SlowAcknowledgements:
+    """Kafka's acknowledgements of each batch 1.5 s late; ``publishing`` is set as a batch
+    goes out, after its claim."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._kafka = PointerPublisher(kafka_client_config(settings))
+        self.publishing = threading.Event()
+
+    def publish(self, messages: Sequence[OutgoingMessage], stop: threading.Event) -> list[int]:
+        self.publishing.set()
+        time.sleep(1.5)
+        return self._kafka.publish(messages, stop)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._kafka, name)
+
+
+def test_a_retry_due_between_a_pass_claim_and_its_look_up_goes_out_at_once(
+    settings: Settings,
+) -> None:
+    """Reviewed: a pass claims at c, waits for Kafka, and looks the next retry up at l; a
+    retry that came due between c and l was after the claim and before the look-up (which
+    sees retries still ahead), so it waited for the polling interval (30 s here). The
+    look-up now counts retries due since the pass began."""
+    publisher = SlowAcknowledgements(settings)
+    slow_poll = replace(settings, relay_poll_interval=30.0)
+    with relay_thread(slow_poll, publisher=publisher) as relay:
+        insert_send(settings.database_url, "first-try")
+        wait_until(lambda: relay.stats.published == 1, 10, "the first attempt published")
+        time.sleep(0.3)  # its look-up found no retry ahead; the answer no longer holds
+        publisher.publishing.clear()
+        insert_send(settings.database_url, "wakes-it")
+        wait_until(publisher.publishing.is_set, 10, "the pass claimed, its batch going out")
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            conn.execute(  # what a retryable outcome's settle leaves, due before the look-up
+                "UPDATE email_sends SET attempts = 1, published_at = NULL,"
+                " next_try_at = now() + interval '0.5 seconds' WHERE dedupe_key = 'first-try'"
+            )
+        scheduled = time.monotonic()
+        wait_until(lambda: relay.stats.published == 3, 10, "the retry published")
+        waited = time.monotonic() - scheduled
+    assert waited < 5.0, waited
