@@ -40,7 +40,7 @@ RETURNING id, dedupe_key, priority, attempts, created_at, traceparent, tracestat
 
 -- name: claim_due_beside_p0
 -- claim_due for pointer workers with a P0 lane beside them (relay/relay.py): a P0 row is
--- the lane's while it is fresh, so it never waits for a worker's batch of newsletters to
+-- the lane's while it is fresh (for P0_LANE_FIRST_S, relay/relay.py), so it never waits for a worker's batch of newsletters to
 -- be acknowledged; one due for a second already (the lane stopped, or far behind) is
 -- taken first as claim_due takes it.
 UPDATE email_sends SET published_at = now()
@@ -61,21 +61,28 @@ RETURNING id, dedupe_key, priority, attempts, created_at, traceparent, tracestat
 UPDATE email_sends SET published_at = NULL WHERE id = ANY(%(ids)s)
 
 -- name: seconds_until_next_due
--- Seconds until the earliest retry ahead of the given priorities comes due, NULL if none:
--- the first entry of email_sends_next_retry_idx (0078) for each priority, whatever the
--- backlog due now, once email_sends has statistics. A table never analysed (a fresh
+-- Seconds until this lane's claim may take the earliest retry ahead of the given
+-- priorities, NULL if none: a retry's next_try_at, plus the priority's claimable_after_s
+-- (the pointer workers' one second for a P0 retry beside a P0 lane, claim_due_beside_p0).
+-- Reads the first entry of email_sends_next_retry_idx (0078) for each priority, whatever
+-- the backlog due now, once email_sends has statistics. A table never analysed (a fresh
 -- restore, before autovacuum's first ANALYZE) may be read through email_sends_open_idx and
 -- a sort instead: tens of ms for 100,000 pending rows, for the pointer lanes' P2 look-up
 -- (the P0 lane's reads the P0 rows alone). After a campaign's resume, its held rows' dead
--- entries (at +100 years) are read until VACUUM removes them. A retry that came due in
--- the last %(since_claim_s)s seconds (since the lane's last pass began) counts too, with
--- seconds below zero: that pass's claim came before it was due, and nothing else finds it.
-SELECT extract(epoch FROM min(ahead.next_try_at) - now())
-FROM unnest(%(priorities)s::text[]) AS p (priority),
-     LATERAL (SELECT s.next_try_at FROM email_sends s
+-- entries (at +100 years) are read until VACUUM removes them. A retry that became
+-- claimable since the lane's last pass began (since_claim_s seconds ago) counts too, with
+-- seconds below zero: that pass's claim came before it, and no look-up saw it. The entries
+-- of retries other lanes published in that span are read too, until marked dead: about
+-- 90 pages for 20,000 retries in a 2 s span.
+SELECT extract(epoch FROM min(ahead.claimable_at) - now())
+FROM unnest(%(priorities)s::text[], %(claimable_after_s)s::float8[])
+         AS p (priority, claimable_after_s),
+     LATERAL (SELECT s.next_try_at + make_interval(secs => p.claimable_after_s) AS claimable_at
+              FROM email_sends s
               WHERE s.priority = p.priority AND s.status = 'pending'
                 AND s.published_at IS NULL
-                AND s.next_try_at > now() - make_interval(secs => %(since_claim_s)s)
+                AND s.next_try_at > now()
+                    - make_interval(secs => %(since_claim_s)s + p.claimable_after_s)
               ORDER BY s.next_try_at
               LIMIT 1) AS ahead
 

@@ -49,7 +49,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, fields, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import TupleRow, tuple_row
@@ -87,6 +87,8 @@ P0_NOTIFY_CHANNEL = "mailbus_outbox_p0"  # new P0 sends (schemas/sql/0068)
 POINTERS = "pointers"  # send pointers and dead letters
 EVENTS = "events"  # outcome events
 P0_POINTERS = "p0 pointers"  # send pointers of P0 rows alone
+# a P0 row is the P0 lane's for this long beside pointer workers (claim_due_beside_p0's)
+P0_LANE_FIRST_S = 1.0
 ALL_LANES = frozenset({POINTERS, EVENTS})
 _SEND_LANES = frozenset({POINTERS, P0_POINTERS})
 _SLICE_S = 0.1  # a wait's slice: SIGTERM and another worker's release are seen within it
@@ -168,7 +170,7 @@ class Relay:
         self._conn: psycopg.Connection | None = None
         self._listener: psycopg.Connection | None = None
         self._next_retry = NextRetry()
-        self._retry_priorities = _retry_priorities_for(lanes, p0_lane_apart)
+        self._retry_look_up = _retry_look_up_for(lanes, p0_lane_apart)
         self._dead_letter_claims = DeadLetterClaims(settings.relay_poll_interval)
 
     def run(self, stop: threading.Event) -> None:
@@ -363,7 +365,7 @@ class Relay:
         since_claim_s = 0.0 if self._pass_started is None else now - self._pass_started
         row = self._require_connection().execute(
             self._queries["seconds_until_next_due"],
-            {"priorities": self._retry_priorities, "since_claim_s": since_claim_s},
+            {**self._retry_look_up, "since_claim_s": since_claim_s},
             prepare=False,
         )
         due = row.fetchone()
@@ -454,14 +456,19 @@ class Relay:
         self._dead_letter_claims.forget()  # notifications were lost with the connection
 
 
-def _retry_priorities_for(lanes: frozenset[str], p0_lane_apart: bool) -> list[str]:
-    """The priorities whose retries coming due wake a relay of ``lanes``: the P0 lane's
-    alone, or every one a pointer lane claims at once. Beside a P0 lane, a P0 retry is that
-    lane's for its first second (``claim_due_beside_p0``), so the pointer workers wake for
-    it no sooner: their polling interval finds it if the lane is down."""
+def _retry_look_up_for(lanes: frozenset[str], p0_lane_apart: bool) -> dict[str, list[Any]]:
+    """What a relay of ``lanes`` looks up retries of: the P0 lane's P0 retries alone, or a
+    pointer lane's of every priority; with each, how long after its ``next_try_at`` the
+    lane's claim takes it. Beside a P0 lane, a P0 retry is that lane's for its first
+    :data:`P0_LANE_FIRST_S` (``claim_due_beside_p0``), so the pointer workers wake for it no
+    sooner, and take it then if the lane is down."""
     if POINTERS in lanes:
-        return [p for p in metrics.PRIORITIES if not (p0_lane_apart and p == "p0")]
-    return ["p0"] if P0_POINTERS in lanes else []
+        priorities = list(metrics.PRIORITIES)
+        after = [P0_LANE_FIRST_S if p0_lane_apart and p == "p0" else 0.0 for p in priorities]
+    else:
+        priorities = ["p0"] if P0_POINTERS in lanes else []
+        after = [0.0] * len(priorities)
+    return {"priorities": priorities, "claimable_after_s": after}
 
 
 def _row_context(traceparent: str | None, tracestate: str | None) -> TraceContext | None:

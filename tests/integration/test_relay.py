@@ -396,22 +396,25 @@ def test_the_p0_lane_sleeps_through_other_priorities_retries(settings: Settings)
     assert 1 <= p0.stats.retry_lookups <= 2, p0.stats.retry_lookups
 
 
-def test_pointer_workers_beside_a_p0_lane_sleep_through_its_retries(settings: Settings) -> None:
-    """Reviewed: pointer workers beside a P0 lane looked up P0 retries too, but leave a P0
-    row to that lane for its first second (claim_due_beside_p0), so each P0 retry coming
-    due woke each worker for a look-up and an empty claim, then another at the hold's end
-    (30 retries: 30 look-ups or more). They look up the other priorities' retries alone."""
+def test_pointer_workers_take_a_p0_retry_a_second_late_while_the_p0_lane_is_down(
+    settings: Settings,
+) -> None:
+    """While the P0 lane's process is down, the pointer workers take its rows a second
+    late (relay/p0_process.py). Reviewed: a P0 retry waited for their polling interval
+    instead (30 s here): their look-up saw it due when their claim could not take it yet,
+    and no more once it could."""
     with psycopg.connect(settings.database_url, autocommit=True) as conn:
-        conn.execute(  # what retryable outcomes' settles leave, due over the next 3 s
+        conn.execute(  # what a retryable outcome's settle leaves
             "INSERT INTO email_sends (dedupe_key, to_address, template, priority, attempts,"
-            " next_try_at) SELECT 'reset-' || n, 'u' || n || '@example.com', 'welcome', 'p0',"
-            " 1, now() + make_interval(secs => n / 10.0) FROM generate_series(1, 30) n"
+            " next_try_at) VALUES ('reset-retry', 'r@example.com', 'welcome', 'p0', 1,"
+            " now() + interval '0.1 seconds')"
         )
+    scheduled = time.monotonic()
     slow_poll = replace(settings, relay_poll_interval=30.0)
     with relay_thread(slow_poll, lanes=frozenset({POINTERS}), p0_lane_apart=True) as workers:
-        time.sleep(4.5)  # every P0 retry came due meanwhile: the P0 lane's to publish
-    assert workers.stats.published == 0
-    assert 1 <= workers.stats.retry_lookups <= 2, workers.stats.retry_lookups
+        wait_until(lambda: workers.stats.published == 1, 10, "the P0 retry published")
+    waited = time.monotonic() - scheduled
+    assert 1.0 <= waited < 5.0, waited
 
 
 def test_the_p0_lane_looks_up_its_p0_retry(settings: Settings) -> None:

@@ -59,7 +59,12 @@ def blocks_read(plan: dict[str, Any]) -> int:
 
 
 LOOKUP = load_queries("mailbus.relay", "queries.sql")["seconds_until_next_due"]
-EVERY_PRIORITY = {"priorities": ["p0", "p1", "p2"], "since_claim_s": 1.0}
+EVERY_PRIORITY = {
+    "priorities": ["p0", "p1", "p2"],
+    "claimable_after_s": [1.0, 0.0, 0.0],
+    "since_claim_s": 1.0,
+}
+P0_ALONE = {"priorities": ["p0"], "claimable_after_s": [0.0], "since_claim_s": 1.0}
 
 
 def looked_up(conn: psycopg.Connection[Any], params: dict[str, Any]) -> tuple[float | None, int]:
@@ -117,8 +122,8 @@ def test_the_p0_lanes_look_up_sees_p0_retries_alone(database_url: str) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         insert_rows(conn, "news-", BACKLOG, "p2", "now() + make_interval(secs => n)")
         conn.execute("VACUUM ANALYZE email_sends")
-        assert looked_up(conn, {"priorities": ["p0"], "since_claim_s": 1.0})[0] is None
+        assert looked_up(conn, P0_ALONE)[0] is None
         insert_rows(conn, "reset-", 1, "p0", "now() + interval '1 hour'")
-        seconds, pages = looked_up(conn, {"priorities": ["p0"], "since_claim_s": 1.0})
+        seconds, pages = looked_up(conn, P0_ALONE)
     assert pages <= 8
     assert seconds is not None and 3500 < seconds <= 3600

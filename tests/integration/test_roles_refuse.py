@@ -82,7 +82,10 @@ MUST: dict[str, list[tuple[str, dict[str, Any]]]] = {
         (RELAY["claim_due"], {"limit": 10}),
         (RELAY["claim_due_beside_p0"], {"limit": 10}),
         (RELAY["unclaim"], {"ids": [1, 2, 3]}),
-        (RELAY["seconds_until_next_due"], {"priorities": ["p0", "p1", "p2"], "since_claim_s": 0.0}),
+        (
+            RELAY["seconds_until_next_due"],
+            {"priorities": ["p0"], "claimable_after_s": [0.0], "since_claim_s": 0.0},
+        ),
         (RELAY["claim_dead_letters"], {"limit": 10}),
         (CAMPAIGNS["open_rows"], {}),
         (CAMPAIGNS["open_mail"], {"id": 1}),
