@@ -9,7 +9,7 @@ import json
 import time
 from pathlib import Path
 
-from conftest import Stack
+from e2e_stack import Stack
 from relay_runner import wait_until
 from services import run_mailbus
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from conftest import Stack
+from e2e_stack import Stack
 from relay_runner import wait_until
 
 N = 10_000

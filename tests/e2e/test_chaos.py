@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import time
 
-from conftest import Stack
+from e2e_stack import Stack
 
 FAULTS = [  # 20% of requests in all
     {"kind": "503", "share": 0.05},

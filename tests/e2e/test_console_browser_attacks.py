@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import playwright.sync_api as playwright
-from conftest import Stack
+from e2e_stack import Stack
 from relay_runner import wait_until
 from transport_security import login_as
 

@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 from urllib.parse import urlsplit, urlunsplit
 
-from conftest import Stack
+from e2e_stack import Stack
 from relay_runner import wait_until
 from tcp_proxy import TcpProxy
 

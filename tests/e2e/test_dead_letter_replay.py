@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from conftest import Stack
+from e2e_stack import Stack
 from services import REPO, run_mailbus
 
 SUMMARY = re.compile(r"^replayed (\d+), skipped (\d+)", re.MULTILINE)

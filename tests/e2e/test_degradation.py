@@ -8,7 +8,7 @@ import time
 import urllib.request
 from datetime import UTC, datetime, timedelta
 
-from conftest import API_KEY, Stack
+from e2e_stack import API_KEY, Stack
 from relay_runner import wait_until
 
 from mailbus.sandbox.server import start_in_thread

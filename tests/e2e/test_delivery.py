@@ -11,7 +11,7 @@ import uuid
 from datetime import UTC, datetime
 
 from confluent_kafka import Producer
-from conftest import Stack
+from e2e_stack import Stack
 from kafka_reader import read_messages
 from relay_runner import wait_until
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import Stack, control
+from e2e_stack import Stack, control
 from relay_runner import wait_until
 
 from mailbus.sandbox.server import start_in_thread

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import API_KEY, Stack
+from e2e_stack import API_KEY, Stack
 from moto_ses import CREDENTIALS, REGION, MotoSes, moto_ses
 from relay_runner import wait_until
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import Stack
+from e2e_stack import Stack
 from relay_runner import wait_until
 
 from mailbus.intake.sample import SampleRecord, publish_records

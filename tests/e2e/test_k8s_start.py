@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 import pytest
-from conftest import API_KEY
+from e2e_stack import API_KEY
 from k8s_render import kustomize_command, render
 from services import REPO, StackServices, database_url_for
 

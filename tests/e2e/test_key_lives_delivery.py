@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import psycopg
-from conftest import Stack
+from e2e_stack import Stack
 from services import run_mailbus
 from transport_security import login_as
 

@@ -12,7 +12,7 @@ dialects. Each run ends with the table agreeing with the provider.
 
 from __future__ import annotations
 
-from conftest import Stack
+from e2e_stack import Stack
 from relay_runner import wait_until
 
 POSTMARK = {"MAILBUS_PROVIDER": "postmark", "MAILBUS_MAIL_FROM": "shop@example.com"}

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import API_KEY, Stack
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from e2e_stack import API_KEY, Stack
 from moto_ses import CREDENTIALS, REGION, moto_ses
 from relay_runner import wait_until
 from smtp_server import free_port

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from conftest import API_KEY, Stack
+from e2e_stack import API_KEY, Stack
 from kafka_reader import read_messages
 from relay_runner import wait_until
 from services import run_mailbus

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import API_KEY, Stack
+from e2e_stack import API_KEY, Stack
 from pgbouncer import PgBouncer
 from relay_runner import wait_until
 

@@ -9,7 +9,7 @@ import statistics
 import time
 from collections import Counter
 
-from conftest import Stack
+from e2e_stack import Stack
 from relay_runner import wait_until
 
 

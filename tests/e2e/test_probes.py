@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import Stack
+from e2e_stack import Stack
 from relay_runner import wait_until
 
 from mailbus.kernel.topics import create_topics

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
-from conftest import Stack
+from e2e_stack import Stack
 from relay_runner import children, wait_until
 from tcp_proxy import TcpProxy
 

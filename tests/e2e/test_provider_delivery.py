@@ -11,7 +11,7 @@ accepted twice. Postmark's search shows a mail only a second after accepting it.
 from __future__ import annotations
 
 import pytest
-from conftest import Stack
+from e2e_stack import Stack
 from moto_ses import CREDENTIALS, REGION, MotoSes, ReplySwallower, moto_ses
 from relay_runner import wait_until
 

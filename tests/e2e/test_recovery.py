@@ -10,7 +10,7 @@ import time
 from datetime import datetime
 
 import psycopg
-from conftest import Stack
+from e2e_stack import Stack
 from relay_runner import wait_until
 
 from mailbus.consumer.core.recovery import RecoveryPolicy, allowed_between, recovery_rate

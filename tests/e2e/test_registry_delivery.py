@@ -7,7 +7,7 @@ import os
 
 import httpx
 import pytest
-from conftest import Stack
+from e2e_stack import Stack
 from kafka_reader import read_messages
 
 URL = os.environ.get("MAILBUS_TEST_SCHEMA_REGISTRY_URL", "http://127.0.0.1:8081/apis/ccompat/v7")

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import API_KEY, Stack
+from e2e_stack import API_KEY, Stack
 from relay_runner import wait_until
 
 from mailbus.consumer.core.breaker import BreakerPolicy

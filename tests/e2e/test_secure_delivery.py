@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import Stack
+from e2e_stack import Stack
 from relay_runner import wait_until
 from transport_security import StackSecurity, login_as, stack_security
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 
 import pytest
-from conftest import Stack
+from e2e_stack import Stack
 from moto_ses import CREDENTIALS, REGION, ReplySwallower, moto_ses
 from relay_runner import wait_until
 from services import run_mailbus

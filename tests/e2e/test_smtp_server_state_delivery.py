@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from conftest import Stack
+from e2e_stack import Stack
 from relay_runner import wait_until
 from services import REPO
 from smtp_server import SmtpRecorder, free_port, smtp_server

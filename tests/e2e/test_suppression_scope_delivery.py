@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
-from conftest import Stack
+from e2e_stack import Stack
 from relay_runner import wait_until
 from services import run_mailbus
 

@@ -8,7 +8,7 @@ reaches the server."""
 from __future__ import annotations
 
 import pytest
-from conftest import Stack
+from e2e_stack import Stack
 from relay_runner import wait_until
 from smtp_server import smtp_server
 from transport_security import login_as

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from conftest import API_KEY, Stack
+from e2e_stack import API_KEY, Stack
 from relay_runner import wait_until
 from services import REPO, StackServices, database_url_for, run_mailbus
 
