@@ -40,9 +40,9 @@ RETURNING id, dedupe_key, priority, attempts, created_at, traceparent, tracestat
 
 -- name: claim_due_beside_p0
 -- claim_due for pointer workers with a P0 lane beside them (relay/relay.py): a P0 row is
--- the lane's while it is fresh (for P0_LANE_FIRST_S, relay/relay.py), so it never waits for a worker's batch of newsletters to
--- be acknowledged; one due for a second already (the lane stopped, or far behind) is
--- taken first as claim_due takes it.
+-- the lane's while it is fresh (its first second, relay.py's P0_LANE_FIRST_S), so it never
+-- waits for a worker's batch of newsletters to be acknowledged; one due for a second
+-- already (the lane stopped, or far behind) is taken first as claim_due takes it.
 UPDATE email_sends SET published_at = now()
 WHERE id = ANY(ARRAY(
     SELECT id FROM email_sends

@@ -358,11 +358,11 @@ class Relay:
         may be due by then, and only a claim finds those (:mod:`mailbus.relay.next_retry`)."""
         if not self._next_retry.stale(now):
             return self._next_retry.held_until()
+        # A retry due since the last pass began came after that pass's claim: due now.
+        since_claim_s = 0.0 if self._pass_started is None else now - self._pass_started
         # Planned at each run, never prepared: a plan kept from an empty outbox scans the
         # table rather than read one entry of email_sends_next_retry_idx (0078) a priority
         # (relay/queries.sql says when it may read more).
-        # since the last pass began: a retry due after that pass's claim is due now
-        since_claim_s = 0.0 if self._pass_started is None else now - self._pass_started
         row = self._require_connection().execute(
             self._queries["seconds_until_next_due"],
             {**self._retry_look_up, "since_claim_s": since_claim_s},
